@@ -1,0 +1,36 @@
+# streamtx — the two commands for a fresh machine: `make run` and `make test`.
+PY      := .venv/bin/python
+PIP     := .venv/bin/pip
+STAMP   := .venv/.stamp-setup
+DATA    ?= data
+export PYTHONPATH := shared:services:.
+
+.PHONY: setup run test lint bench bench-log bench-tc bench-txn demo clean
+
+setup: $(STAMP)
+
+$(STAMP): pyproject.toml
+	@command -v redis-server >/dev/null || (apt-get update -qq && apt-get install -y -qq redis-server)
+	@command -v wrk >/dev/null || apt-get install -y -qq wrk
+	test -x $(PY) || python3 -m venv .venv
+	$(PIP) install -q --upgrade pip
+	$(PIP) install -q -e '.[dev]'
+	@touch $(STAMP)
+
+run: setup
+	$(PY) -m streamtx.suite --data-dir $(DATA)
+
+test: setup
+	$(PY) -m pytest -q -p no:cacheprovider
+
+lint: setup
+	.venv/bin/ruff check shared services tests bench
+	.venv/bin/mypy shared services
+
+bench: bench-log
+
+bench-log: setup
+	$(PY) bench/buffered_writer.py
+
+clean:
+	rm -rf .venv $(DATA) .pytest_cache .mypy_cache .ruff_cache

@@ -1,0 +1,91 @@
+"""The FastAPI app every service starts from: errors, health, cluster, metrics, auth."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from contextlib import AbstractAsyncContextManager
+from typing import Any
+
+from fastapi import FastAPI, Request
+from fastapi.responses import JSONResponse, Response
+from prometheus_client import REGISTRY, CollectorRegistry, generate_latest
+from prometheus_client.exposition import CONTENT_TYPE_LATEST
+from prometheus_fastapi_instrumentator import Instrumentator
+
+from streamtx.service.errors import error_response, install_error_handlers
+from streamtx.service.settings import ServiceSettings
+
+
+class ServiceState:
+    """Readiness flag shared by the lifespan and `/readyz`."""
+
+    def __init__(self) -> None:
+        self.ready = False
+        self.reason = "starting"
+
+
+def create_app(
+    *,
+    title: str,
+    settings: ServiceSettings,
+    lifespan: Callable[[FastAPI], AbstractAsyncContextManager[None]],
+    state: ServiceState,
+) -> FastAPI:
+    """A service app with the routes and handlers API.md requires of every service."""
+    app = FastAPI(title=title, lifespan=lifespan)
+    app.state.settings = settings
+    app.state.service = state
+    install_error_handlers(app)
+    _install_auth(app, settings)
+
+    # HTTP metrics go to a registry of this app so several apps can share a
+    # process (tests); domain metrics live in the default registry.
+    http_registry = CollectorRegistry()
+    Instrumentator(registry=http_registry, excluded_handlers=["/metrics"]).instrument(app)
+
+    @app.get("/metrics", include_in_schema=False)
+    async def metrics() -> Response:
+        body = generate_latest(REGISTRY) + generate_latest(http_registry)
+        return Response(body, media_type=CONTENT_TYPE_LATEST)
+
+    @app.get("/healthz")
+    async def healthz() -> dict[str, str]:
+        return {"status": "ok"}
+
+    @app.get("/readyz")
+    async def readyz() -> JSONResponse:
+        if state.ready:
+            return JSONResponse({"status": "ready"})
+        return error_response(503, "unavailable", state.reason)
+
+    @app.get("/v1/cluster")
+    async def cluster() -> dict[str, Any]:
+        return {"cluster": settings.cluster, "services": settings.services()}
+
+    return app
+
+
+def _install_auth(app: FastAPI, settings: ServiceSettings) -> None:
+    """Bearer tokens: admin paths need the admin token, the others the client token."""
+    if not settings.admin_token and not settings.client_token:
+        return
+    open_paths = {"/healthz", "/readyz", "/metrics", "/openapi.json", "/docs", "/v1/cluster"}
+
+    @app.middleware("http")
+    async def auth(request: Request, call_next: Callable[[Request], Any]) -> Any:
+        path = request.url.path
+        if path in open_paths:
+            return await call_next(request)
+        header = request.headers.get("authorization", "")
+        token = header[7:] if header.lower().startswith("bearer ") else None
+        is_admin = path.startswith("/admin/")
+        needed = settings.admin_token if is_admin else settings.client_token
+        allowed = {t for t in (needed, settings.admin_token) if t}
+        if not allowed:
+            return await call_next(request)
+        if token is None:
+            return error_response(401, "unauthorized", "missing bearer token")
+        if token not in allowed:
+            return error_response(403, "forbidden", "token not allowed here")
+        return await call_next(request)
+

@@ -1,0 +1,45 @@
+"""Maps errors to the API's JSON error body ``{"error": code, "message": text}``."""
+
+from __future__ import annotations
+
+import logging
+
+from fastapi import FastAPI, Request
+from fastapi.exceptions import RequestValidationError
+from fastapi.responses import JSONResponse
+from starlette.exceptions import HTTPException
+
+from streamtx.errors import StreamtxError
+
+log = logging.getLogger(__name__)
+
+_codes = {400: "malformed", 401: "unauthorized", 403: "forbidden", 404: "not_found",
+          405: "method_not_allowed", 409: "conflict", 413: "too_large", 503: "unavailable"}
+
+
+def error_response(status: int, code: str, message: str) -> JSONResponse:
+    return JSONResponse({"error": code, "message": message}, status_code=status)
+
+
+def install_error_handlers(app: FastAPI) -> None:
+    """One handler per error family, so routes just raise."""
+
+    @app.exception_handler(StreamtxError)
+    async def _streamtx(_: Request, exc: StreamtxError) -> JSONResponse:
+        return error_response(exc.status, exc.code, exc.message)
+
+    @app.exception_handler(RequestValidationError)
+    async def _validation(_: Request, exc: RequestValidationError) -> JSONResponse:
+        details = "; ".join(
+            f"{'.'.join(str(p) for p in e.get('loc', ()))}: {e.get('msg', '')}" for e in exc.errors()
+        )
+        return error_response(400, "malformed", details or "invalid request")
+
+    @app.exception_handler(HTTPException)
+    async def _http(_: Request, exc: HTTPException) -> JSONResponse:
+        return error_response(exc.status_code, _codes.get(exc.status_code, "error"), str(exc.detail))
+
+    @app.exception_handler(Exception)
+    async def _unexpected(_: Request, exc: Exception) -> JSONResponse:
+        log.exception("unhandled error")
+        return error_response(500, "internal", f"internal error: {type(exc).__name__}")
