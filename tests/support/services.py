@@ -1,0 +1,83 @@
+"""Run streamtx services as real processes over real HTTP, for integration tests."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import httpx
+
+from tests.support.procs import free_port, stop
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+class ServiceProcess:
+    """One service process (``python -m streamtx.<module>``) on a free port.
+
+    ``env`` holds ``STREAMTX_*`` settings; ``restart()`` keeps the port so peers
+    that know its URL reach the new process.
+    """
+
+    def __init__(self, module: str, env: dict[str, str], port: int | None = None) -> None:
+        self.module = module
+        self.port = port or free_port()
+        self.url = f"http://127.0.0.1:{self.port}"
+        self.env = env
+        self.proc: subprocess.Popen[bytes] | None = None
+        self.log_path = Path(env.get("STREAMTX_TEST_LOG_DIR", "/tmp")) / f"{module}-{self.port}.log"
+
+    def start(self, timeout: float = 30.0) -> ServiceProcess:
+        env = {
+            **os.environ,
+            "PYTHONPATH": os.pathsep.join(str(ROOT / p) for p in ("shared", "services", ".")),
+            "STREAMTX_HOST": "127.0.0.1",
+            "STREAMTX_PORT": str(self.port),
+            **self.env,
+        }
+        log = self.log_path.open("ab")
+        self.proc = subprocess.Popen(
+            [sys.executable, "-m", f"streamtx.{self.module}"], env=env, stdout=log, stderr=log
+        )
+        self.wait_ready(timeout)
+        return self
+
+    def wait_ready(self, timeout: float = 30.0) -> None:
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            assert self.proc is not None
+            if self.proc.poll() is not None:
+                raise RuntimeError(
+                    f"{self.module} exited with {self.proc.returncode}; log:\n{self.log_tail()}"
+                )
+            try:
+                if httpx.get(f"{self.url}/readyz", timeout=1.0).status_code == 200:
+                    return
+            except httpx.HTTPError:
+                pass
+            time.sleep(0.1)
+        raise TimeoutError(f"{self.module} not ready after {timeout}s; log:\n{self.log_tail()}")
+
+    def log_tail(self, lines: int = 40) -> str:
+        try:
+            return "\n".join(self.log_path.read_text(errors="replace").splitlines()[-lines:])
+        except OSError:
+            return "(no log)"
+
+    def kill9(self) -> None:
+        """Crash it: SIGKILL, no chance to flush or close anything."""
+        if self.proc is not None and self.proc.poll() is None:
+            self.proc.send_signal(signal.SIGKILL)
+            self.proc.wait()
+
+    def restart(self, timeout: float = 30.0) -> ServiceProcess:
+        self.kill9()
+        return self.start(timeout)
+
+    def stop(self) -> None:
+        if self.proc is not None:
+            stop(self.proc)
