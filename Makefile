@@ -15,6 +15,7 @@ $(STAMP): pyproject.toml
 	test -x $(PY) || python3 -m venv .venv
 	$(PIP) install -q --upgrade pip
 	$(PIP) install -q -e '.[dev]'
+	$(PY) -c 'import site, os; open(os.path.join(site.getsitepackages()[0], "streamtx.pth"), "w").write("\n".join(os.path.abspath(p) for p in ("shared", "services", ".")) + "\n")'
 	@touch $(STAMP)
 
 run: setup
