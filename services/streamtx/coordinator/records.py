@@ -1,0 +1,186 @@
+"""Transaction-log records: a pure, versioned binary codec.
+
+Every record starts with a two-byte header; integers are big-endian unsigned,
+strings are UTF-8 with a u16 byte length in front::
+
+    offset  size  field
+    0       1     type      1 NEW, 2 ADD_PARTITIONS, 3 ADD_SUBSCRIPTIONS, 4 STATUS, 5 RESERVE_IDS
+    1       1     version   1
+    2       ...   body, by type:
+
+    NEW                txn_most u64, txn_least u64, timeout_ms u64, opened_at_ms u64
+    ADD_PARTITIONS     txn_most u64, txn_least u64, count u16, count x (len u16, partition)
+    ADD_SUBSCRIPTIONS  txn_most u64, txn_least u64, count u16, count x (len u16, topic, len u16, subscription)
+    STATUS             txn_most u64, txn_least u64, state u8, reason u8, at_ms u64
+    RESERVE_IDS        counter_hi u64, counter_lo u64   (every counter below this may be in use)
+
+``opened_at_ms`` and ``at_ms`` are wall-clock milliseconds since the epoch, so
+timeouts and retention survive restarts. ``state`` and ``reason`` are the codes
+of :class:`~streamtx.coordinator.state.TxnState` and ``EndReason``.
+
+The buffered writer marks a batched entry with the magic bytes ``0x0e 0x01``
+and reads any entry without them as one unbatched record, so no record may
+begin with ``0x0e``: the type byte is always 1..5.
+
+This module is pure: no I/O.
+"""
+
+from __future__ import annotations
+
+import struct
+from dataclasses import dataclass
+from typing import NamedTuple
+
+from streamtx.coordinator.state import EndReason, TxnState
+from streamtx.coordinator.txnid import TxnId
+from streamtx.errors import CorruptEntryError
+
+version = 1
+T_NEW, T_ADD_PARTITIONS, T_ADD_SUBSCRIPTIONS, T_STATUS, T_RESERVE_IDS = 1, 2, 3, 4, 5
+
+_head = struct.Struct(">BB")
+_new = struct.Struct(">BBQQQQ")
+_txn_count = struct.Struct(">BBQQH")
+_status = struct.Struct(">BBQQBBQ")
+_reserve = struct.Struct(">BBQQ")
+_u16 = struct.Struct(">H")
+_u64_mask = (1 << 64) - 1
+max_string_bytes = 0xFFFF
+max_items = 0xFFFF
+
+
+class Subscription(NamedTuple):
+    """A subscription registered with a transaction: the topic (partition) and its name."""
+
+    topic: str
+    subscription: str
+
+
+@dataclass(frozen=True, slots=True)
+class NewTxn:
+    """A transaction was opened."""
+
+    txn: TxnId
+    timeout_ms: int
+    opened_at_ms: int
+
+
+@dataclass(frozen=True, slots=True)
+class AddPartitions:
+    """Partitions were registered with a transaction."""
+
+    txn: TxnId
+    partitions: tuple[str, ...]
+
+
+@dataclass(frozen=True, slots=True)
+class AddSubscriptions:
+    """Subscriptions were registered with a transaction."""
+
+    txn: TxnId
+    subscriptions: tuple[Subscription, ...]
+
+
+@dataclass(frozen=True, slots=True)
+class StatusChange:
+    """A transaction moved to ``state`` at ``at_ms`` (``reason`` says why it ended)."""
+
+    txn: TxnId
+    state: TxnState
+    reason: EndReason
+    at_ms: int
+
+
+@dataclass(frozen=True, slots=True)
+class ReserveIds:
+    """Counters below ``next_counter`` may have been handed out: never reuse them."""
+
+    next_counter: int
+
+
+Record = NewTxn | AddPartitions | AddSubscriptions | StatusChange | ReserveIds
+
+
+def encode(record: Record) -> bytes:
+    """The bytes of one record (ValueError when a field does not fit its width)."""
+    if isinstance(record, NewTxn):
+        t = record.txn
+        return _new.pack(T_NEW, version, t.most, t.least, record.timeout_ms, record.opened_at_ms)
+    if isinstance(record, StatusChange):
+        t = record.txn
+        return _status.pack(T_STATUS, version, t.most, t.least, record.state, record.reason, record.at_ms)
+    if isinstance(record, AddPartitions):
+        parts = [_txn_count.pack(T_ADD_PARTITIONS, version, *record.txn, _count(record.partitions))]
+        parts.extend(_string(p) for p in record.partitions)
+        return b"".join(parts)
+    if isinstance(record, AddSubscriptions):
+        subs = record.subscriptions
+        parts = [_txn_count.pack(T_ADD_SUBSCRIPTIONS, version, *record.txn, _count(subs))]
+        for s in subs:
+            parts.append(_string(s.topic))
+            parts.append(_string(s.subscription))
+        return b"".join(parts)
+    counter = record.next_counter
+    return _reserve.pack(T_RESERVE_IDS, version, counter >> 64, counter & _u64_mask)
+
+
+def decode(data: bytes) -> Record:
+    """Decode one record; CorruptEntryError when the bytes are not exactly one record."""
+    try:
+        kind, ver = _head.unpack_from(data)
+        if ver != version:
+            raise CorruptEntryError(f"transaction-log record version {ver} is not {version}")
+        if kind == T_NEW:
+            _, _, most, least, timeout_ms, opened_at_ms = _new.unpack(data)
+            return NewTxn(TxnId(most, least), timeout_ms, opened_at_ms)
+        if kind == T_STATUS:
+            _, _, most, least, state, reason, at_ms = _status.unpack(data)
+            return StatusChange(TxnId(most, least), TxnState(state), EndReason(reason), at_ms)
+        if kind == T_ADD_PARTITIONS:
+            _, _, most, least, count = _txn_count.unpack_from(data)
+            partitions, end = _strings(data, _txn_count.size, count)
+            _expect_end(data, end)
+            return AddPartitions(TxnId(most, least), tuple(partitions))
+        if kind == T_ADD_SUBSCRIPTIONS:
+            _, _, most, least, count = _txn_count.unpack_from(data)
+            flat, end = _strings(data, _txn_count.size, 2 * count)
+            _expect_end(data, end)
+            subs = tuple(Subscription(flat[i], flat[i + 1]) for i in range(0, len(flat), 2))
+            return AddSubscriptions(TxnId(most, least), subs)
+        if kind == T_RESERVE_IDS:
+            _, _, hi, lo = _reserve.unpack(data)
+            return ReserveIds((hi << 64) | lo)
+    except (struct.error, ValueError, IndexError) as exc:
+        raise CorruptEntryError(f"bad transaction-log record: {exc}") from exc
+    raise CorruptEntryError(f"unknown transaction-log record type {kind}")
+
+
+def _count(items: tuple[object, ...]) -> int:
+    if len(items) > max_items:
+        raise ValueError(f"{len(items)} items do not fit one record (max {max_items})")
+    return len(items)
+
+
+def _string(text: str) -> bytes:
+    raw = text.encode()
+    if len(raw) > max_string_bytes:
+        raise ValueError(f"a string of {len(raw)} bytes does not fit a record (max {max_string_bytes})")
+    return _u16.pack(len(raw)) + raw
+
+
+def _strings(data: bytes, offset: int, count: int) -> tuple[list[str], int]:
+    out: list[str] = []
+    for _ in range(count):
+        (size,) = _u16.unpack_from(data, offset)
+        offset += 2
+        end = offset + size
+        if end > len(data):
+            raise ValueError("string runs past the end of the record")
+        out.append(data[offset:end].decode())
+        offset = end
+    return out, offset
+
+
+def _expect_end(data: bytes, end: int) -> None:
+    if end != len(data):
+        raise ValueError(f"{len(data) - end} trailing bytes")
