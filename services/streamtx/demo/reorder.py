@@ -1,0 +1,75 @@
+"""Per-source-partition reorder buffer: emit records in sequence order, once.
+
+A worker owns some source partitions. Redelivery (after an abort, an ack timeout
+or a crash of the previous owner) can hand it a partition's records out of
+order or twice; the worker must still write them to the destination in
+sequence order, each exactly once. The buffer holds what arrived, hands out the
+contiguous run starting at the partition's next sequence number, and treats
+anything below it as stale (already written by a committed transaction).
+
+The worker's transaction is the unit: ``take_ready`` advances a *tentative*
+next; ``commit`` makes it the committed next and forgets what was taken;
+``rollback`` puts the taken items back so the next transaction redoes them.
+The committed next per partition is durable elsewhere (the worker writes it to
+a progress topic in the same transaction), so a restarted worker resumes from it.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Generic, TypeVar
+
+T = TypeVar("T")
+
+
+@dataclass
+class ReorderBuffer(Generic[T]):
+    """Items keyed by (partition, seq); see the module doc."""
+
+    committed: dict[int, int] = field(default_factory=dict)  # partition -> next seq to write
+    _tentative: dict[int, int] = field(default_factory=dict)
+    _pending: dict[int, dict[int, T]] = field(default_factory=dict)
+    _taken: dict[int, dict[int, T]] = field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        self._tentative = dict(self.committed)
+
+    def offer(self, partition: int, seq: int, item: T) -> bool:
+        """Hold ``item``; False when it is stale (below the tentative next) or already taken."""
+        nxt = self._tentative.setdefault(partition, self.committed.setdefault(partition, 0))
+        if seq < nxt:
+            return False
+        self._pending.setdefault(partition, {})[seq] = item
+        return True
+
+    def take_ready(self) -> list[tuple[int, int, T]]:
+        """The contiguous runs from each partition's next seq, in order; advances the next."""
+        out: list[tuple[int, int, T]] = []
+        for partition, pending in self._pending.items():
+            nxt = self._tentative[partition]
+            taken = self._taken.setdefault(partition, {})
+            while nxt in pending:
+                item = pending.pop(nxt)
+                taken[nxt] = item
+                out.append((partition, nxt, item))
+                nxt += 1
+            self._tentative[partition] = nxt
+        return out
+
+    def commit(self) -> None:
+        self.committed.update(self._tentative)
+        self._taken.clear()
+
+    def rollback(self) -> None:
+        """Undo every ``take_ready`` since the last commit; the items become pending again."""
+        for partition, taken in self._taken.items():
+            self._pending.setdefault(partition, {}).update(taken)
+        self._taken.clear()
+        self._tentative = dict(self.committed)
+
+    def held(self) -> int:
+        """Items waiting for a gap to fill (not yet taken)."""
+        return sum(len(p) for p in self._pending.values())
+
+    def tentative(self) -> dict[int, int]:
+        return dict(self._tentative)

@@ -1,0 +1,94 @@
+"""Record codec, range partitioner, reorder buffer, latency stats."""
+
+from __future__ import annotations
+
+import math
+import random
+
+import pytest
+
+from streamtx.demo.partitioner import RangePartitioner, source_partition_of
+from streamtx.demo.records import SearchRecord, decode, encode, random_request, record_size
+from streamtx.demo.reorder import ReorderBuffer
+from streamtx.demo.stats import DemoResult, percentile, render_table, summary_line
+
+
+def test_record_round_trip_and_size() -> None:
+    rng = random.Random(1)
+    for i in range(200):
+        rec = SearchRecord(rng.randrange(1 << 20), i % 8, i, 1_700_000_000_000 + i, random_request(rng))
+        value = encode(rec)
+        assert len(value) == record_size
+        assert decode(value) == rec
+    assert rec.key.startswith("u") and len(rec.key) == 9
+    long = SearchRecord(1, 0, 0, 0, "x" * 500)
+    assert decode(encode(long)) == long
+
+
+def test_decode_rejects_garbage() -> None:
+    with pytest.raises(ValueError):
+        decode(b"not json")
+    with pytest.raises(ValueError):
+        decode(b'{"u": 1}')
+
+
+def test_range_partitioner() -> None:
+    r = RangePartitioner(1000, 4)
+    assert r.bounds == [0, 250, 500, 750, 1000]
+    assert [r.partition_of(u) for u in (0, 249, 250, 499, 500, 999)] == [0, 0, 1, 1, 2, 3]
+    with pytest.raises(ValueError):
+        r.partition_of(1000)
+    with pytest.raises(ValueError):
+        RangePartitioner(3, 4)
+    uneven = RangePartitioner(10, 3)
+    assert [uneven.partition_of(u) for u in range(10)] == [0, 0, 0, 1, 1, 1, 2, 2, 2, 2]
+    assert source_partition_of(13, 8) == 5
+
+
+def test_reorder_emits_contiguous_runs_in_order() -> None:
+    buf: ReorderBuffer[str] = ReorderBuffer()
+    assert buf.offer(0, 1, "b") and buf.offer(0, 2, "c")
+    assert buf.take_ready() == []  # seq 0 missing
+    assert buf.held() == 2
+    buf.offer(0, 0, "a")
+    buf.offer(1, 0, "x")
+    assert buf.take_ready() == [(0, 0, "a"), (0, 1, "b"), (0, 2, "c"), (1, 0, "x")]
+    assert not buf.offer(0, 1, "b again")  # stale: already taken
+    buf.commit()
+    assert buf.committed == {0: 3, 1: 1}
+    assert not buf.offer(0, 2, "late copy")
+
+
+def test_reorder_rollback_redoes_the_transaction() -> None:
+    buf: ReorderBuffer[str] = ReorderBuffer(committed={0: 5})
+    assert not buf.offer(0, 4, "old")
+    buf.offer(0, 5, "e")
+    buf.offer(0, 6, "f")
+    assert [s for _, s, _ in buf.take_ready()] == [5, 6]
+    buf.offer(0, 8, "h")
+    buf.rollback()
+    assert buf.tentative() == {0: 5}
+    buf.offer(0, 7, "g")
+    assert [x for _, _, x in buf.take_ready()] == ["e", "f", "g", "h"]
+    buf.commit()
+    assert buf.committed == {0: 9} and buf.held() == 0
+
+
+def test_percentile_nearest_rank() -> None:
+    xs = list(range(1, 1001))
+    assert percentile(xs, 0.5) == 500
+    assert percentile(xs, 0.99) == 990
+    assert percentile(xs, 0.999) == 999
+    assert percentile([7.0], 0.999) == 7.0
+    assert math.isnan(percentile([], 0.5))
+
+
+def test_table_and_summary_line() -> None:
+    result = DemoResult(records=1000, bytes_written=2_000_000, seconds=1.0, commits=4, aborts=1, kills=2,
+                        write_ms=[1.0, 2.0, 3.0], e2e_ms=[float(x) for x in range(100, 1100)])
+    table = render_table(result)
+    assert "p99.9 ms" in table and "end-to-end latency" in table and "2.00 MB/s" in table
+    assert summary_line(result) == (
+        "demo reshard: records=1000 mb_per_s=2.00 e2e_p99_ms=1089 kills=2 lost=0 duplicate=0 "
+        "aborted_read=0 nonmonotonic=0"
+    )
