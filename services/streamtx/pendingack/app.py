@@ -1,0 +1,49 @@
+"""The pending-ack store's FastAPI app and its lifespan."""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+
+from fastapi import FastAPI
+
+from streamtx.ledger import open_store
+from streamtx.pendingack.broker import BrokerNotifier, HttpBrokerNotifier, NoBroker
+from streamtx.pendingack.routes import acks, admin, txn
+from streamtx.pendingack.settings import PendingAckSettings
+from streamtx.pendingack.stores import PendingAckStores
+from streamtx.pendingack.writer import entry_decoder, writer_factory
+from streamtx.service import ServiceState, create_app
+
+
+def build_app(settings: PendingAckSettings | None = None) -> FastAPI:
+    """The app; its ledger store, broker client and stores live in the lifespan."""
+    settings = settings or PendingAckSettings.from_env()
+    state = ServiceState()
+
+    @asynccontextmanager
+    async def lifespan(app: FastAPI) -> AsyncIterator[None]:
+        ledgers = open_store(settings.ledger_url)
+        notifier: BrokerNotifier = (
+            HttpBrokerNotifier(settings.broker_url, timeout_s=settings.broker_end_timeout_s,
+                               token=settings.admin_token or settings.client_token)
+            if settings.broker_url else NoBroker()
+        )
+        stores = PendingAckStores(
+            ledgers, settings, notifier=notifier,
+            writer_factory=writer_factory(settings), decode_entry=entry_decoder(),
+        )
+        app.state.stores = stores
+        state.ready, state.reason = True, "ready"
+        try:
+            yield
+        finally:
+            state.ready, state.reason = False, "stopping"
+            await stores.close()
+            await notifier.aclose()
+            await ledgers.close()
+
+    app = create_app(title="streamtx pending-ack store", settings=settings, lifespan=lifespan, state=state)
+    for module in (acks, txn, admin):
+        app.include_router(module.router)
+    return app

@@ -1,0 +1,157 @@
+"""Pending-ack log records and their byte codec.
+
+One pending-ack log per subscription holds these records; the buffered writer
+may pack several into one batched entry (see :mod:`streamtx.batching`), whose
+first bytes are the magic ``0x0e01``. An unbatched entry is exactly one record,
+so a record must never begin with ``0x0e``: every record starts with its kind,
+a byte in ``0x01..0x04``.
+
+Layout (big-endian, field by field)::
+
+    kind        u8     1 PENDING_ACK, 2 PREPARED, 3 COMMITTED, 4 ABORTED
+    txn_most    u64
+    txn_least   u64
+    -- PENDING_ACK only --
+    flags       u8     bit 0: cumulative
+    count       u32    number of acked message ids
+    count x:
+      ledger_id    u64
+      entry_id     u64
+      batch_index  i32   -1 when the id names a whole entry
+
+PREPARED is written when the optimistic check passed, so that a restart
+between prepare and end keeps the transaction's positions reserved.
+
+This module is pure: no I/O.
+"""
+
+from __future__ import annotations
+
+import enum
+import struct
+from dataclasses import dataclass
+from typing import NamedTuple
+
+from streamtx.errors import CorruptEntryError, MalformedError
+
+_header = struct.Struct(">BQQ")
+_ack_header = struct.Struct(">BI")
+_msg = struct.Struct(">QQi")
+_u64_max = (1 << 64) - 1
+_flag_cumulative = 0x01
+
+
+class RecordKind(enum.IntEnum):
+    """The first byte of every record (never 0x0e, the batched-entry magic)."""
+
+    PENDING_ACK = 1
+    PREPARED = 2
+    COMMITTED = 3
+    ABORTED = 4
+
+
+class TxnId(NamedTuple):
+    """A transaction id, ``"{most}:{least}"`` in JSON."""
+
+    most: int
+    least: int
+
+    def __str__(self) -> str:
+        return f"{self.most}:{self.least}"
+
+    @classmethod
+    def parse(cls, text: str) -> TxnId:
+        """Parse ``"most:least"``; MalformedError (400) on anything else."""
+        most, sep, least = text.partition(":")
+        if not (sep and most.isdigit() and least.isdigit()):
+            raise MalformedError(f"transaction id {text[:80]!r} is not '<most>:<least>'")
+        txn = cls(int(most), int(least))
+        if txn.most > _u64_max or txn.least > _u64_max:
+            raise MalformedError("transaction id halves must be unsigned 64-bit integers")
+        return txn
+
+
+class MessageId(NamedTuple):
+    """A message: ``"ledger:entry"`` (batch_index -1) or ``"ledger:entry:batch_index"``."""
+
+    ledger_id: int
+    entry_id: int
+    batch_index: int = -1
+
+    def __str__(self) -> str:
+        if self.batch_index < 0:
+            return f"{self.ledger_id}:{self.entry_id}"
+        return f"{self.ledger_id}:{self.entry_id}:{self.batch_index}"
+
+    @property
+    def entry(self) -> tuple[int, int]:
+        """The (ledger_id, entry_id) the message lives in."""
+        return self.ledger_id, self.entry_id
+
+    @classmethod
+    def parse(cls, text: str) -> MessageId:
+        """Parse a message id; MalformedError (400) on anything else."""
+        parts = text.split(":")
+        if len(parts) not in (2, 3) or not all(p.isdigit() for p in parts):
+            raise MalformedError(f"message id {text[:80]!r} is not 'ledger:entry[:batch_index]'")
+        mid = cls(*(int(p) for p in parts))
+        if mid.ledger_id > _u64_max or mid.entry_id > _u64_max or mid.batch_index >= 1 << 31:
+            raise MalformedError(f"message id {text[:80]!r} is out of range")
+        return mid
+
+
+@dataclass(frozen=True, slots=True)
+class PendingAck:
+    """A transaction acked these messages (cumulatively: everything up to the one id)."""
+
+    txn: TxnId
+    message_ids: tuple[MessageId, ...]
+    cumulative: bool = False
+
+    kind = RecordKind.PENDING_ACK
+
+
+@dataclass(frozen=True, slots=True)
+class TxnMarker:
+    """PREPARED, COMMITTED or ABORTED for one transaction."""
+
+    kind: RecordKind
+    txn: TxnId
+
+
+Record = PendingAck | TxnMarker
+
+
+def encode(record: Record) -> bytes:
+    """The bytes of one record (first byte is its kind, never 0x0e)."""
+    head = _header.pack(record.kind, record.txn.most, record.txn.least)
+    if isinstance(record, TxnMarker):
+        if record.kind is RecordKind.PENDING_ACK:
+            raise ValueError("a marker cannot have kind PENDING_ACK")
+        return head
+    flags = _flag_cumulative if record.cumulative else 0
+    body = b"".join(_msg.pack(*m) for m in record.message_ids)
+    return head + _ack_header.pack(flags, len(record.message_ids)) + body
+
+
+def decode(data: bytes) -> Record:
+    """The record in ``data``; CorruptEntryError when it is not one."""
+    try:
+        kind_byte, most, least = _header.unpack_from(data, 0)
+        kind = RecordKind(kind_byte)
+    except (struct.error, ValueError) as exc:
+        raise CorruptEntryError(f"pending-ack record: bad header ({exc})") from exc
+    txn = TxnId(most, least)
+    if kind is not RecordKind.PENDING_ACK:
+        if len(data) != _header.size:
+            raise CorruptEntryError(f"pending-ack {kind.name} record has {len(data)} bytes")
+        return TxnMarker(kind, txn)
+    try:
+        flags, count = _ack_header.unpack_from(data, _header.size)
+    except struct.error as exc:
+        raise CorruptEntryError("pending-ack record: truncated ack header") from exc
+    start = _header.size + _ack_header.size
+    if len(data) != start + count * _msg.size:
+        raise CorruptEntryError(f"pending-ack record: {len(data)} bytes for {count} message ids")
+    ids = tuple(MessageId(*t) for t in _msg.iter_unpack(data[start:]))
+    return PendingAck(txn, ids, bool(flags & _flag_cumulative))

@@ -1,0 +1,1 @@
+"""The pending-ack store's HTTP routes: one module per resource."""

@@ -1,0 +1,46 @@
+"""Settings of the pending-ack store (``STREAMTX_*`` environment variables)."""
+
+from __future__ import annotations
+
+from typing import Literal
+
+from pydantic import Field
+
+from streamtx.service import ServiceSettings
+
+
+class PendingAckSettings(ServiceSettings):
+    """The pending-ack store's settings: the common ones, batching, and bounds."""
+
+    port: int = Field(default=8083, ge=0, le=65535)
+    # PIP-160's transactionPendingAckBatchedWrite* settings; switchable at run time.
+    pending_ack_batch_enabled: bool = Field(default=True, description="batch pending-ack log writes")
+    pending_ack_batch_max_records: int = Field(default=512, ge=1, description="records per batched entry")
+    pending_ack_batch_max_bytes: int = Field(default=4 << 20, ge=64, description="bytes per batched entry")
+    pending_ack_batch_max_delay_ms: float = Field(
+        default=1.0, ge=0, description="longest wait of the first buffered record, in ms"
+    )
+    pending_ack_batch_policy: Literal["timer", "auto"] = Field(
+        default="auto",
+        description="timer: Pulsar's fixed delay; auto: gather only while appends are in flight",
+    )
+    # Bounds on memory (see streamtx.pendingack.state).
+    pending_ack_max_committed_ids: int = Field(
+        default=100_000, ge=0,
+        description="committed ids remembered per subscription for the optimistic check",
+    )
+    pending_ack_max_ended_txns: int = Field(
+        default=10_000, ge=0,
+        description="ended transactions remembered per subscription to refuse late acks",
+    )
+    # Telling the broker about an end: retried with backoff for this long, then
+    # 503 so the coordinator retries the (idempotent) end.
+    broker_end_timeout_s: float = Field(default=30.0, gt=0, description="budget of one end's broker call, s")
+    trim_every_ends: int = Field(default=100, ge=1, description="ends between trims of a pending-ack log")
+
+    @classmethod
+    def from_env(cls) -> PendingAckSettings:
+        """Read the settings from the environment, validated."""
+        # The base class gives its defaults positionally, which mypy's view of
+        # pydantic cannot see, so it would call every field required.
+        return cls()  # type: ignore[call-arg]

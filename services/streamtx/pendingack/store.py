@@ -1,0 +1,324 @@
+"""One subscription's pending-ack store: its log, its cursor and its state.
+
+The log (ledger ``pendingack/<topic>/<subscription>``) is the source of truth;
+memory is rebuilt from it by :meth:`PendingAckStore.open`. Records reach the log
+through a :class:`RecordWriter` (the PIP-160 buffered writer), which answers
+every write with ``(position, batch_index, batch_size)``; when a transaction
+ends, its records are deleted at batch-index level through a cursor over the
+log, and the log is trimmed up to the cursor's mark-delete now and then.
+
+Races, and why this order:
+
+* ack: the conflict check and the hold happen with no ``await`` between them,
+  so two concurrent acks of one message cannot both pass; the hold is undone
+  if the write fails. Acks of different transactions batch together.
+* prepare: check and reserve without an ``await`` between them (the optimistic
+  check is atomic per subscription), then log PREPARED.
+* end: stop taking acks for the transaction, wait for its in-flight ack
+  writes, tell the broker, log COMMITTED/ABORTED, then delete its records. A
+  crash anywhere before the final record replays as an open (or prepared)
+  transaction, and the coordinator's retried end repeats the idempotent steps.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from typing import Any, Protocol
+
+from streamtx.cursor import Cursor
+from streamtx.errors import ConflictError, LedgerError, MalformedError
+from streamtx.ledger import Ledger, LedgerStore, Position
+from streamtx.pendingack.broker import BrokerNotifier
+from streamtx.pendingack.records import (
+    MessageId,
+    PendingAck,
+    Record,
+    RecordKind,
+    TxnId,
+    TxnMarker,
+    decode,
+)
+from streamtx.pendingack.state import LogSlot, SubscriptionState, TxnAcks, TxnPhase
+
+log = logging.getLogger(__name__)
+
+cursor_name = "pendingack"  # the one cursor over each pending-ack log
+_replay_chunk = 1000  # entries per read while replaying
+
+
+def log_name(topic: str, subscription: str) -> str:
+    """The ledger of one subscription's pending-ack log."""
+    return f"pendingack/{topic}/{subscription}"
+
+
+class WriteResult(Protocol):
+    """Where a record landed (the buffered writer's answer)."""
+
+    @property
+    def position(self) -> Position: ...
+    @property
+    def batch_index(self) -> int: ...
+    @property
+    def batch_size(self) -> int: ...
+
+
+class RecordWriter(Protocol):
+    """Writes records durably, maybe several per entry (the buffered writer)."""
+
+    async def write(self, record: Record) -> WriteResult: ...
+    def set_enabled(self, enabled: bool) -> None: ...
+
+
+WriterFactory = Callable[[Ledger, bool], RecordWriter]
+EntryDecoder = Callable[[bytes], Sequence[bytes]]
+
+
+@dataclass(frozen=True, slots=True)
+class ReplayStats:
+    """What the last replay read."""
+
+    entries: int
+    records: int
+    skipped_deleted: int
+    seconds: float
+
+
+class PendingAckStore:
+    """The pending acks of one subscription; create it with :meth:`open`."""
+
+    def __init__(
+        self, topic: str, subscription: str, ledger: Ledger, cursor: Cursor, writer: RecordWriter,
+        state: SubscriptionState, notifier: BrokerNotifier, *, batch_enabled: bool, trim_every_ends: int,
+    ) -> None:
+        self.topic = topic
+        self.subscription = subscription
+        self.ledger = ledger
+        self.cursor = cursor
+        self.state = state
+        self.batch_enabled = batch_enabled
+        self.replay: ReplayStats | None = None
+        self._writer = writer
+        self._notifier = notifier
+        self._trim_every_ends = trim_every_ends
+        self._ends_since_trim = 0
+        self._inflight: dict[TxnId, int] = {}  # ack writes not yet answered, per transaction
+        self._inflight_done = asyncio.Condition()
+        self._end_locks: dict[TxnId, tuple[asyncio.Lock, int]] = {}
+
+    @classmethod
+    async def open(
+        cls, store: LedgerStore, topic: str, subscription: str, *, writer_factory: WriterFactory,
+        decode_entry: EntryDecoder, notifier: BrokerNotifier, batch_enabled: bool,
+        max_committed_ids: int, max_ended_txns: int, trim_every_ends: int,
+    ) -> PendingAckStore:
+        """Open the subscription's log as its writer (fencing any earlier store) and replay it."""
+        ledger = await store.open(log_name(topic, subscription), writer=True)
+        try:
+            cursor = await Cursor.open(store, ledger, cursor_name)
+        except BaseException:
+            await ledger.close()
+            raise
+        state = SubscriptionState(max_committed_ids=max_committed_ids, max_ended_txns=max_ended_txns)
+        self = cls(
+            topic, subscription, ledger, cursor, writer_factory(ledger, batch_enabled), state, notifier,
+            batch_enabled=batch_enabled, trim_every_ends=trim_every_ends,
+        )
+        garbage = await self._replay(decode_entry)
+        if garbage:
+            await self._delete(garbage)
+        return self
+
+    async def _replay(self, decode_entry: EntryDecoder) -> list[LogSlot]:
+        """Rebuild the state from the log, skipping records the cursor deleted."""
+        loop = asyncio.get_running_loop()
+        started = loop.time()
+        entries = records = skipped = 0
+        garbage: list[LogSlot] = []
+        start: Position | None = self.cursor.first_undeleted()
+        while True:
+            chunk = await self.ledger.read(start, _replay_chunk)
+            if not chunk:
+                break
+            for entry in chunk:
+                entries += 1
+                if self.cursor.is_deleted(entry.position):
+                    skipped += 1
+                    continue
+                payloads = decode_entry(entry.data)
+                for index, payload in enumerate(payloads):
+                    if len(payloads) > 1 and self.cursor.is_deleted(entry.position, index):
+                        skipped += 1
+                        continue
+                    records += 1
+                    slot = LogSlot(entry.position, index, len(payloads))
+                    garbage.extend(self.state.apply(decode(payload), slot))
+            last = chunk[-1].position
+            start = Position(last.ledger_id, self.ledger.next_entry_id(last.entry_id))
+        self.replay = ReplayStats(entries, records, skipped, loop.time() - started)
+        log.info("pending-ack %s/%s replayed: %s", self.topic, self.subscription, self.replay)
+        return garbage
+
+    # --- the transactional ack path -------------------------------------------
+
+    async def ack(self, txn: TxnId, ids: list[MessageId], cumulative: bool) -> None:
+        """Hold ``ids`` for ``txn``; return once a PENDING_ACK record is durable."""
+        if not ids:
+            raise MalformedError("message_ids is empty")
+        self.state.check_ack(txn, ids, cumulative)
+        current = self.state.txns.get(txn)
+        previous = TxnAcks(txn, set(current.ids), current.cumulative) if current else TxnAcks(txn)
+        acks = self.state.add_ack(txn, ids, cumulative)
+        self._inflight[txn] = self._inflight.get(txn, 0) + 1
+        try:
+            result = await self._writer.write(PendingAck(txn, tuple(ids), cumulative))
+        except BaseException:
+            self.state.remove_ack(txn, ids, cumulative, previous)
+            raise
+        else:
+            acks.slots.append(LogSlot(result.position, result.batch_index, result.batch_size))
+        finally:
+            await self._ack_done(txn)
+
+    async def _ack_done(self, txn: TxnId) -> None:
+        left = self._inflight[txn] - 1
+        if left:
+            self._inflight[txn] = left
+        else:
+            del self._inflight[txn]
+        async with self._inflight_done:
+            self._inflight_done.notify_all()
+
+    def held(self) -> list[str]:
+        """Ids held by open transactions (the broker must not dispatch them)."""
+        return [str(m) for m in self.state.held_ids()]
+
+    async def prepare(self, txn: TxnId) -> None:
+        """The optimistic check: 409 if ``txn`` overlaps another's committed or prepared acks."""
+        self.state.check_prepare(txn)
+        acks = self.state.txns.get(txn)
+        if acks is None or acks.phase is TxnPhase.PREPARED or not self.state.prepare(txn):
+            return
+        try:
+            result = await self._writer.write(TxnMarker(RecordKind.PREPARED, txn))
+        except BaseException:
+            self.state.unprepare(txn)
+            raise
+        acks.slots.append(LogSlot(result.position, result.batch_index, result.batch_size))
+
+    async def end(self, txn: TxnId, commit: bool) -> None:
+        """Commit or abort ``txn``'s acks here; idempotent, a no-op for an unknown transaction."""
+        # One end at a time per transaction (the coordinator may retry while
+        # the first attempt still waits for the broker); the lock is dropped
+        # when its last user leaves.
+        lock, users = self._end_locks.get(txn, (asyncio.Lock(), 0))
+        self._end_locks[txn] = (lock, users + 1)
+        try:
+            async with lock:
+                await self._end(txn, commit)
+        finally:
+            lock, users = self._end_locks[txn]
+            if users == 1:
+                del self._end_locks[txn]
+            else:
+                self._end_locks[txn] = (lock, users - 1)
+
+    async def _end(self, txn: TxnId, commit: bool) -> None:
+        kind = RecordKind.COMMITTED if commit else RecordKind.ABORTED
+        done = self.state.ended(txn)
+        if done is not None:
+            if done is not kind:
+                raise ConflictError(f"transaction {txn} already {done.name}")
+            return
+        acks = self.state.begin_end(txn)
+        if acks is None:
+            return
+        async with self._inflight_done:
+            await self._inflight_done.wait_for(lambda: txn not in self._inflight)
+        ids = acks.message_ids()
+        await self._notifier.end(
+            self.topic, self.subscription, str(txn), "commit" if commit else "abort",
+            [str(m) for m in ids],
+            cumulative_message_id=str(acks.cumulative) if acks.cumulative is not None else None,
+        )
+        result = await self._writer.write(TxnMarker(kind, txn))
+        self.state.finish_end(txn, kind)
+        await self._delete([*acks.slots, LogSlot(result.position, result.batch_index, result.batch_size)])
+
+    async def _delete(self, slots: list[LogSlot]) -> None:
+        """Delete finished records at batch-index level; trim the log now and then.
+
+        Best effort: a delete lost here is redone by the next replay, which
+        finds the records of an ended transaction again.
+        """
+        try:
+            await asyncio.gather(*(
+                self.cursor.delete([s.position]) if s.batch_size <= 1
+                else self.cursor.delete_batch_index(s.position, s.batch_index, s.batch_size)
+                for s in slots
+            ))
+            self._ends_since_trim += 1
+            if self._ends_since_trim >= self._trim_every_ends:
+                self._ends_since_trim = 0
+                await self.cursor.trim_ledger()
+        except LedgerError as exc:
+            log.warning("pending-ack %s/%s: deleting records failed: %r", self.topic, self.subscription, exc)
+
+    # --- admin -----------------------------------------------------------------
+
+    def set_batch_enabled(self, enabled: bool) -> None:
+        self._writer.set_enabled(enabled)
+        self.batch_enabled = enabled
+
+    def stats(self) -> dict[str, Any]:
+        """``pendingAckStats``: Pulsar's state plus the counts behind it."""
+        phases: dict[str, int] = {}
+        for t in self.state.txns.values():
+            phases[t.phase.value] = phases.get(t.phase.value, 0) + 1
+        last = self.ledger.last_position()
+        return {
+            "state": "Ready",
+            "topic": self.topic,
+            "subscription": self.subscription,
+            "ongoingTxnSize": len(self.state.txns),
+            "txnsByPhase": phases,
+            "heldMessageCount": len(self.state.held_ids()),
+            "committedIdsRemembered": self.state.committed_id_count,
+            "committedCumulative": str(self.state.committed_cumulative or "") or None,
+            "batchedLogEnabled": self.batch_enabled,
+            "lastLogPosition": str(last) if last else None,
+        }
+
+    def internal_stats(self) -> dict[str, Any]:
+        """``pendingAckInternalStats``: the log's physical ledgers and its cursor."""
+        cursor = self.cursor.stats()
+        replay = self.replay
+        return {
+            "pendingAckLogStats": {
+                "managedLedgerName": self.ledger.name,
+                "ledgers": [
+                    {"ledgerId": self.ledger.ledger_id, "segmentId": s.segment_id,
+                     "entries": s.entries, "size": s.size}
+                    for s in self.ledger.stats()
+                ],
+                "cursor": {
+                    "name": cursor.name,
+                    "markDeletePosition": str(cursor.mark_delete) if cursor.mark_delete else None,
+                    "individuallyDeletedRanges": cursor.individually_deleted_ranges,
+                    "partiallyDeletedBatches": cursor.partially_deleted_batches,
+                },
+                "replay": None if replay is None else {
+                    "entries": replay.entries, "records": replay.records,
+                    "skippedDeleted": replay.skipped_deleted, "seconds": replay.seconds,
+                },
+            }
+        }
+
+    async def close(self) -> None:
+        close = getattr(self._writer, "close", None)
+        if close is not None:
+            await close()
+        await self.cursor.close()
+        await self.ledger.close()
