@@ -1,0 +1,123 @@
+"""One subscription's store over the memory ledger: ack, prepare, end, replay."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import AsyncIterator
+from typing import Any
+
+import pytest
+
+from streamtx.errors import ConflictError, UnavailableError
+from streamtx.ledger import LedgerStore, open_store
+from streamtx.pendingack.broker import BrokerNotifier
+from streamtx.pendingack.records import MessageId, TxnId
+from streamtx.pendingack.settings import PendingAckSettings
+from streamtx.pendingack.store import PendingAckStore
+from streamtx.pendingack.writer import entry_decoder, writer_factory
+
+TOPIC, SUB = "persistent://t/n/x-partition-0", "sub"
+A, B = TxnId(0, 1), TxnId(0, 2)
+
+
+class RecordingBroker(BrokerNotifier):
+    def __init__(self) -> None:
+        self.calls: list[dict[str, Any]] = []
+        self.fail = 0
+
+    async def end(
+        self, topic: str, subscription: str, txn_id: str, action: str, message_ids: list[str],
+        *, cumulative_message_id: str | None = None,
+    ) -> None:
+        if self.fail:
+            self.fail -= 1
+            raise UnavailableError("broker down")
+        self.calls.append({"txn_id": txn_id, "action": action, "message_ids": message_ids})
+
+
+def ids(*texts: str) -> list[MessageId]:
+    return [MessageId.parse(t) for t in texts]
+
+
+@pytest.fixture
+async def ledgers() -> AsyncIterator[LedgerStore]:
+    store = open_store("memory://")
+    yield store
+    await store.close()
+
+
+async def open_store_(ledgers: LedgerStore, broker: BrokerNotifier, **kw: Any) -> PendingAckStore:
+    settings = PendingAckSettings.from_env()
+    return await PendingAckStore.open(
+        ledgers, TOPIC, SUB, writer_factory=writer_factory(settings), decode_entry=entry_decoder(),
+        notifier=broker, batch_enabled=False, max_committed_ids=1000, max_ended_txns=1000,
+        trim_every_ends=kw.get("trim_every_ends", 1),
+    )
+
+
+async def test_ack_end_and_replay(ledgers: LedgerStore) -> None:
+    broker = RecordingBroker()
+    store = await open_store_(ledgers, broker)
+    await store.ack(A, ids("1:1", "1:2:0"), False)
+    await store.ack(B, ids("1:3"), False)
+    with pytest.raises(ConflictError):
+        await store.ack(B, ids("1:2"), False)
+    await store.prepare(A)
+    await store.end(A, commit=True)
+    assert broker.calls == [{"txn_id": "0:1", "action": "commit", "message_ids": ["1:1", "1:2:0"]}]
+    await store.end(A, commit=True)  # idempotent
+    await store.end(TxnId(7, 7), commit=False)  # unknown: no-op
+    assert len(broker.calls) == 1
+    assert store.held() == ["1:3"]
+    await store.close()
+
+    # A new store replays: B still holds 1:3; A's records were deleted.
+    again = await open_store_(ledgers, broker)
+    assert again.held() == ["1:3"]
+    assert again.replay is not None and again.replay.records == 1
+    with pytest.raises(ConflictError):
+        await again.ack(A, ids("1:3"), False)
+    await again.end(B, commit=False)
+    assert broker.calls[-1]["action"] == "abort"
+    await again.ack(A, ids("1:3"), False)
+    await again.close()
+
+
+async def test_end_fails_while_broker_down_then_retry_succeeds(ledgers: LedgerStore) -> None:
+    broker = RecordingBroker()
+    store = await open_store_(ledgers, broker)
+    await store.ack(A, ids("1:1"), False)
+    broker.fail = 1
+    with pytest.raises(UnavailableError):
+        await store.end(A, commit=True)
+    assert store.held() == ["1:1"]
+    with pytest.raises(ConflictError):  # ending: no more acks
+        await store.ack(A, ids("1:9"), False)
+    await store.end(A, commit=True)
+    assert store.held() == []
+    await store.close()
+
+
+async def test_concurrent_acks_of_one_message_only_one_wins(ledgers: LedgerStore) -> None:
+    store = await open_store_(ledgers, RecordingBroker())
+    results = await asyncio.gather(
+        *(store.ack(TxnId(0, 10 + i), ids("1:1"), False) for i in range(10)), return_exceptions=True
+    )
+    assert sum(r is None for r in results) == 1
+    assert all(isinstance(r, ConflictError) for r in results if r is not None)
+    await store.close()
+
+
+async def test_crash_between_broker_and_final_record_replays_open(ledgers: LedgerStore) -> None:
+    """The broker was told but COMMITTED never landed: replay keeps the txn, a retried end finishes."""
+    broker = RecordingBroker()
+    store = await open_store_(ledgers, broker)
+    await store.ack(A, ids("1:1"), False)
+    await store.prepare(A)
+    await store.close()
+    again = await open_store_(ledgers, broker)
+    assert again.held() == ["1:1"]
+    assert again.state.txns[A].phase.value == "PREPARED"
+    await again.end(A, commit=True)
+    assert [c["action"] for c in broker.calls] == ["commit"]
+    await again.close()
