@@ -1,0 +1,41 @@
+"""The partition broker's FastAPI app and lifespan."""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+
+from fastapi import FastAPI
+
+from streamtx.broker.broker import Broker
+from streamtx.broker.pendingack_client import PendingAckClient
+from streamtx.broker.routes import admin, messages, subscriptions, topics, txn
+from streamtx.broker.settings import BrokerSettings
+from streamtx.ledger import open_store
+from streamtx.service import ServiceState, create_app
+
+
+def build_app(settings: BrokerSettings | None = None) -> FastAPI:
+    settings = settings or BrokerSettings()  # type: ignore[call-arg]
+    state = ServiceState()
+
+    @asynccontextmanager
+    async def lifespan(app: FastAPI) -> AsyncIterator[None]:
+        store = open_store(settings.ledger_url)
+        pendingack = PendingAckClient(settings.pendingack_url, settings.pendingack_timeout_s,
+                                      settings.admin_token or settings.client_token)
+        broker = Broker(store, settings, pendingack)
+        await broker.start()
+        app.state.broker = broker
+        state.ready, state.reason = True, "ready"
+        try:
+            yield
+        finally:
+            state.ready, state.reason = False, "stopping"
+            await broker.close()
+            await store.close()
+
+    app = create_app(title="streamtx partition broker", settings=settings, lifespan=lifespan, state=state)
+    for module in (topics, messages, subscriptions, txn, admin):
+        app.include_router(module.router)
+    return app

@@ -1,0 +1,184 @@
+"""The broker's registry: topics and subscriptions, persisted in ``broker/<cluster>/topics``.
+
+Each entry of the metadata ledger is one JSON record, replayed on start:
+``{"kind": "topic", "topic": "persistent://t/n/x", "partitions": N}`` or
+``{"kind": "subscription", "topic", "subscription", "type", "initial_position"}``.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import logging
+from typing import Any
+
+from streamtx.broker.dispatch import PartitionDispatch
+from streamtx.broker.notify import Notifier
+from streamtx.broker.partition import Partition
+from streamtx.broker.pendingack_client import PendingAckClient
+from streamtx.broker.settings import BrokerSettings
+from streamtx.broker.subscription import Subscription, SubscriptionType
+from streamtx.broker.topic import Topic
+from streamtx.cursor import Cursor
+from streamtx.errors import ConflictError, MalformedError, NotFoundError, StreamtxError
+from streamtx.ledger import Ledger, LedgerStore
+
+log = logging.getLogger(__name__)
+
+max_partitions = 1024
+
+
+class Broker:
+    def __init__(self, store: LedgerStore, settings: BrokerSettings, pendingack: PendingAckClient) -> None:
+        self.store = store
+        self.settings = settings
+        self.pendingack = pendingack
+        self.topics: dict[str, Topic] = {}
+        self._meta: Ledger | None = None
+        self._lock = asyncio.Lock()
+        self._tasks: list[asyncio.Task[None]] = []
+
+    # --- lifecycle ----------------------------------------------------------
+
+    async def start(self) -> None:
+        self._meta = await self.store.open(f"broker/{self.settings.cluster}/topics")
+        records: list[dict[str, Any]] = []
+        start = None
+        while entries := await self._meta.read(start, 1000):
+            records += [json.loads(e.data) for e in entries]
+            last = entries[-1].position
+            start = last._replace(entry_id=self._meta.next_entry_id(last.entry_id))
+        for r in records:
+            if r["kind"] == "topic":
+                await self._open_topic(r["topic"], int(r["partitions"]))
+            elif r["kind"] == "subscription":
+                await self._open_subscription(self.topics[r["topic"]], r["subscription"],
+                                              SubscriptionType(r["type"]), r["initial_position"], new=False)
+        self._tasks.append(asyncio.create_task(self._snapshot_timer()))
+
+    async def close(self) -> None:
+        for t in self._tasks:
+            t.cancel()
+        for t in self._tasks:
+            try:
+                await t
+            except (asyncio.CancelledError, Exception):  # shutting down: errors were logged
+                pass
+        for topic in self.topics.values():
+            for sub in topic.subscriptions.values():
+                await sub.close()
+            for p in topic.partitions:
+                await p.close()
+        if self._meta is not None:
+            await self._meta.close()
+        await self.pendingack.aclose()
+
+    async def _snapshot_timer(self) -> None:
+        while True:
+            await asyncio.sleep(self.settings.snapshot_interval_s)
+            for topic in list(self.topics.values()):
+                for p in topic.partitions:
+                    try:
+                        await p.maybe_snapshot_on_timer()
+                    except StreamtxError as exc:
+                        log.warning("snapshot of %s failed: %s", p.name, exc)
+
+    async def _record(self, record: dict[str, Any]) -> None:
+        assert self._meta is not None
+        await self._meta.append(json.dumps(record, separators=(",", ":")).encode())
+
+    # --- topics ---------------------------------------------------------------
+
+    def topic(self, name: str) -> Topic:
+        topic = self.topics.get(name)
+        if topic is None:
+            raise NotFoundError(f"topic {name} does not exist")
+        return topic
+
+    def resolve_partition(self, partition_name: str) -> Partition:
+        """``persistent://t/n/x-partition-i`` → that partition."""
+        base, sep, index = partition_name.rpartition("-partition-")
+        if not sep or not index.isdigit():
+            raise MalformedError(f"not a partition name: {partition_name!r}")
+        return self.topic(base).partition(int(index))
+
+    async def create_topic(self, name: str, partitions: int) -> None:
+        if not 1 <= partitions <= max_partitions:
+            raise MalformedError(f"partitions must be within 1..{max_partitions}")
+        async with self._lock:
+            existing = self.topics.get(name)
+            if existing is not None:
+                if len(existing.partitions) != partitions:
+                    raise ConflictError(f"{name} exists with {len(existing.partitions)} partitions")
+                return
+            await self._record({"kind": "topic", "topic": name, "partitions": partitions})
+            await self._open_topic(name, partitions)
+
+    async def _open_topic(self, name: str, partitions: int) -> None:
+        notifier = Notifier()
+        parts = [await Partition.open(self.store, f"{name}-partition-{i}", name, self.settings, notifier)
+                 for i in range(partitions)]
+        self.topics[name] = Topic(name, parts, notifier)
+
+    # --- subscriptions --------------------------------------------------------------
+
+    async def create_subscription(self, topic_name: str, name: str, sub_type: SubscriptionType,
+                                  initial_position: str) -> Subscription:
+        if not name or "/" in name:
+            raise MalformedError(f"bad subscription name {name!r}")
+        topic = self.topic(topic_name)
+        async with self._lock:
+            sub = topic.subscriptions.get(name)
+            if sub is not None:
+                if sub.type is not sub_type:
+                    if sub.consumers:
+                        raise ConflictError(f"subscription {name} is {sub.type.value} and has consumers")
+                    sub.type = sub_type
+                    await self._record(self._sub_record(topic_name, name, sub_type, initial_position))
+                return sub
+            await self._record(self._sub_record(topic_name, name, sub_type, initial_position))
+            return await self._open_subscription(topic, name, sub_type, initial_position, new=True)
+
+    @staticmethod
+    def _sub_record(topic: str, name: str, sub_type: SubscriptionType, initial: str) -> dict[str, Any]:
+        return {"kind": "subscription", "topic": topic, "subscription": name, "type": sub_type.value,
+                "initial_position": initial}
+
+    async def _open_subscription(self, topic: Topic, name: str, sub_type: SubscriptionType,
+                                 initial_position: str, *, new: bool) -> Subscription:
+        existing = topic.subscriptions.get(name)
+        if existing is not None:  # a later record changed its type
+            existing.type = sub_type
+            return existing
+        parts = []
+        for i, p in enumerate(topic.partitions):
+            cursor = await Cursor.open(self.store, p.ledger, name)
+            if new and initial_position == "latest":
+                last = p.ledger.last_position()
+                if last is not None:
+                    await cursor.mark_delete(last)
+            parts.append(PartitionDispatch(i, p, cursor, self.settings.dispatch_read_entries))
+        sub = Subscription(topic.name, name, sub_type, parts, self.settings, topic.notifier)
+        topic.subscriptions[name] = sub
+        if new or not self.pendingack.configured:
+            sub.held_ready.set()
+        else:
+            self._tasks.append(asyncio.create_task(self._restore_held(sub)))
+        return sub
+
+    async def _restore_held(self, sub: Subscription) -> None:
+        """Ask the pending-ack store which positions open txns hold; retry until it answers."""
+        # Dispatching before it answers could hand a held position to another consumer,
+        # so this subscription's fetches wait (and return empty) until then.
+        delay = 0.1
+        while True:
+            try:
+                sub.restore_held(await self.pendingack.held(sub.topic, sub.name))
+                break
+            except StreamtxError as exc:
+                log.warning("pending-ack store did not answer for %s/%s: %s; retrying",
+                            sub.topic, sub.name, exc)
+                await asyncio.sleep(delay)
+                delay = min(delay * 2, 2.0)
+        sub.held_ready.set()
+        sub.notifier.changed()

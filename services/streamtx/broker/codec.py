@@ -1,0 +1,216 @@
+"""The partition entry codec: what one entry of a partition ledger holds. Pure, no I/O.
+
+Every entry starts with a fixed header; integers are big-endian::
+
+    u8   version          (1)
+    u8   kind             1 message batch, 2 commit marker, 3 abort marker, 4 producer epoch
+    u8   flags            bit 0: a txn id follows, bit 1: a producer follows
+    i64  publish_time_ms
+    [u64 txn_most, u64 txn_least]                        if flags & 1
+    [u16 name_len, name utf-8, u64 epoch, u64 sequence]  if flags & 2
+    u32  count            messages in the batch (0 for markers and producer entries)
+
+then, for a message batch, ``count`` messages, each::
+
+    u32  request_index    the message's place in the produce request (dedup answers)
+    i32  key_len          -1 when there is no key
+    key utf-8
+    u16  n_properties, then n × (u16 len, utf-8 name, u32 len, utf-8 value)
+    u32  value_len, value bytes
+
+A batch of one message has the message id ``ledger:entry``; a batch of more has
+``ledger:entry:batch_index`` per message. :func:`decode_header` reads only the
+header, so recovery can replay a partition without decoding payloads.
+"""
+
+from __future__ import annotations
+
+import enum
+import struct
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, field
+
+from streamtx.errors import CorruptEntryError
+
+version = 1
+
+_head = struct.Struct(">BBBq")
+_txn = struct.Struct(">QQ")
+_u16 = struct.Struct(">H")
+_u32 = struct.Struct(">I")
+_i32 = struct.Struct(">i")
+_epoch_seq = struct.Struct(">QQ")
+_has_txn, _has_producer = 1, 2
+
+TxnId = tuple[int, int]
+
+
+class EntryKind(enum.IntEnum):
+    BATCH = 1
+    COMMIT = 2
+    ABORT = 3
+    PRODUCER = 4
+
+
+@dataclass(frozen=True, slots=True)
+class ProducerInfo:
+    """Who produced an entry: dedup by sequence, fencing by epoch."""
+
+    name: str
+    epoch: int
+    sequence: int
+
+
+@dataclass(frozen=True, slots=True)
+class Message:
+    """One message as stored (value is raw bytes; JSON routes base64 it)."""
+
+    value: bytes
+    key: str | None = None
+    properties: Mapping[str, str] = field(default_factory=dict)
+    request_index: int = 0
+
+
+@dataclass(frozen=True, slots=True)
+class EntryHeader:
+    kind: EntryKind
+    publish_time_ms: int
+    txn: TxnId | None
+    producer: ProducerInfo | None
+    count: int
+    body_offset: int
+
+
+def txn_str(txn: TxnId) -> str:
+    return f"{txn[0]}:{txn[1]}"
+
+
+def parse_txn(text: str) -> TxnId:
+    """``"most:least"`` to a txn id; ValueError when malformed."""
+    most, least = text.split(":")
+    m, le = int(most), int(least)
+    if not (0 <= m < 1 << 64 and 0 <= le < 1 << 64):
+        raise ValueError(f"txn id out of range: {text!r}")
+    return m, le
+
+
+def _encode_head(
+    kind: EntryKind, publish_time_ms: int, txn: TxnId | None, producer: ProducerInfo | None, count: int
+) -> list[bytes]:
+    flags = (_has_txn if txn is not None else 0) | (_has_producer if producer is not None else 0)
+    parts = [_head.pack(version, kind, flags, publish_time_ms)]
+    if txn is not None:
+        parts.append(_txn.pack(*txn))
+    if producer is not None:
+        name = producer.name.encode()
+        parts += [_u16.pack(len(name)), name, _epoch_seq.pack(producer.epoch, producer.sequence)]
+    parts.append(_u32.pack(count))
+    return parts
+
+
+def encode_batch(
+    messages: Iterable[Message],
+    *,
+    publish_time_ms: int,
+    txn: TxnId | None = None,
+    producer: ProducerInfo | None = None,
+) -> bytes:
+    msgs = list(messages)
+    parts = _encode_head(EntryKind.BATCH, publish_time_ms, txn, producer, len(msgs))
+    for m in msgs:
+        parts.append(_u32.pack(m.request_index))
+        if m.key is None:
+            parts.append(_i32.pack(-1))
+        else:
+            k = m.key.encode()
+            parts += [_i32.pack(len(k)), k]
+        parts.append(_u16.pack(len(m.properties)))
+        for name, value in m.properties.items():
+            n, v = name.encode(), value.encode()
+            parts += [_u16.pack(len(n)), n, _u32.pack(len(v)), v]
+        parts += [_u32.pack(len(m.value)), m.value]
+    return b"".join(parts)
+
+
+def encode_marker(kind: EntryKind, txn: TxnId, *, publish_time_ms: int) -> bytes:
+    if kind not in (EntryKind.COMMIT, EntryKind.ABORT):
+        raise ValueError(f"not a marker kind: {kind!r}")
+    return b"".join(_encode_head(kind, publish_time_ms, txn, None, 0))
+
+
+def encode_producer(producer: ProducerInfo, *, publish_time_ms: int) -> bytes:
+    return b"".join(_encode_head(EntryKind.PRODUCER, publish_time_ms, None, producer, 0))
+
+
+def decode_header(data: bytes) -> EntryHeader:
+    try:
+        ver, kind, flags, publish = _head.unpack_from(data, 0)
+        if ver != version:
+            raise CorruptEntryError(f"unknown entry version {ver}")
+        off = _head.size
+        txn: TxnId | None = None
+        producer: ProducerInfo | None = None
+        if flags & _has_txn:
+            txn = _txn.unpack_from(data, off)
+            off += _txn.size
+        if flags & _has_producer:
+            (n,) = _u16.unpack_from(data, off)
+            name = data[off + 2 : off + 2 + n].decode()
+            off += 2 + n
+            epoch, seq = _epoch_seq.unpack_from(data, off)
+            off += _epoch_seq.size
+            producer = ProducerInfo(name, epoch, seq)
+        (count,) = _u32.unpack_from(data, off)
+        return EntryHeader(EntryKind(kind), publish, txn, producer, count, off + 4)
+    except (struct.error, ValueError, UnicodeDecodeError) as exc:
+        raise CorruptEntryError(f"bad entry header: {exc}") from exc
+
+
+def decode_messages(data: bytes, header: EntryHeader | None = None) -> list[Message]:
+    h = header or decode_header(data)
+    off = h.body_offset
+    out: list[Message] = []
+    try:
+        for _ in range(h.count):
+            (req,) = _u32.unpack_from(data, off)
+            (klen,) = _i32.unpack_from(data, off + 4)
+            off += 8
+            key = None
+            if klen >= 0:
+                key = data[off : off + klen].decode()
+                off += klen
+            (nprops,) = _u16.unpack_from(data, off)
+            off += 2
+            props: dict[str, str] = {}
+            for _ in range(nprops):
+                (n,) = _u16.unpack_from(data, off)
+                name = data[off + 2 : off + 2 + n].decode()
+                off += 2 + n
+                (vl,) = _u32.unpack_from(data, off)
+                props[name] = data[off + 4 : off + 4 + vl].decode()
+                off += 4 + vl
+            (vlen,) = _u32.unpack_from(data, off)
+            value = bytes(data[off + 4 : off + 4 + vlen])
+            if len(value) != vlen:
+                raise CorruptEntryError("truncated message value")
+            off += 4 + vlen
+            out.append(Message(value, key, props, req))
+    except (struct.error, UnicodeDecodeError) as exc:
+        raise CorruptEntryError(f"bad message batch: {exc}") from exc
+    return out
+
+
+def message_id(ledger_id: int, entry_id: int, batch_index: int, batch_size: int) -> str:
+    if batch_size > 1:
+        return f"{ledger_id}:{entry_id}:{batch_index}"
+    return f"{ledger_id}:{entry_id}"
+
+
+def parse_message_id(text: str) -> tuple[int, int, int | None]:
+    """``(ledger_id, entry_id, batch_index or None)``; ValueError when malformed."""
+    parts = [int(p) for p in text.split(":")]
+    if len(parts) == 2:
+        return parts[0], parts[1], None
+    if len(parts) == 3 and parts[2] >= 0:
+        return parts[0], parts[1], parts[2]
+    raise ValueError(f"bad message id {text!r}")

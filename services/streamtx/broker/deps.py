@@ -1,0 +1,31 @@
+"""Dependencies of the broker's routes, as ``Annotated`` aliases."""
+
+from __future__ import annotations
+
+from typing import Annotated
+
+from fastapi import Depends, Request
+
+from streamtx.broker.broker import Broker
+from streamtx.broker.settings import BrokerSettings
+from streamtx.errors import UnavailableError
+
+
+def get_broker(request: Request) -> Broker:
+    broker: Broker | None = getattr(request.app.state, "broker", None)
+    if broker is None:
+        raise UnavailableError("broker is starting")
+    return broker
+
+
+def get_settings(request: Request) -> BrokerSettings:
+    settings: BrokerSettings = request.app.state.settings
+    return settings
+
+
+BrokerDep = Annotated[Broker, Depends(get_broker)]
+SettingsDep = Annotated[BrokerSettings, Depends(get_settings)]
+
+
+def topic_name(tenant: str, namespace: str, topic: str) -> str:
+    return f"persistent://{tenant}/{namespace}/{topic}"

@@ -1,0 +1,196 @@
+"""Dispatch of one partition to one subscription: what to hand out next.
+
+Reads the partition in batches of entries up to ``maxReadPosition``, skips what
+the cursor deleted, what a consumer holds unacked (``pending``), what an open
+transaction's acks hold (``held``), markers and aborted messages; markers and
+aborted entries are deleted from the cursor as they are passed so the
+mark-delete position (and the backlog) moves over them. A unit is one message:
+``(entry position, batch index or None for a one-message entry)``.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import base64
+from collections import OrderedDict
+from dataclasses import dataclass
+from typing import Any
+
+from streamtx.broker import codec
+from streamtx.broker.codec import EntryKind
+from streamtx.broker.partition import Partition
+from streamtx.cursor import Cursor
+from streamtx.ledger import Position
+
+Unit = tuple[Position, int | None]
+
+
+@dataclass(slots=True)
+class Delivery:
+    consumer: str
+    deadline: float  # loop time; inf when no ack timeout applies
+    message: dict[str, Any]
+    batch_size: int
+
+
+def unit_id(unit: Unit) -> str:
+    pos, bi = unit
+    return f"{pos}" if bi is None else f"{pos}:{bi}"
+
+
+class PartitionDispatch:
+    def __init__(self, index: int, partition: Partition, cursor: Cursor, read_entries: int) -> None:
+        self.index = index
+        self.partition = partition
+        self.cursor = cursor
+        self.read_entries = read_entries
+        self.read_pos: Position | None = None  # next entry to read; None: first undeleted
+        self.pending: dict[Unit, Delivery] = {}
+        self.redeliver: OrderedDict[Unit, Delivery] = OrderedDict()
+        self.held: dict[Unit, tuple[int, int]] = {}  # unit → txn holding it
+        self.sizes: dict[Position, int] = {}  # batch sizes of entries handed out
+        self.lock = asyncio.Lock()
+        self.delivered = 0
+
+    def _next(self, pos: Position) -> Position:
+        return Position(pos.ledger_id, self.partition.ledger.next_entry_id(pos.entry_id))
+
+    def is_gone(self, unit: Unit) -> bool:
+        return self.cursor.is_deleted(unit[0], unit[1])
+
+    def expire(self, now: float) -> int:
+        """Move deliveries past their ack deadline to the redelivery queue."""
+        late = [u for u, d in self.pending.items() if d.deadline <= now]
+        for u in late:
+            self.redeliver[u] = self.pending.pop(u)
+        return len(late)
+
+    def next_deadline(self) -> float | None:
+        return min((d.deadline for d in self.pending.values()), default=None)
+
+    def release(self, units: list[Unit]) -> None:
+        """Make units deliverable again (nack, consumer change, txn abort)."""
+        for u in units:
+            d = self.pending.pop(u, None)
+            if d is not None:
+                self.redeliver[u] = d
+            elif u not in self.redeliver and not self.is_gone(u):
+                # Never delivered by this process (held since before a restart):
+                # rewind so the read pass finds it again.
+                if self.read_pos is None or u[0] < self.read_pos:
+                    self.read_pos = u[0]
+
+    async def fetch(self, consumer: str, limit: int, deadline: float) -> list[dict[str, Any]]:
+        out: list[dict[str, Any]] = []
+        async with self.lock:
+            while self.redeliver and len(out) < limit:
+                unit, d = self.redeliver.popitem(last=False)
+                if self.is_gone(unit) or unit in self.held:
+                    continue
+                d.consumer, d.deadline = consumer, deadline
+                d.message["redelivery_count"] = d.message.get("redelivery_count", 0) + 1
+                self.pending[unit] = d
+                out.append(d.message)
+            while len(out) < limit:
+                start = self.read_pos or self.cursor.first_undeleted()
+                entries = await self.partition.read_visible(start, self.read_entries)
+                if not entries:
+                    break
+                skips: list[Position] = []
+                stopped = False
+                for e in entries:
+                    if not self._deliver_entry(e.position, e.data, consumer, limit, deadline, out, skips):
+                        stopped = True
+                        break
+                    self.read_pos = self._next(e.position)
+                if skips:
+                    await self.cursor.delete(skips)
+                if stopped:
+                    break
+        self.delivered += len(out)
+        return out
+
+    def _deliver_entry(self, pos: Position, data: bytes, consumer: str, limit: int, deadline: float,
+                       out: list[dict[str, Any]], skips: list[Position]) -> bool:
+        """Hand out what is left of one entry; False when ``limit`` stopped it midway."""
+        h = codec.decode_header(data)
+        if h.kind is not EntryKind.BATCH or (h.txn is not None and self.partition.tb.is_aborted(h.txn)):
+            if not self.cursor.is_deleted(pos):
+                skips.append(pos)
+            return True
+        if self.cursor.is_deleted(pos):
+            return True
+        msgs = codec.decode_messages(data, h)
+        size = len(msgs)
+        for bi, m in enumerate(msgs):
+            unit: Unit = (pos, bi if size > 1 else None)
+            if unit in self.pending or unit in self.held or unit in self.redeliver or self.is_gone(unit):
+                continue
+            if len(out) >= limit:
+                return False
+            message = {
+                "message_id": codec.message_id(pos.ledger_id, pos.entry_id, bi, size),
+                "partition": self.index,
+                "key": m.key,
+                "value": base64.b64encode(m.value).decode(),
+                "properties": dict(m.properties),
+                "publish_time": h.publish_time_ms,
+            }
+            if size > 1:
+                self.sizes[pos] = size
+            self.pending[unit] = Delivery(consumer, deadline, message, size)
+            out.append(message)
+        return True
+
+    async def batch_size(self, pos: Position) -> int:
+        """How many messages the entry at ``pos`` holds (read it if not handed out here)."""
+        size = self.sizes.get(pos)
+        if size is not None:
+            return size
+        entries = await self.partition.ledger.read(pos, 1)
+        if not entries or entries[0].position != pos:
+            return 1
+        h = codec.decode_header(entries[0].data)
+        return max(h.count, 1)
+
+    def forget(self, units: list[Unit]) -> None:
+        for u in units:
+            self.pending.pop(u, None)
+            self.redeliver.pop(u, None)
+
+    def forget_through(self, pos: Position, batch_index: int | None) -> list[Unit]:
+        """Units delivered at or before a cumulative ack point."""
+        def covered(u: Unit) -> bool:
+            if u[0] < pos:
+                return True
+            return u[0] == pos and (batch_index is None or (u[1] or 0) <= batch_index)
+        gone = [u for u in list(self.pending) + list(self.redeliver) if covered(u)]
+        self.forget(gone)
+        return gone
+
+    async def backlog(self, scan_limit: int = 10_000) -> int:
+        """Messages not yet deleted up to maxReadPosition (exact up to ``scan_limit`` entries)."""
+        limit = self.partition.max_read_position()
+        if limit is None:
+            return 0
+        start: Position | None = self.cursor.first_undeleted()
+        count = scanned = 0
+        while start is not None and start <= limit and scanned < scan_limit:
+            entries = await self.partition.read_visible(start, min(1000, scan_limit - scanned))
+            if not entries:
+                break
+            for e in entries:
+                scanned += 1
+                h = codec.decode_header(e.data)
+                if h.kind is not EntryKind.BATCH or self.cursor.is_deleted(e.position):
+                    continue
+                if h.txn is not None and self.partition.tb.is_aborted(h.txn):
+                    continue
+                if h.count <= 1:
+                    count += 1
+                else:
+                    count += sum(1 for bi in range(h.count) if not self.cursor.is_deleted(e.position, bi))
+            start = self._next(entries[-1].position)
+        if scanned >= scan_limit and start is not None and start <= limit:
+            count += max(0, limit.entry_id - start.entry_id + 1)  # estimate the unscanned tail
+        return count

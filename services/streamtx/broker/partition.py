@@ -1,0 +1,347 @@
+"""One partition: its ledger, transaction buffer, producers and snapshots.
+
+Appends go through an ordered pipeline: each gets a ticket before it reaches
+the ledger (whose queue keeps call order, so ticket order is position order),
+and results are applied to the transaction buffer strictly in ticket order.
+So ``max_read_position`` only ever covers entries the buffer has seen: an
+entry of a transaction can never be read as committed because the append of
+an earlier one finished later.
+
+If an append fails the entry may still have landed; the partition then stops
+taking writes and rebuilds its state from the ledger (``_reload``), which
+judges every landed entry properly.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+from collections.abc import Callable
+
+from streamtx.broker import codec, metrics, tbsnapshot
+from streamtx.broker.codec import EntryHeader, EntryKind, Message, ProducerInfo, TxnId
+from streamtx.broker.notify import Notifier
+from streamtx.broker.producers import ProducerTable, Verdict
+from streamtx.broker.settings import BrokerSettings
+from streamtx.broker.txnbuffer import TxnAction, TxnBufferState
+from streamtx.errors import ConflictError, StreamtxError, UnavailableError
+from streamtx.ledger import Entry, Ledger, LedgerStore, Position
+
+log = logging.getLogger(__name__)
+
+_replay_chunk = 2000
+
+
+def partition_ledger_name(partition: str) -> str:
+    """``persistent://t/n/x-partition-0`` → ``topics/t/n/x-partition-0``."""
+    return "topics/" + partition.removeprefix("persistent://")
+
+
+def snapshot_ledger_name(partition: str) -> str:
+    return "tbsnapshot/" + partition.removeprefix("persistent://")
+
+
+class Partition:
+    """Create with :meth:`open`; everything the broker stores for one partition."""
+
+    def __init__(self, name: str, topic: str, ledger: Ledger, snap: Ledger,
+                 settings: BrokerSettings, notifier: Notifier) -> None:
+        self.name = name
+        self.topic = topic
+        self.ledger = ledger
+        self.snap = snap
+        self.settings = settings
+        self.notifier = notifier
+        self.tb = TxnBufferState(segment_size=settings.snapshot_segment_size)
+        self.producers = ProducerTable()
+        self.last_snapshot_ms = 0
+        self.snapshot_sequence = 0
+        self.recovery_s = 0.0
+        self._next_ticket = 0
+        self._next_apply = 0
+        self._done: dict[int, tuple[Position, Callable[[Position], None]] | None] = {}
+        self._waiters: dict[int, asyncio.Future[None]] = {}
+        self._ending: dict[TxnId, asyncio.Future[None]] = {}
+        self._producer_locks: dict[str, asyncio.Lock] = {}
+        self._snapshot_lock = asyncio.Lock()
+        self._broken: StreamtxError | None = None
+        self._labels = (settings.cluster, name)
+
+    @classmethod
+    async def open(cls, store: LedgerStore, name: str, topic: str, settings: BrokerSettings,
+                   notifier: Notifier) -> Partition:
+        ledger = await store.open(partition_ledger_name(name))
+        snap = await store.open(snapshot_ledger_name(name))
+        part = cls(name, topic, ledger, snap, settings, notifier)
+        await part.recover()
+        return part
+
+    # --- recovery -------------------------------------------------------------
+
+    async def recover(self) -> None:
+        """Rebuild TB and producer state: latest complete snapshot, then replay after it."""
+        t0 = time.perf_counter()
+        self.tb = TxnBufferState(segment_size=self.settings.snapshot_segment_size)
+        self.producers = ProducerTable()
+        loaded = await tbsnapshot.load(self.snap)
+        start: Position | None = None
+        if loaded is not None:
+            ix = loaded.index
+            self.tb.load_segments(loaded.segments, ix.unsealed)
+            for txn, first_pos in ix.ongoing:
+                self.tb.ongoing[txn] = first_pos
+            self.tb.last_position = ix.snapshot_position
+            self.tb.max_read_floor = ix.max_read
+            self.producers = ProducerTable.from_json(ix.producers)
+            self.snapshot_sequence = ix.sequence + 1
+            self.last_snapshot_ms = ix.timestamp_ms
+            if ix.snapshot_position is not None:
+                sp = ix.snapshot_position
+                start = Position(sp.ledger_id, self.ledger.next_entry_id(sp.entry_id))
+        await self._replay(start)
+        first = self.ledger.first_position()
+        if first is not None:
+            self.tb.trim(first)
+        self.tb.ops_since_snapshot = 0
+        self.recovery_s = time.perf_counter() - t0
+        metrics.tb_recovery_seconds.labels(self.settings.cluster).observe(self.recovery_s)
+        self._update_gauges()
+        log.info("partition %s recovered in %.3fs (snapshot %s, aborted %d, ongoing %d)",
+                 self.name, self.recovery_s, loaded.position if loaded else None,
+                 len(self.tb.aborted), len(self.tb.ongoing))
+
+    async def _replay(self, start: Position | None) -> None:
+        while True:
+            entries = await self.ledger.read(start, _replay_chunk)
+            if not entries:
+                return
+            for e in entries:
+                self._apply_entry(e.position, codec.decode_header(e.data))
+            last = entries[-1].position
+            start = Position(last.ledger_id, self.ledger.next_entry_id(last.entry_id))
+
+    def _apply_entry(self, pos: Position, h: EntryHeader) -> None:
+        if h.kind is EntryKind.BATCH:
+            if h.txn is not None and self.tb.is_aborted(h.txn):
+                self.tb.on_entry(pos)  # a zombie's late write: never visible
+            else:
+                self.tb.on_message(pos, h.txn)
+            if h.producer is not None:
+                self._record_producer(h.producer, pos, h.count, None)
+        elif h.kind in (EntryKind.COMMIT, EntryKind.ABORT):
+            assert h.txn is not None
+            self.tb.on_marker(pos, h.txn, TxnAction.COMMIT if h.kind is EntryKind.COMMIT
+                              else TxnAction.ABORT)
+        else:
+            self.tb.on_entry(pos)
+            if h.producer is not None:
+                self.producers.record(h.producer.name, h.producer.epoch, h.producer.sequence, [])
+
+    def _record_producer(self, p: ProducerInfo, pos: Position, count: int,
+                         request_indexes: list[int] | None) -> None:
+        idx = request_indexes if request_indexes is not None else list(range(count))
+        ids = [(ri, codec.message_id(pos.ledger_id, pos.entry_id, bi, count))
+               for bi, ri in enumerate(idx)]
+        self.producers.record(p.name, p.epoch, p.sequence, ids)
+
+    # --- the ordered append pipeline --------------------------------------------
+
+    async def _append(self, data: bytes, apply: Callable[[Position], None]) -> Position:
+        if self._broken is not None:
+            raise UnavailableError(f"partition {self.name} is recovering: {self._broken.message}")
+        ticket = self._next_ticket
+        self._next_ticket += 1
+        try:
+            pos = await self.ledger.append(data)
+        except BaseException as exc:
+            self._done[ticket] = None
+            self._drain()
+            if self._broken is None:
+                self._broken = exc if isinstance(exc, StreamtxError) else UnavailableError(repr(exc))
+                asyncio.get_running_loop().create_task(self._reload())
+            raise
+        self._done[ticket] = (pos, apply)
+        self._drain()
+        if ticket >= self._next_apply:
+            fut = self._waiters[ticket] = asyncio.get_running_loop().create_future()
+            await fut
+        return pos
+
+    def _drain(self) -> None:
+        progressed = False
+        while self._next_apply in self._done:
+            item = self._done.pop(self._next_apply)
+            if item is not None:
+                pos, apply = item
+                apply(pos)
+                progressed = True
+            waiter = self._waiters.pop(self._next_apply, None)
+            if waiter is not None and not waiter.done():
+                waiter.set_result(None)
+            self._next_apply += 1
+        if progressed:
+            self.notifier.changed()
+
+    async def _reload(self) -> None:
+        """After a failed append: wait for in-flight appends, then rebuild from the ledger."""
+        while self._next_apply < self._next_ticket:  # noqa: ASYNC110 - a rare error path
+            await asyncio.sleep(0.05)
+        delay = 0.1
+        while True:
+            try:
+                await self.ledger.refresh()
+                await self.recover()
+                self._broken = None
+                self.notifier.changed()
+                return
+            except StreamtxError as exc:
+                log.warning("partition %s: reload failed (%s); retrying", self.name, exc)
+                await asyncio.sleep(delay)
+                delay = min(delay * 2, 5.0)
+
+    # --- produce ------------------------------------------------------------------
+
+    async def produce(self, messages: list[Message], txn: TxnId | None,
+                      producer: ProducerInfo | None, fence_epoch: int | None) -> list[tuple[int, str]]:
+        """Store one batch; ``(request_index, message_id)`` per message (original ids on a dup)."""
+        if txn is not None:
+            ended = self.tb.ended_as(txn)
+            if ended is not None:
+                raise ConflictError(f"transaction {codec.txn_str(txn)} already {ended.action}ed here")
+        if producer is None:
+            return await self._produce(messages, txn, None)
+        lock = self._producer_locks.setdefault(producer.name, asyncio.Lock())
+        async with lock:
+            if fence_epoch is not None and producer.epoch < fence_epoch:
+                raise ConflictError(f"producer {producer.name} epoch {producer.epoch} is fenced")
+            verdict = self.producers.check(producer.name, producer.epoch, producer.sequence)
+            if verdict == Verdict.FENCED:
+                raise ConflictError(f"producer {producer.name} epoch {producer.epoch} is fenced")
+            if verdict == Verdict.DUPLICATE:
+                ids = self.producers.original_ids(producer.name, producer.sequence)
+                if ids is None:
+                    raise ConflictError(f"producer {producer.name}: sequence {producer.sequence} "
+                                        "is an old duplicate whose ids are no longer known")
+                return ids
+            return await self._produce(messages, txn, producer)
+
+    async def _produce(self, messages: list[Message], txn: TxnId | None,
+                       producer: ProducerInfo | None) -> list[tuple[int, str]]:
+        now_ms = int(time.time() * 1000)
+        if not messages:
+            assert producer is not None
+            data = codec.encode_producer(producer, publish_time_ms=now_ms)
+        else:
+            data = codec.encode_batch(messages, publish_time_ms=now_ms, txn=txn, producer=producer)
+        n = len(messages)
+        req = [m.request_index for m in messages]
+
+        def apply(pos: Position) -> None:
+            if n:
+                self.tb.on_message(pos, txn)
+            else:
+                self.tb.on_entry(pos)
+            if producer is not None:
+                self._record_producer(producer, pos, n, req)
+
+        pos = await self._append(data, apply)
+        metrics.messages_in.labels(*self._labels).inc(n)
+        metrics.bytes_in.labels(*self._labels).inc(sum(len(m.value) for m in messages))
+        if txn is not None:
+            self._after_txn_op()
+        return [(ri, codec.message_id(pos.ledger_id, pos.entry_id, bi, n)) for bi, ri in enumerate(req)]
+
+    # --- ending transactions ------------------------------------------------------
+
+    async def end_txn(self, txn: TxnId, action: TxnAction) -> str | None:
+        """Write the marker (once); the marker's message id, or None if txn never produced here."""
+        while (pending := self._ending.get(txn)) is not None:
+            await asyncio.shield(pending)
+        ended = self.tb.ended_as(txn)
+        if ended is not None:
+            if ended.action is not action:
+                raise ConflictError(f"transaction {codec.txn_str(txn)} already {ended.action}ed here")
+            return None if ended.marker is None else str(ended.marker)
+        if txn not in self.tb.ongoing:
+            self.tb.end_without_marker(txn, action)
+            return None
+        done = self._ending[txn] = asyncio.get_running_loop().create_future()
+        try:
+            kind = EntryKind.COMMIT if action is TxnAction.COMMIT else EntryKind.ABORT
+            data = codec.encode_marker(kind, txn, publish_time_ms=int(time.time() * 1000))
+            pos = await self._append(data, lambda p: self.tb.on_marker(p, txn, action))
+        finally:
+            del self._ending[txn]
+            done.set_result(None)
+        metrics.txn_markers.labels(*self._labels, action.value).inc()
+        self._after_txn_op()
+        return str(pos)
+
+    # --- reading ------------------------------------------------------------------
+
+    def max_read_position(self) -> Position | None:
+        return self.tb.max_read_position()
+
+    async def read_visible(self, start: Position | None, max_entries: int) -> list[Entry]:
+        """Entries from ``start`` up to ``max_read_position`` (inclusive)."""
+        limit = self.tb.max_read_position()
+        if limit is None or (start is not None and start > limit):
+            return []
+        entries = await self.ledger.read(start, max_entries)
+        return [e for e in entries if e.position <= limit]
+
+    async def trim(self, before: Position) -> int:
+        """Trim the partition ledger; drop the aborted ids whose markers went with it."""
+        await self.ledger.trim(before)
+        first: Position = self.ledger.first_position() or before
+        dropped = self.tb.trim(first)
+        self._update_gauges()
+        return dropped
+
+    # --- snapshots ------------------------------------------------------------------
+
+    def _after_txn_op(self) -> None:
+        self._update_gauges()
+        due = self.tb.ops_since_snapshot >= self.settings.snapshot_every_ops
+        if due and not self._snapshot_lock.locked():
+            asyncio.get_running_loop().create_task(self.take_snapshot())
+
+    async def maybe_snapshot_on_timer(self) -> None:
+        if self.tb.ops_since_snapshot > 0 and not self._snapshot_lock.locked():
+            await self.take_snapshot()
+
+    async def take_snapshot(self) -> None:
+        async with self._snapshot_lock:
+            if self._broken is not None:
+                return
+            ops = self.tb.ops_since_snapshot
+            segments, index = tbsnapshot.capture(self.tb, self.producers, self.snapshot_sequence)
+            self.snapshot_sequence += 1
+            try:
+                await tbsnapshot.write(self.snap, segments, index)
+            except StreamtxError as exc:
+                log.warning("partition %s: snapshot failed: %s", self.name, exc)
+                return
+            self.tb.ops_since_snapshot = max(0, self.tb.ops_since_snapshot - ops)
+            self.last_snapshot_ms = index.timestamp_ms
+            metrics.tb_snapshots.labels(*self._labels).inc()
+
+    def _update_gauges(self) -> None:
+        metrics.tb_ongoing.labels(*self._labels).set(len(self.tb.ongoing))
+        metrics.tb_aborted.labels(*self._labels).set(len(self.tb.aborted))
+
+    def stats(self) -> dict[str, object]:
+        out = self.tb.stats()
+        out.update({
+            "partition": self.name,
+            "lastSnapshotTimestamp": self.last_snapshot_ms,
+            "snapshotLedgerEntries": sum(s.entries for s in self.snap.stats()),
+            "recoveryTimeMs": round(self.recovery_s * 1000, 3),
+            "lastPosition": str(self.tb.last_position) if self.tb.last_position else None,
+        })
+        return out
+
+    async def close(self) -> None:
+        await self.ledger.close()
+        await self.snap.close()

@@ -1,0 +1,54 @@
+"""Callbacks of the transaction coordinator and the pending-ack store."""
+
+from __future__ import annotations
+
+from fastapi import APIRouter
+from pydantic import BaseModel, Field
+
+from streamtx.broker.deps import BrokerDep
+from streamtx.broker.routes.messages import parse_txn
+from streamtx.broker.txnbuffer import TxnAction
+
+router = APIRouter(prefix="/v1/txn", tags=["transactions"])
+
+
+class PartitionEnd(BaseModel):
+    """The TC ends a transaction on one partition: write its marker (idempotent)."""
+
+    txn_id: str
+    partition: str
+    action: TxnAction
+
+
+class PartitionEndPublic(PartitionEnd):
+    """The marker's message id, or null when the txn never produced on that partition."""
+
+    marker: str | None
+
+
+class SubscriptionEnd(BaseModel):
+    """The pending-ack store ends a transaction's acks on one subscription."""
+
+    topic: str
+    subscription: str
+    txn_id: str
+    action: TxnAction
+    message_ids: list[str] = Field(default_factory=list)
+
+
+@router.post("/partitions/end")
+async def end_partition(body: PartitionEnd, broker: BrokerDep) -> PartitionEndPublic:
+    txn = parse_txn(body.txn_id)
+    assert txn is not None
+    marker = await broker.resolve_partition(body.partition).end_txn(txn, body.action)
+    return PartitionEndPublic(txn_id=body.txn_id, partition=body.partition, action=body.action,
+                              marker=marker)
+
+
+@router.post("/subscriptions/end")
+async def end_subscription(body: SubscriptionEnd, broker: BrokerDep) -> dict[str, object]:
+    txn = parse_txn(body.txn_id)
+    sub = broker.topic(body.topic).subscription(body.subscription)
+    await sub.end_txn(body.message_ids, txn, body.action is TxnAction.COMMIT)
+    return {"topic": body.topic, "subscription": body.subscription, "txn_id": body.txn_id,
+            "action": body.action.value, "message_ids": body.message_ids}

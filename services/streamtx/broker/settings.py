@@ -1,0 +1,24 @@
+"""The broker's settings, read from ``STREAMTX_*`` environment variables."""
+
+from __future__ import annotations
+
+from pydantic import Field
+
+from streamtx.service import ServiceSettings
+
+
+class BrokerSettings(ServiceSettings):
+    """Settings of the partition broker."""
+
+    # Shared subscriptions redeliver what is unacked this long.
+    ack_timeout_ms: int = Field(default=30_000, ge=1)
+    # Exclusive subscriptions let another consumer in once the owner is idle this long.
+    exclusive_idle_ms: int = Field(default=30_000, ge=1)
+    dispatch_read_entries: int = Field(default=200, ge=1)  # entries per ledger read in dispatch
+    max_fetch_messages: int = Field(default=1000, ge=1)  # cap on ?max= of one fetch
+    max_wait_ms: int = Field(default=30_000, ge=0)  # cap on ?wait_ms= of one fetch
+    max_request_messages: int = Field(default=10_000, ge=1)  # messages per produce request
+    snapshot_every_ops: int = Field(default=1000, ge=1)  # TB snapshot after this many txn ops
+    snapshot_interval_s: float = Field(default=5.0, gt=0)  # ... or this often while changed
+    snapshot_segment_size: int = Field(default=1000, ge=1)  # aborted txn ids per snapshot segment
+    pendingack_timeout_s: float = Field(default=10.0, gt=0)  # HTTP timeout to the pending-ack store

@@ -1,0 +1,258 @@
+"""A subscription over every partition of a topic: consumers, fetch, acks, txn holds.
+
+Exclusive admits one consumer at a time (another gets 409 until the owner has
+been idle for ``exclusive_idle_ms``); Shared spreads messages over consumers
+and redelivers what is not acked within the ack timeout or is negatively acked.
+Positions acked in an open transaction are held: never dispatched, never acked
+by anyone else, until the pending-ack store reports the transaction's end.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import enum
+import math
+from dataclasses import dataclass
+from typing import Any
+
+from streamtx.broker import codec, metrics
+from streamtx.broker.dispatch import PartitionDispatch, Unit, unit_id
+from streamtx.broker.notify import Notifier
+from streamtx.broker.settings import BrokerSettings
+from streamtx.errors import ConflictError, MalformedError
+from streamtx.ledger import Position
+
+TxnId = tuple[int, int]
+_unknown_txn: TxnId = (0, 0)  # held since before a restart: the store did not say by whom
+
+
+class SubscriptionType(enum.StrEnum):
+    EXCLUSIVE = "Exclusive"
+    SHARED = "Shared"
+
+
+@dataclass(slots=True)
+class ConsumerInfo:
+    name: str
+    last_seen: float
+    delivered: int = 0
+
+
+class Subscription:
+    def __init__(self, topic: str, name: str, sub_type: SubscriptionType,
+                 parts: list[PartitionDispatch], settings: BrokerSettings, notifier: Notifier) -> None:
+        self.topic = topic
+        self.name = name
+        self.type = sub_type
+        self.parts = parts
+        self.settings = settings
+        self.notifier = notifier
+        self.consumers: dict[str, ConsumerInfo] = {}
+        self.owner: str | None = None
+        self.held_ready = asyncio.Event()
+        self._by_ledger = {p.partition.ledger.ledger_id: p for p in parts}
+        self._rr = 0
+        self._labels = (settings.cluster, topic)
+
+    # --- resolving message ids -------------------------------------------------
+
+    def resolve(self, message_id: str) -> tuple[PartitionDispatch, Unit]:
+        try:
+            lid, eid, bi = codec.parse_message_id(message_id)
+        except ValueError as exc:
+            raise MalformedError(f"bad message id {message_id!r}") from exc
+        part = self._by_ledger.get(lid)
+        if part is None:
+            raise MalformedError(f"message id {message_id!r} is not of topic {self.topic}")
+        return part, (Position(lid, eid), bi)
+
+    def _resolve_all(self, ids: list[str]) -> list[tuple[PartitionDispatch, Unit]]:
+        return [self.resolve(m) for m in ids]
+
+    # --- consumers ------------------------------------------------------------
+
+    def _admit(self, consumer: str, now: float) -> None:
+        if self.type is SubscriptionType.EXCLUSIVE:
+            owner = self.consumers.get(self.owner) if self.owner else None
+            idle_s = self.settings.exclusive_idle_ms / 1000
+            if owner is not None and owner.name != consumer and now - owner.last_seen < idle_s:
+                raise ConflictError(f"subscription {self.name} is Exclusive and has consumer {owner.name}")
+            if self.owner != consumer:
+                self.owner = consumer
+                for p in self.parts:  # what the old owner did not ack goes to the new one
+                    p.release(list(p.pending))
+        info = self.consumers.setdefault(consumer, ConsumerInfo(consumer, now))
+        info.last_seen = now
+
+    async def fetch(self, consumer: str, max_messages: int, wait_ms: int) -> list[dict[str, Any]]:
+        loop = asyncio.get_running_loop()
+        end = loop.time() + wait_ms / 1000
+        self._admit(consumer, loop.time())
+        while True:
+            remaining = end - loop.time()
+            if not self.held_ready.is_set():
+                # Held positions are not known yet (pending-ack store not answering).
+                try:
+                    await asyncio.wait_for(self.held_ready.wait(), max(remaining, 0))
+                except TimeoutError:
+                    return []
+                continue
+            out = await self._fetch_once(consumer, max_messages, loop.time())
+            if out or remaining <= 0:
+                self.consumers[consumer].delivered += len(out)
+                self.consumers[consumer].last_seen = loop.time()
+                metrics.messages_out.labels(*self._labels).inc(len(out))
+                return out
+            wake = self._next_deadline()
+            timeout = remaining if wake is None else min(remaining, max(wake - loop.time(), 0.001))
+            await self.notifier.wait(timeout)
+
+    async def _fetch_once(self, consumer: str, limit: int, now: float) -> list[dict[str, Any]]:
+        ack_deadline = math.inf
+        if self.type is SubscriptionType.SHARED:
+            ack_deadline = now + self.settings.ack_timeout_ms / 1000
+            expired = sum(p.expire(now) for p in self.parts)
+            if expired:
+                metrics.redeliveries.labels(*self._labels).inc(expired)
+        out: list[dict[str, Any]] = []
+        n = len(self.parts)
+        start, self._rr = self._rr, (self._rr + 1) % max(n, 1)
+        for k in range(n):  # rotate so no partition starves the others
+            if len(out) >= limit:
+                break
+            part = self.parts[(start + k) % n]
+            out += await part.fetch(consumer, limit - len(out), ack_deadline)
+        return out
+
+    def _next_deadline(self) -> float | None:
+        if self.type is not SubscriptionType.SHARED:
+            return None
+        return min((d for p in self.parts if (d := p.next_deadline()) is not None), default=None)
+
+    # --- acks -------------------------------------------------------------------
+
+    def _check_not_held(self, resolved: list[tuple[PartitionDispatch, Unit]]) -> None:
+        for part, unit in resolved:
+            if unit in part.held or (unit[1] is not None and (unit[0], None) in part.held):
+                raise ConflictError(f"message {unit_id(unit)} is held by an open transaction")
+
+    async def ack(self, ids: list[str], cumulative: bool) -> None:
+        resolved = self._resolve_all(ids)
+        self._check_not_held(resolved)
+        for part, (pos, bi) in resolved:
+            if cumulative:
+                await self._ack_cumulative(part, pos, bi)
+            else:
+                await self._delete(part, pos, bi)
+                part.forget([(pos, bi)])
+        self.notifier.changed()
+
+    async def _delete(self, part: PartitionDispatch, pos: Position, bi: int | None) -> None:
+        if bi is None:
+            await part.cursor.delete([pos])
+        else:
+            size = await part.batch_size(pos)
+            if bi >= size:
+                raise MalformedError(f"batch index {bi} is not within the batch of {size} at {pos}")
+            await part.cursor.delete_batch_index(pos, bi, size)
+
+    async def _ack_cumulative(self, part: PartitionDispatch, pos: Position, bi: int | None) -> None:
+        held_before = [u for u in part.held if u[0] < pos or (u[0] == pos and (bi is None or
+                                                                                (u[1] or 0) <= bi))]
+        if held_before:
+            raise ConflictError(f"cumulative ack to {pos} covers {unit_id(held_before[0])}, held by "
+                                "an open transaction")
+        size = 1 if bi is None else await part.batch_size(pos)
+        if bi is None or bi == size - 1:
+            await part.cursor.mark_delete(pos)
+        else:
+            if pos.entry_id > 0:
+                await part.cursor.mark_delete(Position(pos.ledger_id, pos.entry_id - 1))
+            for i in range(bi + 1):
+                await part.cursor.delete_batch_index(pos, i, size)
+        part.forget_through(pos, bi)
+
+    async def nack(self, ids: list[str]) -> None:
+        by_part: dict[int, list[Unit]] = {}
+        for part, unit in self._resolve_all(ids):
+            if unit in part.pending:
+                by_part.setdefault(part.index, []).append(unit)
+        for index, units in by_part.items():
+            self.parts[index].release(units)
+        metrics.redeliveries.labels(*self._labels).inc(sum(len(u) for u in by_part.values()))
+        self.notifier.changed()
+
+    # --- transactional acks -------------------------------------------------------
+
+    def check_txn_ack(self, ids: list[str], txn: TxnId) -> list[tuple[PartitionDispatch, Unit]]:
+        resolved = self._resolve_all(ids)
+        for part, unit in resolved:
+            holder = part.held.get(unit)
+            if holder is not None and holder not in (txn, _unknown_txn):
+                raise ConflictError(f"message {unit_id(unit)} is held by another transaction")
+            if part.is_gone(unit):
+                raise ConflictError(f"message {unit_id(unit)} is already acknowledged")
+        return resolved
+
+    def hold(self, resolved: list[tuple[PartitionDispatch, Unit]], txn: TxnId
+             ) -> list[tuple[PartitionDispatch, Unit]]:
+        """Hold units for ``txn``; return those it did not hold already."""
+        newly = []
+        for part, unit in resolved:
+            if part.held.get(unit) != txn:
+                newly.append((part, unit))
+            part.held[unit] = txn
+            part.forget([unit])
+        return newly
+
+    def unhold(self, units: list[tuple[PartitionDispatch, Unit]], txn: TxnId) -> None:
+        """Undo :meth:`hold` after the pending-ack store refused or failed."""
+        for part, unit in units:
+            if part.held.get(unit) == txn:
+                del part.held[unit]
+                part.release([unit])
+        self.notifier.changed()
+
+    async def end_txn(self, ids: list[str], txn: TxnId | None, commit: bool) -> None:
+        """The pending-ack store ended a txn: commit deletes, abort makes deliverable (idempotent)."""
+        resolved = self._resolve_all(ids)
+        for part, unit in resolved:
+            if commit and not part.is_gone(unit):
+                await self._delete(part, unit[0], unit[1])
+        for part, unit in resolved:
+            holder = part.held.get(unit)
+            if txn is None or holder in (txn, _unknown_txn):
+                part.held.pop(unit, None)
+            if not commit:
+                part.release([unit])
+            else:
+                part.forget([unit])
+        self.notifier.changed()
+
+    def restore_held(self, ids: list[str]) -> None:
+        for part, unit in self._resolve_all(ids):
+            part.held.setdefault(unit, _unknown_txn)
+
+    # --- stats -----------------------------------------------------------------------
+
+    async def stats(self) -> dict[str, Any]:
+        backlog = 0
+        for p in self.parts:
+            backlog += await p.backlog()
+        return {
+            "type": self.type.value,
+            "msgBacklog": backlog,
+            "unackedMessages": sum(len(p.pending) for p in self.parts),
+            "pendingRedelivery": sum(len(p.redeliver) for p in self.parts),
+            "heldByTransactions": sum(len(p.held) for p in self.parts),
+            "msgOutCounter": sum(p.delivered for p in self.parts),
+            "markDeletePositions": [str(p.cursor.mark_delete_position) if p.cursor.mark_delete_position
+                                    else None for p in self.parts],
+            "consumers": [{"consumerName": c.name, "msgOutCounter": c.delivered} for c in
+                          self.consumers.values()],
+            "activeConsumerName": self.owner if self.type is SubscriptionType.EXCLUSIVE else None,
+        }
+
+    async def close(self) -> None:
+        for p in self.parts:
+            await p.cursor.close()

@@ -1,0 +1,90 @@
+"""A partitioned topic: routing of produced messages, its partitions and subscriptions."""
+
+from __future__ import annotations
+
+import asyncio
+import itertools
+import zlib
+from dataclasses import dataclass
+
+from streamtx.broker.codec import Message, ProducerInfo, TxnId
+from streamtx.broker.notify import Notifier
+from streamtx.broker.partition import Partition
+from streamtx.broker.subscription import Subscription
+from streamtx.errors import ConflictError, MalformedError, NotFoundError
+
+
+def key_partition(key: str, partitions: int) -> int:
+    """Keyed routing: CRC32 of the key's UTF-8 bytes mod N (stable across processes)."""
+    return zlib.crc32(key.encode()) % partitions
+
+
+@dataclass(slots=True)
+class Outgoing:
+    message: Message
+    partition: int | None
+
+
+class Topic:
+    def __init__(self, name: str, partitions: list[Partition], notifier: Notifier) -> None:
+        self.name = name  # persistent://t/n/x
+        self.partitions = partitions
+        self.notifier = notifier
+        self.subscriptions: dict[str, Subscription] = {}
+        self._rr = itertools.count()
+
+    def partition_name(self, index: int) -> str:
+        return f"{self.name}-partition-{index}"
+
+    def partition(self, index: int) -> Partition:
+        if not 0 <= index < len(self.partitions):
+            raise NotFoundError(f"{self.name} has no partition {index}")
+        return self.partitions[index]
+
+    def subscription(self, name: str) -> Subscription:
+        sub = self.subscriptions.get(name)
+        if sub is None:
+            raise NotFoundError(f"subscription {name} of {self.name} does not exist")
+        return sub
+
+    def fence_epoch(self, producer: str) -> int | None:
+        """The latest epoch of this producer name on any partition."""
+        epochs = [e for p in self.partitions if (e := p.producers.max_epoch(producer)) is not None]
+        return max(epochs, default=None)
+
+    def route(self, messages: list[Outgoing]) -> dict[int, list[Message]]:
+        n = len(self.partitions)
+        out: dict[int, list[Message]] = {}
+        for m in messages:
+            if m.partition is not None:
+                if not 0 <= m.partition < n:
+                    raise MalformedError(f"partition {m.partition} out of range 0..{n - 1}")
+                index = m.partition
+            elif m.message.key is not None:
+                index = key_partition(m.message.key, n)
+            else:
+                index = next(self._rr) % n
+            out.setdefault(index, []).append(m.message)
+        return out
+
+    async def produce(self, messages: list[Outgoing], txn: TxnId | None,
+                      producer: ProducerInfo | None) -> list[str]:
+        """Store one entry per partition touched; message ids in request order."""
+        fence = None
+        if producer is not None:
+            fence = self.fence_epoch(producer.name)
+            if fence is not None and producer.epoch < fence:
+                raise ConflictError(f"producer {producer.name} epoch {producer.epoch} is fenced "
+                                    f"(latest epoch {fence})")
+        routed = self.route(messages)
+        if not routed and producer is not None:
+            routed = {0: []}  # no messages: just record the producer's epoch
+        results = await asyncio.gather(*(
+            self.partitions[i].produce(msgs, txn, producer, fence) for i, msgs in routed.items()
+        ))
+        ids = [""] * len(messages)
+        for pairs in results:
+            for request_index, message_id in pairs:
+                if request_index < len(ids):
+                    ids[request_index] = message_id
+        return ids
