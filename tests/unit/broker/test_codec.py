@@ -1,0 +1,65 @@
+"""The partition entry codec: round trips and message ids."""
+
+from __future__ import annotations
+
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+
+from streamtx.broker import codec
+from streamtx.broker.codec import EntryKind, Message, ProducerInfo
+from streamtx.errors import CorruptEntryError
+
+u64 = st.integers(0, (1 << 64) - 1)
+text = st.text(max_size=20)
+messages = st.lists(
+    st.builds(Message, value=st.binary(max_size=64), key=st.none() | text,
+              properties=st.dictionaries(text, text, max_size=3), request_index=st.integers(0, 10_000)),
+    min_size=1, max_size=8,
+)
+
+
+@given(messages, st.none() | st.tuples(u64, u64),
+       st.none() | st.builds(ProducerInfo, name=st.text(min_size=1, max_size=10), epoch=u64, sequence=u64),
+       st.integers(0, 1 << 50))
+def test_batch_round_trip(msgs: list[Message], txn: tuple[int, int] | None,
+                          producer: ProducerInfo | None, publish: int) -> None:
+    data = codec.encode_batch(msgs, publish_time_ms=publish, txn=txn, producer=producer)
+    h = codec.decode_header(data)
+    assert (h.kind, h.txn, h.producer, h.publish_time_ms, h.count) == (
+        EntryKind.BATCH, txn, producer, publish, len(msgs))
+    assert codec.decode_messages(data) == msgs
+
+
+def test_markers_and_producer_entries() -> None:
+    for kind in (EntryKind.COMMIT, EntryKind.ABORT):
+        h = codec.decode_header(codec.encode_marker(kind, (7, 9), publish_time_ms=5))
+        assert (h.kind, h.txn, h.count) == (kind, (7, 9), 0)
+    with pytest.raises(ValueError):
+        codec.encode_marker(EntryKind.BATCH, (1, 1), publish_time_ms=0)
+    p = ProducerInfo("p", 3, 4)
+    h = codec.decode_header(codec.encode_producer(p, publish_time_ms=1))
+    assert (h.kind, h.producer, h.txn) == (EntryKind.PRODUCER, p, None)
+
+
+def test_corrupt_entries_raise() -> None:
+    data = codec.encode_batch([Message(b"hello", "k")], publish_time_ms=1)
+    with pytest.raises(CorruptEntryError):
+        codec.decode_header(b"\x09" + data[1:])
+    with pytest.raises(CorruptEntryError):
+        codec.decode_messages(data[:-2])
+    with pytest.raises(CorruptEntryError):
+        codec.decode_header(b"\x01")
+
+
+def test_message_ids() -> None:
+    assert codec.message_id(1, 2, 0, 1) == "1:2"
+    assert codec.message_id(1, 2, 3, 4) == "1:2:3"
+    assert codec.parse_message_id("1:2") == (1, 2, None)
+    assert codec.parse_message_id("1:2:3") == (1, 2, 3)
+    for bad in ("1", "1:2:3:4", "a:b", "1:2:-1"):
+        with pytest.raises(ValueError):
+            codec.parse_message_id(bad)
+    assert codec.parse_txn("1:2") == (1, 2)
+    with pytest.raises(ValueError):
+        codec.parse_txn(f"{1 << 64}:0")
