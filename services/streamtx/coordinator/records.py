@@ -34,6 +34,7 @@ from typing import NamedTuple
 from streamtx.coordinator.state import EndReason, TxnState
 from streamtx.coordinator.txnid import TxnId
 from streamtx.errors import CorruptEntryError
+from streamtx.ledger.base import Position
 
 version = 1
 T_NEW, T_ADD_PARTITIONS, T_ADD_SUBSCRIPTIONS, T_STATUS, T_RESERVE_IDS = 1, 2, 3, 4, 5
@@ -47,6 +48,14 @@ _u16 = struct.Struct(">H")
 _u64_mask = (1 << 64) - 1
 max_string_bytes = 0xFFFF
 max_items = 0xFFFF
+
+
+class LogRef(NamedTuple):
+    """Where one record lives: its entry and its index in that entry (PIP-160)."""
+
+    position: Position
+    batch_index: int
+    batch_size: int
 
 
 class Subscription(NamedTuple):

@@ -1,0 +1,64 @@
+"""The coordinator's FastAPI app: resources made in the lifespan, routes, readiness."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+from collections.abc import AsyncIterator
+
+from fastapi import FastAPI
+
+from streamtx.coordinator.fanout import Participants
+from streamtx.coordinator.registry import Coordinators
+from streamtx.coordinator.routes import admin, transactions
+from streamtx.coordinator.settings import CoordinatorSettings
+from streamtx.ledger import open_store
+from streamtx.service import ServiceState, create_app
+
+log = logging.getLogger(__name__)
+
+
+def create_coordinator_app(settings: CoordinatorSettings) -> FastAPI:
+    """The TC app; ready (``/readyz``) once every coordinator has replayed its log."""
+    state = ServiceState()
+
+    @contextlib.asynccontextmanager
+    async def lifespan(app: FastAPI) -> AsyncIterator[None]:
+        store = open_store(settings.ledger_url)
+        participants = Participants(
+            settings.broker_url, settings.pendingack_url,
+            backoff_s=settings.fanout_backoff_ms / 1000,
+            max_backoff_s=settings.fanout_max_backoff_ms / 1000,
+            timeout_s=settings.fanout_request_timeout_ms / 1000,
+            prepare_attempts=settings.prepare_attempts,
+            token=settings.admin_token,
+        )
+        coordinators = Coordinators(settings, store, participants)
+        app.state.coordinators = coordinators
+        state.reason = "replaying the transaction logs"
+
+        async def start() -> None:
+            await coordinators.start()
+            state.ready = True
+            log.info("coordinators %s ready", coordinators.ids)
+
+        # Recovery runs in the background so /healthz answers during a long replay.
+        starting = asyncio.create_task(start(), name="tc-start")
+        try:
+            yield
+        finally:
+            state.ready, state.reason = False, "shutting down"
+            starting.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await starting
+            await coordinators.close()
+            await participants.aclose()
+            await store.close()
+
+    app = create_app(
+        title="streamtx transaction coordinator", settings=settings, lifespan=lifespan, state=state
+    )
+    app.include_router(transactions.router)
+    app.include_router(admin.router)
+    return app

@@ -1,0 +1,152 @@
+"""The transaction log of one coordinator: ledger, cursor and buffered writer.
+
+* Ledger ``txnlog/<cluster>/<coordinator_id>`` holds the records of
+  :mod:`streamtx.coordinator.records`, written through the PIP-160
+  :class:`~streamtx.batching.BufferedWriter`: batched entries (magic ``0x0e01``)
+  when batching is on, one record per entry when it is off, both kinds mixed
+  in one ledger after a switch.
+* Cursor ``tc`` over it records what is deleted: a finished transaction's
+  records are deleted one by one at batch-index level, an entry is deleted
+  when all its records are, and the ledger is trimmed up to the cursor's
+  mark-delete position.
+* :meth:`TransactionLog.replay` reads every live record back, in log order,
+  skipping deleted entries and deleted records inside partly deleted ones.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import AsyncIterator, Iterable, Sequence
+
+from streamtx.batching import BufferedWriter
+from streamtx.batching.codec import decode_entry
+from streamtx.batching.metrics import BatchedLogMetrics
+from streamtx.batching.settings import BatchingSettings
+from streamtx.coordinator import records
+from streamtx.coordinator.records import LogRef, Record
+from streamtx.cursor import Cursor
+from streamtx.ledger import Ledger, LedgerStore, Position, SegmentStats
+
+cursor_name = "tc"
+_read_entries = 256  # entries per ledger read during replay
+
+
+def ledger_name(cluster: str, coordinator_id: int) -> str:
+    """The name of a coordinator's transaction-log ledger."""
+    return f"txnlog/{cluster}/{coordinator_id}"
+
+
+class TransactionLog:
+    """Appends, replays and deletes the records of one coordinator; open with :meth:`open`."""
+
+    def __init__(self, ledger: Ledger, cursor: Cursor, writer: BufferedWriter[Record]) -> None:
+        self._ledger = ledger
+        self._cursor = cursor
+        self._writer = writer
+
+    @classmethod
+    async def open(
+        cls,
+        store: LedgerStore,
+        *,
+        cluster: str,
+        coordinator_id: int,
+        batching: BatchingSettings,
+        metrics: BatchedLogMetrics | None = None,
+    ) -> TransactionLog:
+        """Open the ledger as its one writer (fencing any earlier one) and its cursor."""
+        ledger = await store.open(ledger_name(cluster, coordinator_id), writer=True)
+        try:
+            cursor = await Cursor.open(store, ledger, cursor_name)
+        except BaseException:
+            await ledger.close()
+            raise
+        writer: BufferedWriter[Record] = BufferedWriter(
+            ledger, records.encode, metrics=metrics, **batching.writer_kwargs()
+        )
+        return cls(ledger, cursor, writer)
+
+    @property
+    def name(self) -> str:
+        return self._ledger.name
+
+    # --- writing -----------------------------------------------------------------
+
+    async def append(self, record: Record) -> LogRef:
+        """Append one record; return where it lives once it is durable."""
+        result = await self._writer.write(record)
+        return LogRef(result.position, result.batch_index, result.batch_size)
+
+    @property
+    def batching_enabled(self) -> bool:
+        return self._writer.enabled
+
+    def set_batching(self, enabled: bool) -> None:
+        """Switch batched writes at run time; records in flight are neither lost nor reordered."""
+        self._writer.set_enabled(enabled)
+
+    # --- reading -----------------------------------------------------------------
+
+    async def replay(self) -> AsyncIterator[list[tuple[LogRef, Record]]]:
+        """Every live record in log order, a chunk of entries at a time."""
+        cursor = self._cursor
+        start: Position | None = cursor.first_undeleted()
+        while True:
+            entries = await self._ledger.read(start, _read_entries)
+            if not entries:
+                return
+            chunk: list[tuple[LogRef, Record]] = []
+            for entry in entries:
+                position = entry.position
+                if cursor.is_deleted(position):
+                    continue
+                raws = decode_entry(entry.data)
+                size = len(raws)
+                deleted = cursor.deleted_batch_indexes(position) if size > 1 else None
+                for index, raw in enumerate(raws):
+                    if deleted is not None and deleted >> index & 1:
+                        continue
+                    chunk.append((LogRef(position, index, size), records.decode(raw)))
+            yield chunk
+            last = entries[-1].position
+            start = Position(last.ledger_id, last.entry_id + 1)
+
+    # --- deleting ----------------------------------------------------------------
+
+    async def delete(self, refs: Iterable[LogRef]) -> None:
+        """Delete these records (at batch-index level); return once the cursor is durable."""
+        whole: list[Position] = []
+        calls = []
+        for ref in refs:
+            if ref.batch_size <= 1:
+                whole.append(ref.position)
+            else:
+                calls.append(self._cursor.delete_batch_index(ref.position, ref.batch_index, ref.batch_size))
+        if whole:
+            calls.append(self._cursor.delete(whole))
+        # All changes apply to the cursor's memory before its first snapshot is
+        # encoded, so one snapshot usually carries the whole deletion.
+        await asyncio.gather(*calls)
+
+    async def trim(self) -> None:
+        """Drop the entries every record of which is deleted, up to the first live one."""
+        await self._cursor.trim_ledger()
+
+    # --- stats and closing ----------------------------------------------------------
+
+    def stats(self) -> Sequence[SegmentStats]:
+        return self._ledger.stats()
+
+    @property
+    def cursor(self) -> Cursor:
+        return self._cursor
+
+    async def close(self) -> None:
+        """Fail what is still buffered, then close cursor and ledger."""
+        try:
+            await self._writer.close()
+        finally:
+            try:
+                await self._cursor.close()
+            finally:
+                await self._ledger.close()

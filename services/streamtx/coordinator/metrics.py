@@ -1,0 +1,91 @@
+"""The coordinator's domain metrics (Pulsar's transaction metric names).
+
+Per coordinator, labels ``cluster`` and ``coordinator_id``:
+
+* ``pulsar_txn_created_total``, ``pulsar_txn_committed_total``,
+  ``pulsar_txn_aborted_total`` (aborted by a client or a conflict),
+  ``pulsar_txn_timeout_total`` (aborted by timeout), ``pulsar_txn_append_log_total``
+  (transaction-log records appended) — counters;
+* ``pulsar_txn_active_count`` — transactions not yet finished (a gauge read at scrape);
+* ``pulsar_txn_execution_latency_seconds`` — open to final state, per outcome.
+
+The PIP-160 batched-log metrics come from :mod:`streamtx.batching.metrics`.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+
+from prometheus_client import REGISTRY, CollectorRegistry, Counter, Gauge, Histogram
+
+# Pulsar's execution-latency buckets, in seconds (10 ms .. 5 min and beyond).
+latency_buckets = (0.01, 0.02, 0.05, 0.1, 0.5, 1.0, 5.0, 15.0, 30.0, 60.0, 300.0, 1500.0, 3000.0)
+_labels = ("cluster", "coordinator_id")
+
+
+@dataclass(frozen=True)
+class _Families:
+    created: Counter
+    committed: Counter
+    aborted: Counter
+    timed_out: Counter
+    appends: Counter
+    active: Gauge
+    latency: Histogram
+
+
+# One set of families per registry: several coordinators (and, in tests, several
+# apps) in one process share them and differ by labels.
+_families: dict[int, _Families] = {}
+
+
+def _families_of(registry: CollectorRegistry) -> _Families:
+    fam = _families.get(id(registry))
+    if fam is None:
+        fam = _families[id(registry)] = _Families(
+            created=Counter("pulsar_txn_created", "Transactions created", _labels, registry=registry),
+            committed=Counter("pulsar_txn_committed", "Transactions committed", _labels, registry=registry),
+            aborted=Counter(
+                "pulsar_txn_aborted", "Transactions aborted by a client or a conflict", _labels,
+                registry=registry,
+            ),
+            timed_out=Counter(
+                "pulsar_txn_timeout", "Transactions aborted by timeout", _labels, registry=registry
+            ),
+            appends=Counter(
+                "pulsar_txn_append_log", "Transaction-log records appended", _labels, registry=registry
+            ),
+            active=Gauge(
+                "pulsar_txn_active_count", "Transactions not yet finished", _labels, registry=registry,
+                multiprocess_mode="livesum",
+            ),
+            latency=Histogram(
+                "pulsar_txn_execution_latency_seconds", "Time from open to final state",
+                (*_labels, "outcome"), buckets=latency_buckets, registry=registry,
+            ),
+        )
+    return fam
+
+
+class CoordinatorMetrics:
+    """The metric children of one coordinator (labels bound once, so updates are cheap)."""
+
+    def __init__(self, cluster: str, coordinator_id: int, registry: CollectorRegistry = REGISTRY) -> None:
+        fam = _families_of(registry)
+        labels = (cluster, str(coordinator_id))
+        self.created = fam.created.labels(*labels)
+        self.committed = fam.committed.labels(*labels)
+        self.aborted = fam.aborted.labels(*labels)
+        self.timed_out = fam.timed_out.labels(*labels)
+        self.appends = fam.appends.labels(*labels)
+        self._active = fam.active.labels(*labels)
+        self._latency = fam.latency
+        self._labels = labels
+
+    def track_active(self, count: Callable[[], int]) -> None:
+        """Read the active-transaction gauge from ``count`` at every scrape."""
+        self._active.set_function(count)
+
+    def observe_latency(self, outcome: str, seconds: float) -> None:
+        self._latency.labels(*self._labels, outcome).observe(seconds)

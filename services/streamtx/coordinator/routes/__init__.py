@@ -1,0 +1,1 @@
+"""HTTP routes of the coordinator: the transaction API and the admin v3 API."""

@@ -1,0 +1,135 @@
+"""The transaction API (API.md, "Transaction coordinator")."""
+
+from __future__ import annotations
+
+from typing import Annotated
+
+from fastapi import APIRouter, Body
+from pydantic import BaseModel, Field, StringConstraints
+
+from streamtx.coordinator.deps import CoordinatorsDep, SettingsDep, TxnPath
+from streamtx.coordinator.records import Subscription
+from streamtx.coordinator.state import Action
+from streamtx.coordinator.store import TxnMeta
+from streamtx.errors import MalformedError
+
+router = APIRouter(prefix="/v1/transactions", tags=["transactions"])
+
+# persistent://tenant/namespace/topic (a partition is topic-partition-N).
+TopicName = Annotated[
+    str, StringConstraints(pattern=r"^persistent://[^/\s]+/[^/\s]+/[^/\s]+$", max_length=1024)
+]
+SubscriptionName = Annotated[str, StringConstraints(min_length=1, max_length=1024)]
+_max_items = 1000  # per request
+
+
+class TxnCreate(BaseModel):
+    """Request of POST /v1/transactions; no timeout means the configured default."""
+
+    timeout_ms: int | None = Field(None, ge=1, description="abort the transaction this long after opening")
+
+
+class TxnCreated(BaseModel):
+    """Response of POST /v1/transactions."""
+
+    txn_id: str
+
+
+class PartitionsAdd(BaseModel):
+    """Partitions to register before producing to them in the transaction."""
+
+    partitions: list[TopicName] = Field(min_length=1, max_length=_max_items)
+
+
+class SubscriptionRef(BaseModel):
+    """A subscription on a topic (or partition)."""
+
+    topic: TopicName
+    subscription: SubscriptionName
+
+
+class SubscriptionsAdd(BaseModel):
+    """Subscriptions to register before acknowledging on them in the transaction."""
+
+    subscriptions: list[SubscriptionRef] = Field(min_length=1, max_length=_max_items)
+
+
+class TxnPublic(BaseModel):
+    """A transaction as clients see it; times are wall-clock ms since the epoch."""
+
+    txn_id: str
+    state: str
+    partitions: list[str]
+    subscriptions: list[SubscriptionRef]
+    opened_at: int
+    timeout_at: int
+    timeout_ms: int
+
+
+class TxnEnded(BaseModel):
+    """Response of commit and abort: the final state."""
+
+    txn_id: str
+    state: str
+
+
+def public(meta: TxnMeta) -> TxnPublic:
+    return TxnPublic(
+        txn_id=str(meta.txn),
+        state=meta.state.name,
+        partitions=list(meta.partitions),
+        subscriptions=[SubscriptionRef(topic=s.topic, subscription=s.subscription) for s in meta.subscriptions],
+        opened_at=meta.opened_at_ms,
+        timeout_at=meta.timeout_at_ms,
+        timeout_ms=meta.timeout_ms,
+    )
+
+
+@router.post("", response_model=TxnCreated)
+async def create_transaction(
+    coordinators: CoordinatorsDep, settings: SettingsDep, body: Annotated[TxnCreate | None, Body()] = None
+) -> TxnCreated:
+    """Open a transaction (durable when answered)."""
+    timeout_ms = settings.default_timeout_ms if body is None or body.timeout_ms is None else body.timeout_ms
+    if timeout_ms > settings.max_timeout_ms:
+        raise MalformedError(f"timeout_ms {timeout_ms} exceeds the maximum {settings.max_timeout_ms}")
+    meta = await coordinators.pick().create(timeout_ms)
+    return TxnCreated(txn_id=str(meta.txn))
+
+
+@router.get("/{txn}", response_model=TxnPublic)
+async def get_transaction(coordinators: CoordinatorsDep, txn: TxnPath) -> TxnPublic:
+    """A transaction's state and participants."""
+    return public(coordinators.owner(txn).get(txn))
+
+
+@router.post("/{txn}/partitions", response_model=TxnPublic)
+async def add_partitions(coordinators: CoordinatorsDep, txn: TxnPath, body: PartitionsAdd) -> TxnPublic:
+    """Register partitions with the transaction (idempotent); 409 unless it is open."""
+    meta = await coordinators.owner(txn).add_partitions(txn, body.partitions)
+    return public(meta)
+
+
+@router.post("/{txn}/subscriptions", response_model=TxnPublic)
+async def add_subscriptions(
+    coordinators: CoordinatorsDep, txn: TxnPath, body: SubscriptionsAdd
+) -> TxnPublic:
+    """Register subscriptions with the transaction (idempotent); 409 unless it is open."""
+    subs = [Subscription(s.topic, s.subscription) for s in body.subscriptions]
+    meta = await coordinators.owner(txn).add_subscriptions(txn, subs)
+    return public(meta)
+
+
+@router.post("/{txn}/commit", response_model=TxnEnded)
+async def commit(coordinators: CoordinatorsDep, txn: TxnPath) -> TxnEnded:
+    """Commit; answers once every participant committed. 409 when aborting/aborted/timed out
+    or when a subscription reports an overlapping commit (the transaction is then aborted)."""
+    state = await coordinators.owner(txn).end(txn, Action.COMMIT)
+    return TxnEnded(txn_id=str(txn), state=state.name)
+
+
+@router.post("/{txn}/abort", response_model=TxnEnded)
+async def abort(coordinators: CoordinatorsDep, txn: TxnPath) -> TxnEnded:
+    """Abort; answers once every participant aborted. 409 when committing or committed."""
+    state = await coordinators.owner(txn).end(txn, Action.ABORT)
+    return TxnEnded(txn_id=str(txn), state=state.name)

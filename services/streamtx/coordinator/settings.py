@@ -1,0 +1,86 @@
+"""Settings of the transaction coordinator (``STREAMTX_*`` environment variables).
+
+Nested batching settings use ``__``: ``STREAMTX_BATCHING__ENABLED=false``,
+``STREAMTX_BATCHING__MAX_RECORDS=512``. Coordinator ids are a JSON list or a
+comma-separated list: ``STREAMTX_COORDINATOR_IDS=0,1,2``.
+"""
+
+from __future__ import annotations
+
+from typing import Annotated, Any
+
+from pydantic import Field, field_validator, model_validator
+from pydantic_settings import NoDecode, SettingsConfigDict
+
+from streamtx.batching.settings import BatchingSettings
+from streamtx.coordinator.txnid import max_coordinator_id
+from streamtx.service import ServiceSettings
+
+
+class CoordinatorSettings(ServiceSettings):
+    """Everything the TC is configured with, validated at start-up."""
+
+    model_config = SettingsConfigDict(env_prefix="STREAMTX_", env_nested_delimiter="__", extra="ignore")
+
+    port: int = Field(8081, ge=0, le=65535)
+    coordinator_ids: Annotated[list[int], NoDecode] = Field(
+        default_factory=lambda: [0], description="coordinator ids this process owns (0..65535)"
+    )
+    # PIP-160 transactionLogBatchedWrite*: validated like Pulsar's (max_records >= 10, ...).
+    batching: BatchingSettings = Field(default_factory=BatchingSettings)
+    default_timeout_ms: int = Field(60_000, ge=1, description="timeout of a transaction that names none")
+    max_timeout_ms: int = Field(3_600_000, ge=1, description="a longer requested timeout is a 400")
+    timeout_check_interval_ms: int = Field(
+        1000, ge=1, description="longest sleep of the timeout task (it also wakes at the next deadline)"
+    )
+    housekeeping_interval_ms: int = Field(
+        1000, ge=1, description="how often finished transactions' records are deleted and the log trimmed"
+    )
+    finished_retention_ms: int = Field(
+        60_000, ge=0,
+        description="a finished transaction stays queryable this long, then its log records are deleted",
+    )
+    id_block_size: int = Field(
+        10_000, ge=1, description="transaction ids reserved per RESERVE_IDS record (ids never reused)"
+    )
+    fanout_backoff_ms: int = Field(50, ge=1, description="first delay between end retries to a participant")
+    fanout_max_backoff_ms: int = Field(5_000, ge=1, description="longest delay between end retries")
+    fanout_request_timeout_ms: int = Field(
+        40_000, ge=1, description="HTTP timeout of one participant call (the pending-ack store may take 30 s)"
+    )
+    prepare_attempts: int = Field(
+        5, ge=1, description="tries of a subscription prepare before a commit answers 503 (txn stays open)"
+    )
+    max_concurrent_timeouts: int = Field(256, ge=1, description="timeout aborts running at once")
+
+    @field_validator("coordinator_ids", mode="before")
+    @classmethod
+    def _parse_ids(cls, value: Any) -> Any:
+        if isinstance(value, str):
+            text = value.strip()
+            if text.startswith("["):
+                text = text[1:-1]
+            return [int(part) for part in text.split(",") if part.strip()]
+        return value
+
+    @field_validator("coordinator_ids")
+    @classmethod
+    def _check_ids(cls, ids: list[int]) -> list[int]:
+        if not ids:
+            raise ValueError("at least one coordinator id is needed")
+        if len(set(ids)) != len(ids):
+            raise ValueError(f"coordinator ids repeat: {ids}")
+        bad = [i for i in ids if not 0 <= i <= max_coordinator_id]
+        if bad:
+            raise ValueError(f"coordinator ids must be in 0..{max_coordinator_id}: {bad}")
+        return ids
+
+    @model_validator(mode="after")
+    def _check_bounds(self) -> CoordinatorSettings:
+        if self.default_timeout_ms > self.max_timeout_ms:
+            raise ValueError(
+                f"default_timeout_ms {self.default_timeout_ms} exceeds max_timeout_ms {self.max_timeout_ms}"
+            )
+        if self.fanout_backoff_ms > self.fanout_max_backoff_ms:
+            raise ValueError("fanout_backoff_ms exceeds fanout_max_backoff_ms")
+        return self

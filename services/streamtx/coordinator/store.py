@@ -1,0 +1,156 @@
+"""The transaction table of one coordinator, rebuilt from its log.
+
+:class:`TxnTable` applies log records, in log order, to in-memory transaction
+metadata. Replay and the live path use the same :meth:`TxnTable.apply`: the
+coordinator appends a record first and applies it once it is durable, so what
+a restart rebuilds is exactly what was served.
+
+It also keeps what deletion needs: each transaction's record positions
+(``refs``), finished transactions in the order they finished, and records that
+belong to nothing any more (``garbage``: leftovers of a deletion a crash cut
+short, superseded id reservations).
+
+This module does no I/O.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections import deque
+from dataclasses import dataclass, field
+
+from streamtx.coordinator.records import (
+    AddPartitions,
+    AddSubscriptions,
+    LogRef,
+    NewTxn,
+    Record,
+    ReserveIds,
+    StatusChange,
+    Subscription,
+)
+from streamtx.coordinator.state import EndReason, TxnState, is_transition_valid
+from streamtx.coordinator.txnid import TxnId
+
+log = logging.getLogger(__name__)
+
+
+@dataclass(slots=True, eq=False)
+class TxnMeta:
+    """One transaction's metadata, plus the live coordinator's bookkeeping."""
+
+    txn: TxnId
+    timeout_ms: int
+    opened_at_ms: int
+    state: TxnState = TxnState.OPEN
+    reason: EndReason = EndReason.CLIENT
+    ended_at_ms: int = 0  # when the final state was logged (0 while not final)
+    # Insertion-ordered sets; the value says whether the ADD record is durable
+    # (False: its append failed, so a repeat must log it again).
+    partitions: dict[str, bool] = field(default_factory=dict)
+    subscriptions: dict[Subscription, bool] = field(default_factory=dict)
+    refs: list[LogRef] = field(default_factory=list)
+    # Live only: an ending state whose append failed (it may be durable, so the
+    # decision is fixed until a restart reads the log), the lock that orders
+    # changes to this transaction, and the end in progress.
+    pending: TxnState | None = None
+    lock: asyncio.Lock | None = None
+    done: asyncio.Future[TxnState] | None = None
+
+    @property
+    def timeout_at_ms(self) -> int:
+        return self.opened_at_ms + self.timeout_ms
+
+    def get_lock(self) -> asyncio.Lock:
+        if self.lock is None:
+            self.lock = asyncio.Lock()
+        return self.lock
+
+
+class TxnTable:
+    """Transactions of one coordinator, id counter and reservations, from log records."""
+
+    def __init__(self, coordinator_id: int) -> None:
+        self.coordinator_id = coordinator_id
+        self.txns: dict[TxnId, TxnMeta] = {}
+        self.max_counter = -1  # highest counter seen in any transaction record
+        self.reserved = 0  # counters below this may have been handed out
+        self.reserve_ref: LogRef | None = None  # the live reservation record
+        self.garbage: list[LogRef] = []
+        self.finished: deque[TxnMeta] = deque()
+        self.active = 0  # transactions not in a final state
+        self.records = 0  # records applied
+
+    @property
+    def next_counter(self) -> int:
+        """The lowest counter that was certainly never handed out."""
+        return max(self.reserved, self.max_counter + 1)
+
+    def get(self, txn: TxnId) -> TxnMeta | None:
+        return self.txns.get(txn)
+
+    def apply(self, ref: LogRef, record: Record) -> TxnMeta | None:
+        """Apply one durable record; the transaction it touched, if it is known."""
+        self.records += 1
+        if isinstance(record, ReserveIds):
+            self._reserve(ref, record.next_counter)
+            return None
+        txn = record.txn
+        if txn.coordinator_id == self.coordinator_id and txn.counter > self.max_counter:
+            self.max_counter = txn.counter
+        meta = self.txns.get(txn)
+        if isinstance(record, NewTxn):
+            if meta is None:
+                meta = self.txns[txn] = TxnMeta(txn, record.timeout_ms, record.opened_at_ms)
+                self.active += 1
+            meta.refs.append(ref)  # a duplicate NEW is kept only to be deleted with the rest
+            return meta
+        if meta is None:
+            # Records of a transaction whose NEW is gone: a deletion was cut
+            # short by a crash (NEW is logged before anything else of a txn).
+            self.garbage.append(ref)
+            return None
+        meta.refs.append(ref)
+        if isinstance(record, AddPartitions):
+            for p in record.partitions:
+                meta.partitions[p] = True
+        elif isinstance(record, AddSubscriptions):
+            for s in record.subscriptions:
+                meta.subscriptions[s] = True
+        else:
+            self._status(meta, record)
+        return meta
+
+    def _status(self, meta: TxnMeta, record: StatusChange) -> None:
+        new = record.state
+        if new is meta.state:
+            return  # a repeat (a retried append of the same decision)
+        if not is_transition_valid(meta.state, new):
+            # The first decision logged wins; a later contrary one can only come
+            # from an append whose failure the writer did not see succeed.
+            log.warning("%s: ignoring %s logged after %s", meta.txn, new.name, meta.state.name)
+            return
+        meta.state = new
+        meta.pending = None
+        if new.is_ending:
+            meta.reason = record.reason
+        if new.is_final:
+            meta.ended_at_ms = record.at_ms
+            self.active -= 1
+            self.finished.append(meta)
+
+    def _reserve(self, ref: LogRef, next_counter: int) -> None:
+        if next_counter > self.reserved:
+            if self.reserve_ref is not None:
+                self.garbage.append(self.reserve_ref)  # superseded by a durable, higher one
+            self.reserved, self.reserve_ref = next_counter, ref
+        else:
+            self.garbage.append(ref)
+
+    def forget(self, meta: TxnMeta) -> None:
+        """Drop a finished transaction whose records are being deleted."""
+        self.txns.pop(meta.txn, None)
+
+    def unfinished(self) -> list[TxnMeta]:
+        return [m for m in self.txns.values() if not m.state.is_final]
