@@ -1,0 +1,82 @@
+"""The ``streamtx`` command: ``streamtx demo reshard`` and ``streamtx verify``.
+
+``streamtx demo reshard`` runs seed 003's resharding task exactly once against a
+suite it starts itself (see ``streamtx.demo``); ``streamtx verify`` checks a run
+(the destination topic against the generator's and the workers' histories) and
+exits non-zero on any anomaly.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+from pathlib import Path
+
+
+def _demo(args: argparse.Namespace) -> int:
+    from streamtx.demo.supervisor import Options, run_demo
+
+    return run_demo(Options(
+        duration_s=args.duration, rate=args.rate, workers=args.workers,
+        commit_interval_ms=args.commit_interval_ms, txn_timeout_ms=args.txn_timeout_ms,
+        chaos=args.chaos, kill_every_s=args.kill_every, zombie=args.zombie, run_dir=args.run_dir,
+        keep=args.keep, seed=args.seed, quiet=args.quiet,
+    ))
+
+
+def _verify(args: argparse.Namespace) -> int:
+    from streamtx.demo.rest import Rest
+    from streamtx.demo.verify import verify
+
+    async def go() -> bool:
+        if args.url:
+            rest = await Rest.discover(args.url)
+        else:
+            urls = json.loads((args.run_dir / "services.json").read_text())
+            rest = Rest(urls["coordinator"], urls["broker"])
+        try:
+            report = await verify(rest, args.run_dir)
+        finally:
+            await rest.aclose()
+        print(report.render())
+        return report.ok
+
+    return 0 if asyncio.run(go()) else 1
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="streamtx", description=__doc__,
+                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    commands = parser.add_subparsers(dest="command", required=True)
+    demo = commands.add_parser("demo", help="demos")
+    demos = demo.add_subparsers(dest="demo", required=True)
+    r = demos.add_parser("reshard", help="exactly-once resharding of search logs (seed 003)")
+    r.add_argument("--duration", type=float, default=30.0, help="seconds the generator writes (30)")
+    r.add_argument("--rate", type=float, default=10_000.0, help="records per second (10000, 2 MB/s)")
+    r.add_argument("--workers", type=int, default=2, help="resharding worker processes (2)")
+    r.add_argument("--commit-interval-ms", type=int, default=500, help="one transaction per interval (500)")
+    r.add_argument("--txn-timeout-ms", type=int, default=5_000, help="workers' transaction timeout (5000)")
+    r.add_argument("--chaos", action="store_true", help="kill -9 and restart a random process repeatedly")
+    r.add_argument("--kill-every", type=float, default=5.0, help="seconds between chaos kills (5)")
+    r.add_argument("--zombie", action="store_true",
+                   help="SIGSTOP a worker past its txn timeout, then SIGCONT")
+    r.add_argument("--run-dir", type=Path, default=None, help="keep ledgers and histories here (temp dir)")
+    r.add_argument("--keep", action="store_true", help="leave the suite running for `streamtx verify`")
+    r.add_argument("--seed", type=int, default=1)
+    r.add_argument("--quiet", action="store_true", help="no progress bar")
+    r.set_defaults(func=_demo)
+    v = commands.add_parser("verify", help="check a run: lost, duplicate, aborted, reordered records")
+    v.add_argument("--run-dir", type=Path, required=True, help="the run directory the demo printed")
+    v.add_argument("--url", default=None, help="any service of the suite (default: from the run dir)")
+    v.set_defaults(func=_verify)
+    return parser
+
+
+def main(argv: list[str] | None = None) -> None:
+    args = build_parser().parse_args(argv)
+    raise SystemExit(args.func(args))
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,90 @@
+"""Child processes of the demo: the services and the workers, with kill -9 and restart."""
+
+from __future__ import annotations
+
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import httpx
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+class Child:
+    """One ``python -m <module> [args]`` process; its output goes to ``log_path``."""
+
+    def __init__(self, name: str, module: str, args: list[str], env: dict[str, str], log_path: Path,
+                 ready_url: str | None = None) -> None:
+        self.name, self.module, self.args, self.env = name, module, args, env
+        self.log_path = log_path
+        self.ready_url = ready_url
+        self.proc: subprocess.Popen[bytes] | None = None
+        self.starts = 0
+
+    def start(self, timeout_s: float = 60.0) -> Child:
+        log = self.log_path.open("ab")
+        self.proc = subprocess.Popen([sys.executable, "-m", self.module, *self.args],
+                                     env={**os.environ, **self.env}, stdout=log, stderr=log,
+                                     start_new_session=True)
+        log.close()
+        self.starts += 1
+        if self.ready_url:
+            self.wait_ready(timeout_s)
+        return self
+
+    def wait_ready(self, timeout_s: float) -> None:
+        deadline = time.monotonic() + timeout_s
+        while time.monotonic() < deadline:
+            if not self.alive():
+                raise RuntimeError(f"{self.name} exited ({self.returncode()}); log:\n{self.log_tail()}")
+            try:
+                if httpx.get(f"{self.ready_url}/readyz", timeout=1.0).status_code == 200:
+                    return
+            except httpx.HTTPError:
+                pass
+            time.sleep(0.1)
+        raise TimeoutError(f"{self.name} not ready after {timeout_s}s; log:\n{self.log_tail()}")
+
+    def alive(self) -> bool:
+        return self.proc is not None and self.proc.poll() is None
+
+    def returncode(self) -> int | None:
+        return None if self.proc is None else self.proc.poll()
+
+    def signal(self, sig: signal.Signals) -> None:
+        if self.alive():
+            assert self.proc is not None
+            self.proc.send_signal(sig)
+
+    def kill9(self) -> None:
+        """Crash it: SIGKILL, no chance to flush or close anything."""
+        if self.alive():
+            assert self.proc is not None
+            self.proc.send_signal(signal.SIGKILL)
+            self.proc.wait()
+
+    def stop(self, timeout_s: float = 15.0) -> None:
+        if not self.alive():
+            return
+        assert self.proc is not None
+        self.proc.send_signal(signal.SIGCONT)
+        self.proc.send_signal(signal.SIGTERM)
+        try:
+            self.proc.wait(timeout_s)
+        except subprocess.TimeoutExpired:
+            self.kill9()
+
+    def log_tail(self, lines: int = 30) -> str:
+        try:
+            return "\n".join(self.log_path.read_text(errors="replace").splitlines()[-lines:])
+        except OSError:
+            return "(no log)"

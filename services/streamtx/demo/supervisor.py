@@ -1,0 +1,298 @@
+"""``streamtx demo reshard``: run the suite, the workload, the chaos; measure; check.
+
+It starts the services (file ledgers in a temporary run directory), creates the
+topics, starts the workers and the generator as processes, follows the
+destination with a probe subscription to measure end-to-end latency, and (with
+``--chaos``) kill -9s and restarts a random process every ``--kill-every``
+seconds; ``--zombie`` pauses a worker (SIGSTOP) past its transaction timeout
+and resumes it. When the generator is done and the job has caught up, it stops
+the workers, runs the checker and prints the table and the summary line.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+import random
+import shutil
+import signal
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+import uuid
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from tqdm import tqdm
+
+from streamtx.demo.checker import Report
+from streamtx.demo.layout import RunConfig
+from streamtx.demo.procs import Child, free_port
+from streamtx.demo.records import decode
+from streamtx.demo.rest import Rest
+from streamtx.demo.stats import DemoResult, render_table, summary_line
+from streamtx.demo.verify import load_workers, load_written, verify
+from streamtx.errors import StreamtxError
+
+services = ("broker", "pendingack", "coordinator")  # start order: participants first
+
+
+@dataclass
+class Options:
+    duration_s: float = 30.0
+    rate: float = 10_000.0
+    workers: int = 2
+    commit_interval_ms: int = 500
+    txn_timeout_ms: int = 5_000
+    chaos: bool = False
+    kill_every_s: float = 5.0
+    zombie: bool = False
+    run_dir: Path | None = None
+    keep: bool = False
+    drain_timeout_s: float = 120.0
+    seed: int = 1
+    ack_timeout_ms: int = 5_000
+    quiet: bool = False
+
+
+@dataclass
+class Probe:
+    """Follows the destination: end-to-end latency and what became visible."""
+
+    e2e_ms: list[float] = field(default_factory=list)
+    seen: set[tuple[int, int]] = field(default_factory=set)
+    stopping: bool = False
+
+
+@dataclass
+class GeneratorStatus:
+    written: int = 0
+    bytes: int = 0
+    done: bool = False
+
+
+class Demo:
+    def __init__(self, opts: Options) -> None:
+        self.opts = opts
+        self.rng = random.Random(opts.seed)
+        self.run_dir = opts.run_dir or Path(tempfile.mkdtemp(prefix="streamtx-demo-"))
+        self.run_dir.mkdir(parents=True, exist_ok=True)
+        (self.run_dir / "logs").mkdir(exist_ok=True)
+        self.cfg = RunConfig.new(uuid.uuid4().hex[:6])
+        self.cfg.save(self.run_dir)
+        self.urls = {name: f"http://127.0.0.1:{free_port()}" for name in services}
+        env = {
+            "STREAMTX_LEDGER_URL": f"file://{self.run_dir / 'ledgers'}",
+            "STREAMTX_CLUSTER": "demo",
+            "STREAMTX_ACK_TIMEOUT_MS": str(opts.ack_timeout_ms),
+            "STREAMTX_TIMEOUT_CHECK_INTERVAL_MS": "200",
+            **{f"STREAMTX_{n.upper()}_URL": u for n, u in self.urls.items()},
+        }
+        self.services = {
+            n: Child(n, f"streamtx.{n}", [], {**env, "STREAMTX_HOST": "127.0.0.1",
+                                               "STREAMTX_PORT": self.urls[n].rsplit(":", 1)[1]},
+                     self.run_dir / "logs" / f"{n}.log", ready_url=self.urls[n])
+            for n in services
+        }
+        self.workers = [
+            Child(f"worker-{i}", "streamtx.demo.worker", [
+                "--run-dir", str(self.run_dir), "--coordinator", self.urls["coordinator"],
+                "--broker", self.urls["broker"], "--index", str(i), "--workers", str(opts.workers),
+                "--commit-interval-ms", str(opts.commit_interval_ms),
+                "--txn-timeout-ms", str(opts.txn_timeout_ms),
+            ], {}, self.run_dir / "logs" / f"worker-{i}.log")
+            for i in range(opts.workers)
+        ]
+        self.kills: list[str] = []
+        self.zombies = 0
+        self.probe = Probe()
+        self.gen = GeneratorStatus()
+        self.lock = asyncio.Lock()  # one chaos action at a time
+        (self.run_dir / "services.json").write_text(json.dumps(self.urls))
+
+    def say(self, text: str) -> None:
+        if not self.opts.quiet:
+            tqdm.write(text)
+
+    # -- set-up ---------------------------------------------------------------------
+    async def setup(self, rest: Rest) -> None:
+        for child in self.services.values():
+            await asyncio.to_thread(child.start)
+        cfg = self.cfg
+        await rest.create_topic(cfg.source_topic, cfg.source_partitions)
+        await rest.create_topic(cfg.dest_topic, cfg.dest_partitions)
+        await rest.create_topic(cfg.progress_topic, cfg.source_partitions)
+        await rest.subscribe(cfg.dest_topic, "e2e-probe", "earliest")
+        for w in self.workers:
+            w.start()
+
+    # -- background tasks -----------------------------------------------------------
+    async def follow(self, rest: Rest) -> None:
+        while not self.probe.stopping:
+            try:
+                msgs = await rest.fetch(self.cfg.dest_topic, "e2e-probe", "probe", 1000, 200)
+            except StreamtxError:
+                await asyncio.sleep(0.2)
+                continue
+            now_ms = time.time() * 1000
+            for m in msgs:
+                rec = decode(m.value)
+                if (rec.src_partition, rec.seq) not in self.probe.seen:
+                    self.probe.seen.add((rec.src_partition, rec.seq))
+                    self.probe.e2e_ms.append(now_ms - rec.sent_at_ms)
+            if msgs:
+                with contextlib.suppress(StreamtxError):
+                    await rest.ack(self.cfg.dest_topic, "e2e-probe", [m.message_id for m in msgs])
+
+    async def babysit(self) -> None:
+        """Restart a worker that exited by itself (it does when it cannot learn an outcome)."""
+        while not self.probe.stopping:
+            async with self.lock:
+                for w in self.workers:
+                    if w.proc is not None and not w.alive():
+                        self.say(f"demo: {w.name} exited with {w.returncode()}; restarting")
+                        w.start()
+            await asyncio.sleep(0.5)
+
+    async def chaos(self) -> None:
+        targets = [*self.services, *(w.name for w in self.workers)]
+        while not self.gen.done:
+            await asyncio.sleep(self.opts.kill_every_s)
+            if self.gen.done:
+                break
+            name = self.rng.choice(targets)
+            async with self.lock:
+                child = self.services.get(name) or next(w for w in self.workers if w.name == name)
+                child.kill9()
+                self.kills.append(name)
+                self.say(f"demo: kill -9 {name} (kill {len(self.kills)})")
+                await asyncio.to_thread(child.start)
+
+    async def zombie(self) -> None:
+        pause_s = self.opts.txn_timeout_ms / 1000 + 2.0
+        every_s = max(3 * self.opts.kill_every_s, pause_s + 3)
+        while not self.gen.done:
+            await asyncio.sleep(every_s)
+            if self.gen.done:
+                break
+            async with self.lock:
+                w = self.rng.choice(self.workers)
+                self.say(f"demo: SIGSTOP {w.name} for {pause_s:.0f}s (zombie)")
+                w.signal(signal.SIGSTOP)
+                await asyncio.sleep(pause_s)
+                w.signal(signal.SIGCONT)
+                self.zombies += 1
+
+    def read_generator(self, proc: subprocess.Popen[bytes]) -> None:
+        assert proc.stdout is not None
+        for raw in proc.stdout:
+            with contextlib.suppress(ValueError):
+                d = json.loads(raw)
+                if "written" in d:
+                    self.gen.written, self.gen.bytes = int(d["written"]), int(d["bytes"])
+                    self.gen.done = bool(d["done"])
+
+    # -- the run --------------------------------------------------------------------
+    async def run(self) -> tuple[DemoResult, Report]:
+        opts = self.opts
+        rest = Rest(self.urls["coordinator"], self.urls["broker"], timeout_s=10.0)
+        try:
+            await self.setup(rest)
+            self.say(f"demo: run dir {self.run_dir}; {opts.workers} workers, {opts.rate:.0f} records/s "
+                     f"for {opts.duration_s:.0f}s, commit every {opts.commit_interval_ms} ms"
+                     + (f", chaos every {opts.kill_every_s:g}s" if opts.chaos else "")
+                     + (", zombies" if opts.zombie else ""))
+            gen = subprocess.Popen(  # noqa: ASYNC220 - a spawn, not a wait
+                [sys.executable, "-m", "streamtx.demo.generator", "--run-dir", str(self.run_dir),
+                 "--broker", self.urls["broker"], "--rate", str(opts.rate),
+                 "--duration", str(opts.duration_s), "--seed", str(opts.seed)],
+                stdout=subprocess.PIPE, stderr=(self.run_dir / "logs" / "generator.log").open("ab"),
+            )
+            reader = threading.Thread(target=self.read_generator, args=(gen,), daemon=True)
+            reader.start()
+            started = time.monotonic()
+            tasks = [asyncio.create_task(self.follow(rest)), asyncio.create_task(self.babysit())]
+            if opts.chaos:
+                tasks.append(asyncio.create_task(self.chaos()))
+            if opts.zombie:
+                tasks.append(asyncio.create_task(self.zombie()))
+            total = int(opts.rate * opts.duration_s)
+            with tqdm(total=total, unit="rec", disable=opts.quiet, file=sys.stderr,
+                      dynamic_ncols=True) as bar:
+                drain_deadline: float | None = None
+                while True:
+                    await asyncio.sleep(0.5)
+                    bar.total = max(total, self.gen.written)
+                    bar.n = len(self.probe.seen)
+                    bar.set_postfix(written=self.gen.written, kills=len(self.kills), refresh=False)
+                    bar.refresh()
+                    if gen.poll() is not None and not self.gen.done:
+                        reader.join(2)
+                        self.gen.done = True
+                    if self.gen.done:
+                        drain_deadline = drain_deadline or time.monotonic() + opts.drain_timeout_s
+                        if len(self.probe.seen) >= self.gen.written or time.monotonic() > drain_deadline:
+                            break
+            elapsed = time.monotonic() - started
+            async with self.lock:
+                for t in tasks[2:]:
+                    t.cancel()
+            for w in self.workers:
+                w.signal(signal.SIGCONT)
+            await asyncio.gather(*(asyncio.to_thread(w.stop) for w in self.workers))
+            self.probe.stopping = True
+            await asyncio.gather(*tasks[:2], return_exceptions=True)
+            report = await verify(rest, self.run_dir)
+            result = self.result(elapsed, report)
+            return result, report
+        finally:
+            await rest.aclose()
+            if not opts.keep:
+                self.shutdown()
+
+    def result(self, elapsed: float, report: Report) -> DemoResult:
+        written, write_ms = load_written(self.run_dir)
+        workers = load_workers(self.run_dir)
+        return DemoResult(
+            records=len(written), bytes_written=len(written) * self.cfg.record_size, seconds=elapsed,
+            commits=workers.committed, aborts=len(workers.aborted), kills=len(self.kills),
+            write_ms=write_ms, e2e_ms=self.probe.e2e_ms,
+            lost=report.lost.count, duplicate=report.duplicate.count,
+            aborted_read=report.aborted_read.count, nonmonotonic=report.nonmonotonic.count,
+        )
+
+    def shutdown(self) -> None:
+        for w in self.workers:
+            w.stop()
+        for name in reversed(services):
+            self.services[name].stop()
+
+    def cleanup(self) -> None:
+        if self.opts.run_dir is None and not self.opts.keep:
+            shutil.rmtree(self.run_dir, ignore_errors=True)
+
+
+def run_demo(opts: Options) -> int:
+    """Run one demo; print the table, the checker's report, and the summary line last."""
+    demo = Demo(opts)
+    try:
+        result, report = asyncio.run(demo.run())
+    except BaseException:
+        demo.shutdown()
+        raise
+    workers = load_workers(demo.run_dir)
+    print(render_table(result))
+    print(f"transactions: {workers.committed} committed, {len(workers.aborted)} aborted "
+          f"({workers.refused} commits refused, {workers.orphans} orphans of killed workers ended); "
+          f"zombie pauses {demo.zombies}; kills: {', '.join(demo.kills) or 'none'}")
+    print(report.render())
+    if opts.keep:
+        print(f"demo: suite left running; run dir {demo.run_dir}; "
+              f"verify again with: streamtx verify --run-dir {demo.run_dir}")
+    print(summary_line(result), flush=True)
+    if report.ok:
+        demo.cleanup()
+    return 0 if report.ok else 1

@@ -1,0 +1,309 @@
+"""One resharding worker: consume owned source partitions, re-split by user-id range,
+produce and ack in one transaction per commit interval.
+
+Run as its own process (``python -m streamtx.demo.worker``); the supervisor runs
+several and kill -9s them. Why each piece is there:
+
+- **Ownership.** Worker ``i`` of ``n`` owns the source partitions ``p`` with
+  ``p mod n == i``. The broker's subscriptions span every partition of a topic
+  (no per-partition Failover or Key_Shared dispatch yet), and a Shared
+  subscription spread over all workers would hand one user's records to two
+  workers whose transactions commit in either order, breaking the per-user
+  order seed 003 demands. So each worker reads the source through its own
+  subscription (``reshard-w<i>``, kept across restarts) and acks what it does
+  not own outside any transaction; a single owner per partition keeps order.
+- **Order under redelivery.** An abort, an ack timeout or a restart hands records
+  back out of order; a :class:`~streamtx.demo.reorder.ReorderBuffer` writes them
+  in sequence order, each once.
+- **Progress in the transaction.** With its outputs and its acks, each
+  transaction writes the next sequence number of every partition it advanced to
+  the progress topic, so a restarted worker resumes exactly where its last
+  committed transaction ended (and drops source duplicates by sequence number).
+- **Failures.** Any error before the commit aborts the transaction and the next
+  one redoes the same records (still in hand). A commit whose reply is lost is
+  retried until the coordinator answers (commit is idempotent); 409 means the
+  transaction was aborted (timed out: a zombie) and nothing of it is visible.
+  Every transaction is logged as opened before it is used, so a restarted worker
+  first aborts the orphans of its previous life and waits for a COMMITTING one
+  to finish before it reads the progress.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import contextlib
+import json
+import os
+import random
+import signal
+import sys
+import time
+import uuid
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, TextIO
+
+from streamtx.demo.layout import RunConfig, read_jsonl, worker_log
+from streamtx.demo.records import SearchRecord, decode
+from streamtx.demo.reorder import ReorderBuffer
+from streamtx.demo.rest import Fetched, Rest, full_name, partition_name
+from streamtx.errors import ConflictError, NotFoundError, StreamtxError
+
+resolve_give_up_s = 90.0  # a coordinator down longer than this: exit, the restart resolves it
+stall_exit_s = 30.0  # records held, none ready this long: exit and re-read the progress
+
+
+class Uncertain(Exception):
+    """The outcome of a transaction could not be learned."""
+
+
+@dataclass(frozen=True, slots=True)
+class Held:
+    """A source message in hand."""
+
+    message_id: str
+    record: SearchRecord
+    value: bytes
+
+
+class Worker:
+    def __init__(self, cfg: RunConfig, run_dir: Path, rest: Rest, index: int, workers: int,
+                 commit_interval_ms: int, txn_timeout_ms: int) -> None:
+        self.cfg, self.rest, self.index = cfg, rest, index
+        self.name = f"worker-{index}"
+        self.owned = [p for p in range(cfg.source_partitions) if p % workers == index]
+        self.sub = f"{cfg.subscription}-w{index}"
+        self.commit_interval_s = commit_interval_ms / 1000
+        self.txn_timeout_ms = txn_timeout_ms
+        self.ranges = cfg.ranges()
+        self.log_path = worker_log(run_dir, index)
+        self.log: TextIO | None = None
+        self.stopping = False
+        self.buf: ReorderBuffer[Held] = ReorderBuffer()
+
+    # -- the transaction log of this worker ------------------------------------------
+    def _log(self, txn: str, outcome: str, **kw: Any) -> None:
+        assert self.log is not None
+        self.log.write(json.dumps({"txn": txn, "o": outcome, "t": time.time(), **kw},
+                                  separators=(",", ":")) + "\n")
+        self.log.flush()
+
+    async def _resolve(self, txn: str, *, commit: bool) -> bool:
+        """Drive ``txn`` to an end; True if it committed. Retries while the TC is away."""
+        deadline = time.monotonic() + resolve_give_up_s
+        delay = 0.05
+        while time.monotonic() < deadline:
+            try:
+                if commit:
+                    await self.rest.commit(txn)
+                    return True
+                await self.rest.abort(txn)
+                return False
+            except NotFoundError:
+                return False  # the TC never made it durable: nothing of it can commit
+            except ConflictError:
+                if commit:
+                    return False  # aborted, aborting or timed out
+                # abort refused: it is committing or committed; wait for the end.
+                with contextlib.suppress(StreamtxError):
+                    state = await self.rest.txn_state(txn)
+                    if state == "COMMITTED":
+                        return True
+                    if state in ("ABORTED", "TIMEOUT"):
+                        return False
+            except StreamtxError:
+                pass
+            await asyncio.sleep(delay * (0.5 + random.random()))
+            delay = min(delay * 2, 1.0)
+        raise Uncertain(txn)
+
+    async def resolve_orphans(self) -> None:
+        last: dict[str, str] = {}
+        for line in read_jsonl(self.log_path):
+            last[line["txn"]] = line["o"]
+        for txn, outcome in last.items():
+            if outcome == "open":
+                committed = await self._resolve(txn, commit=False)
+                self._log(txn, "committed" if committed else "aborted", n=-1, why="orphan of a previous life")
+
+    # -- start-up: where the last committed transaction ended ------------------------------
+    async def read_progress(self) -> dict[int, int]:
+        sub = f"progress-{self.name}-{uuid.uuid4().hex[:8]}"
+        nxt = {p: 0 for p in self.owned}
+        await _retry(lambda: self.rest.subscribe(self.cfg.progress_topic, sub, "earliest"))
+        empty = 0
+        while empty < 2:
+            msgs = await _retry(lambda: self.rest.fetch(self.cfg.progress_topic, sub, self.name, 1000, 300))
+            empty = 0 if msgs else empty + 1
+            for m in msgs:
+                d = json.loads(m.value)
+                if d["p"] in nxt:
+                    nxt[d["p"]] = max(nxt[d["p"]], int(d["next"]))
+            if msgs:
+                ids = [m.message_id for m in msgs]
+                await _retry(lambda ids=ids: self.rest.ack(self.cfg.progress_topic, sub, ids))  # type: ignore[misc]
+        return nxt
+
+    # -- the loop -----------------------------------------------------------------------
+    async def fetch(self, wait_ms: int) -> list[Fetched]:
+        try:
+            return await self.rest.fetch(self.cfg.source_topic, self.sub, self.name, 1000, wait_ms)
+        except StreamtxError:
+            await asyncio.sleep(0.1)
+            return []
+
+    def offer(self, msgs: list[Fetched]) -> list[str]:
+        """Put fetched records of owned partitions in the buffer; return the ids to ack
+        outside the transaction: records of other partitions, and copies of records a
+        committed transaction already wrote (stale)."""
+        other: list[str] = []
+        for m in msgs:
+            rec = decode(m.value)
+            if rec.src_partition not in self.buf.committed:
+                other.append(m.message_id)
+            elif not self.buf.offer(rec.src_partition, rec.seq, Held(m.message_id, rec, m.value)):
+                other.append(m.message_id)
+        return other
+
+    async def ack_other(self, ids: list[str]) -> None:
+        """Not ours, or already written: ack outside any transaction (a copy at an
+        already acked position may get 409: fine; a failure: redelivered later)."""
+        if ids:
+            with contextlib.suppress(StreamtxError):
+                await self.rest.ack(self.cfg.source_topic, self.sub, ids)
+
+    async def begin(self) -> str:
+        txn = str(await _retry(lambda: self.rest.begin(self.txn_timeout_ms), give_up_s=resolve_give_up_s))
+        self._log(txn, "open")
+        return txn
+
+    async def write(self, txn: str, ready: list[tuple[int, int, Held]]) -> None:
+        """Produce the records to their ranges and ack their sources, in ``txn``."""
+        props = {"txn": txn, "w": self.name}
+        messages = [
+            {"key": h.record.key, "value": h.value, "properties": props,
+             "partition": self.ranges.partition_of(h.record.user_id)}
+            for _, _, h in ready
+        ]
+        await asyncio.gather(
+            self.rest.produce(self.cfg.dest_topic, messages, txn),
+            self.rest.ack(self.cfg.source_topic, self.sub, [h.message_id for _, _, h in ready], txn),
+        )
+
+    async def one_transaction(self) -> None:
+        """Wait for records, then run one transaction over one commit interval."""
+        held_since = time.monotonic()
+        ready: list[tuple[int, int, Held]] = []
+        while not ready:
+            if self.stopping:
+                return
+            await self.ack_other(self.offer(await self.fetch(500)))
+            ready = self.buf.take_ready()
+            if not ready and self.buf.held() and time.monotonic() - held_since > stall_exit_s:
+                raise Uncertain(f"{self.buf.held()} records held, none in order for {stall_exit_s}s")
+        txn = await self.begin()
+        taken: list[tuple[int, int, Held]] = []
+        try:
+            cfg = self.cfg
+            partitions = [
+                *(full_name(partition_name(cfg.dest_topic, d)) for d in range(cfg.dest_partitions)),
+                *(full_name(partition_name(cfg.progress_topic, p)) for p in self.owned),
+            ]
+            subs = [(full_name(cfg.source_topic), self.sub)]
+            await asyncio.gather(
+                self.rest.add_partitions(txn, partitions), self.rest.add_subscriptions(txn, subs)
+            )
+            deadline = time.monotonic() + self.commit_interval_s
+            while True:
+                if ready:
+                    await self.write(txn, ready)
+                    taken.extend(ready)
+                remaining = deadline - time.monotonic()
+                if remaining <= 0 or self.stopping:
+                    break
+                await self.ack_other(self.offer(await self.fetch(int(min(remaining, 0.2) * 1000))))
+                ready = self.buf.take_ready()
+            progress = [
+                {"key": f"p{p}", "value": json.dumps({"p": p, "next": n}).encode(),
+                 "properties": {"txn": txn}, "partition": p}
+                for p, n in self.buf.tentative().items() if n != self.buf.committed.get(p)
+            ]
+            await self.rest.produce(self.cfg.progress_topic, progress, txn)
+        except StreamtxError as exc:
+            committed = await self._resolve(txn, commit=False)
+            self._end(txn, committed, taken, why=f"{type(exc).__name__}: {exc}"[:300], outcome="aborted")
+            return
+        committed = await self._resolve(txn, commit=True)
+        self._end(txn, committed, taken, why="commit refused", outcome="refused")
+
+    def _end(self, txn: str, committed: bool, taken: list[tuple[int, int, Held]], *, why: str,
+             outcome: str) -> None:
+        if committed:
+            self.buf.commit()
+            self._log(txn, "committed", n=len(taken))
+        else:
+            self.buf.rollback()
+            self._log(txn, outcome, n=len(taken), why=why, r=[[p, s] for p, s, _ in taken])
+
+    async def run(self) -> None:
+        with self.log_path.open("a") as self.log:
+            await self.resolve_orphans()
+            self.buf = ReorderBuffer(committed=await self.read_progress())
+            await _retry(lambda: self.rest.subscribe(self.cfg.source_topic, self.sub, "earliest"))
+            print(f"{self.name}: owns {self.owned}, resumes at {self.buf.committed}", flush=True)
+            while not self.stopping:
+                await self.one_transaction()
+
+
+async def _retry(call: Any, give_up_s: float = 120.0) -> Any:
+    """Retry a call while the service is away (retriable errors only)."""
+    deadline = time.monotonic() + give_up_s
+    delay = 0.05
+    while True:
+        try:
+            return await call()
+        except StreamtxError as exc:
+            if not exc.retriable or time.monotonic() > deadline:
+                raise
+        await asyncio.sleep(delay * (0.5 + random.random()))
+        delay = min(delay * 2, 1.0)
+
+
+def main(argv: list[str] | None = None) -> None:
+    parser = argparse.ArgumentParser(description=__doc__)
+    parser.add_argument("--run-dir", type=Path, required=True)
+    parser.add_argument("--coordinator", required=True)
+    parser.add_argument("--broker", required=True)
+    parser.add_argument("--index", type=int, required=True)
+    parser.add_argument("--workers", type=int, required=True)
+    parser.add_argument("--commit-interval-ms", type=int, default=500)
+    parser.add_argument("--txn-timeout-ms", type=int, default=5000)
+    args = parser.parse_args(argv)
+    cfg = RunConfig.load(args.run_dir)
+
+    async def go() -> int:
+        rest = Rest(args.coordinator, args.broker, timeout_s=5.0)
+        worker = Worker(cfg, args.run_dir, rest, args.index, args.workers, args.commit_interval_ms,
+                        args.txn_timeout_ms)
+
+        def stop() -> None:
+            worker.stopping = True
+
+        asyncio.get_running_loop().add_signal_handler(signal.SIGTERM, stop)
+        try:
+            await worker.run()
+        except Uncertain as exc:
+            print(f"{worker.name}: exiting to restart clean: {exc}", file=sys.stderr, flush=True)
+            return 3
+        finally:
+            await rest.aclose()
+        return 0
+
+    code = asyncio.run(go())
+    sys.stdout.flush()
+    os._exit(code)
+
+
+if __name__ == "__main__":
+    main()
