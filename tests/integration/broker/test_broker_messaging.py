@@ -1,0 +1,108 @@
+"""Produce, dispatch and acks against a real broker process on the file ledger."""
+
+from __future__ import annotations
+
+import time
+import zlib
+
+from tests.integration.broker.conftest import BrokerClient, values
+
+
+def test_produce_fetch_ack_and_stats(broker: BrokerClient) -> None:
+    broker.create_topic("a", 3)
+    assert broker.call("GET", "/admin/v2/persistent/t/n/a/partitions") == {"partitions": 3}
+    broker.subscribe("a", "s")
+    ids = broker.produce("a", [f"m{i}" for i in range(12)])["message_ids"]
+    assert len(ids) == 12 and len(set(ids)) == 12
+    stats = broker.call("GET", "/admin/v2/persistent/t/n/a/stats")
+    assert stats["subscriptions"]["s"]["msgBacklog"] == 12
+    got = broker.fetch("a", "s", max=100)
+    assert sorted(values(got)) == sorted(f"m{i}" for i in range(12))
+    broker.ack("a", "s", [m["message_id"] for m in got])
+    assert broker.fetch("a", "s", wait_ms=50) == []
+    stats = broker.call("GET", "/admin/v2/persistent/t/n/a/stats")
+    assert stats["subscriptions"]["s"]["msgBacklog"] == 0
+    assert broker.call("GET", "/v1/topics/t/n/a/subscriptions/s/stats")["msgOutCounter"] == 12
+
+
+def test_messages_in_order_per_partition_and_cumulative_ack(broker: BrokerClient) -> None:
+    broker.create_topic("o", 1)
+    broker.subscribe("o", "s", "Exclusive")
+    for i in range(5):
+        broker.produce("o", [f"{i}-{j}" for j in range(3)])
+    got = broker.fetch("o", "s", max=100)
+    assert values(got) == [f"{i}-{j}" for i in range(5) for j in range(3)]
+    broker.ack("o", "s", [got[7]["message_id"]], cumulative=True)  # through 2-1
+    broker.proc.restart()
+    assert values(broker.fetch("o", "s", max=100)) == [f"{i}-{j}" for i in range(5) for j in range(3)][8:]
+
+
+def test_keyed_routing(broker: BrokerClient) -> None:
+    broker.create_topic("k", 4)
+    broker.subscribe("k", "s")
+    keys = [f"key{i}" for i in range(20)]
+    for k in keys:
+        broker.produce("k", [k], msg={"key": k})
+    for m in broker.fetch("k", "s", max=100):
+        assert m["partition"] == zlib.crc32(m["key"].encode()) % 4
+    pinned = broker.produce("k", ["x"], msg={"partition": 2})["message_ids"][0]
+    assert broker.fetch("k", "s")[0]["message_id"] == pinned
+    broker.produce("k", ["x"], expect=400, msg={"partition": 9})
+    broker.produce("nope", ["x"], expect=404)
+
+
+def test_producer_dedup_and_fencing(broker: BrokerClient) -> None:
+    broker.create_topic("p", 2)
+    broker.subscribe("p", "s")
+    first = broker.produce("p", ["a", "b", "c"], producer={"name": "pr", "epoch": 1, "sequence": 1})
+    again = broker.produce("p", ["a", "b", "c"], producer={"name": "pr", "epoch": 1, "sequence": 1})
+    assert again == first
+    broker.produce("p", ["d"], producer={"name": "pr", "epoch": 2, "sequence": 0})
+    err = broker.produce("p", ["zombie"], expect=409, producer={"name": "pr", "epoch": 1, "sequence": 2})
+    assert err["error"] == "conflict"
+    # The fence and the dedup state survive a crash (rebuilt from the ledger).
+    broker.proc.restart()
+    broker.produce("p", ["zombie"], expect=409, producer={"name": "pr", "epoch": 1, "sequence": 3})
+    assert broker.produce("p", ["d"], producer={"name": "pr", "epoch": 2, "sequence": 0})["message_ids"]
+    assert sorted(broker.drain("p", "s")) == ["a", "b", "c", "d"]
+
+
+def test_exclusive_second_consumer_409(broker: BrokerClient) -> None:
+    broker.create_topic("e", 1)
+    broker.subscribe("e", "s", "Exclusive")
+    broker.produce("e", ["x"])
+    assert values(broker.fetch("e", "s", consumer="one")) == ["x"]
+    err = broker.fetch("e", "s", consumer="two", expect=409)
+    assert err["error"] == "conflict"
+
+
+def test_shared_redelivery_after_ack_timeout_and_nack(broker: BrokerClient) -> None:
+    broker.create_topic("r", 2)
+    broker.subscribe("r", "s")
+    broker.produce("r", ["a", "b"], msg={"partition": 0})
+    got = broker.fetch("r", "s", consumer="c1")
+    assert sorted(values(got)) == ["a", "b"]
+    assert broker.fetch("r", "s", consumer="c2", wait_ms=50) == []  # still out with c1
+    t0 = time.monotonic()
+    again = broker.fetch("r", "s", consumer="c2", wait_ms=3000)  # ack timeout is 600 ms
+    assert sorted(values(again)) == ["a", "b"] and time.monotonic() - t0 < 2.5
+    broker.ack("r", "s", [again[0]["message_id"]])
+    broker.call("POST", "/v1/topics/t/n/r/subscriptions/s/nacks", json={"message_ids": [again[1]["message_id"]]})
+    third = broker.fetch("r", "s", consumer="c3", wait_ms=100)
+    assert [m["message_id"] for m in third] == [again[1]["message_id"]]
+    assert third[0]["redelivery_count"] >= 2
+    broker.ack("r", "s", [third[0]["message_id"]])
+    time.sleep(0.8)
+    assert broker.fetch("r", "s", consumer="c1", wait_ms=50) == []
+
+
+def test_long_poll_wakes_on_produce(broker: BrokerClient) -> None:
+    import threading
+
+    broker.create_topic("w", 1)
+    broker.subscribe("w", "s")
+    timer = threading.Timer(0.3, lambda: broker.produce("w", ["late"]))
+    t0 = time.monotonic()
+    timer.start()
+    got = broker.fetch("w", "s", wait_ms=5000)
+    assert values(got) == ["late"] and time.monotonic() - t0 < 2.0
