@@ -1,0 +1,78 @@
+"""The admin API (Pulsar's ``/admin/v2`` topics and ``/admin/v3/transactions``), per service."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from streamtx.client.client import StreamtxClient
+from streamtx.client.names import path_of
+from streamtx.errors import MalformedError
+
+_v3 = "/admin/v3/transactions"
+
+
+def _txn_path(txn_id: str) -> str:
+    most, sep, least = txn_id.partition(":")
+    if not (sep and most.isdigit() and least.isdigit()):
+        raise MalformedError(f"transaction id {txn_id!r} is not '<most>:<least>'")
+    return f"{most}/{least}"
+
+
+class AdminClient:
+    """Admin calls, each sent to the service that owns it (found via ``/v1/cluster``)."""
+
+    def __init__(self, client: StreamtxClient) -> None:
+        self._client = client
+
+    # --- broker --------------------------------------------------------------
+
+    async def create_topic(self, topic: str, partitions: int) -> Any:
+        return await self._client.broker.call(
+            "PUT", f"/admin/v2/persistent/{path_of(topic)}/partitions", json={"partitions": partitions}
+        )
+
+    async def get_topic(self, topic: str) -> Any:
+        return await self._client.broker.call("GET", f"/admin/v2/persistent/{path_of(topic)}/partitions")
+
+    async def buffer_stats(self, topic: str) -> Any:
+        """``transactionBufferStats`` of one partition (``persistent://t/n/x-partition-0``)."""
+        return await self._client.broker.call("GET", f"{_v3}/transactionBufferStats/{path_of(topic)}")
+
+    # --- coordinator -----------------------------------------------------------
+
+    async def coordinator_stats(self) -> Any:
+        return await self._client.coordinator.call("GET", f"{_v3}/coordinatorStats")
+
+    async def coordinator_internal_stats(self, coordinator_id: int) -> Any:
+        return await self._client.coordinator.call("GET", f"{_v3}/coordinatorInternalStats/{coordinator_id}")
+
+    async def transaction_metadata(self, txn_id: str) -> Any:
+        return await self._client.coordinator.call("GET", f"{_v3}/transactionMetadata/{_txn_path(txn_id)}")
+
+    async def slow_transactions(self, timeout_ms: int) -> Any:
+        return await self._client.coordinator.call("GET", f"{_v3}/slowTransactions/{timeout_ms}")
+
+    async def set_tc_batch_log(self, enabled: bool) -> Any:
+        return await self._client.coordinator.call("POST", f"{_v3}/tcBatchLog", json={"enabled": enabled})
+
+    async def get_tc_batch_log(self) -> Any:
+        return await self._client.coordinator.call("GET", f"{_v3}/tcBatchLogStat")
+
+    # --- pending-ack store -----------------------------------------------------
+
+    async def set_pending_ack_batch_log(self, enabled: bool) -> Any:
+        pendingack = self._client.endpoint("pendingack")
+        return await pendingack.call("POST", f"{_v3}/pendingAckBatchLog", json={"enabled": enabled})
+
+    async def get_pending_ack_batch_log(self) -> Any:
+        return await self._client.endpoint("pendingack").call("GET", f"{_v3}/pendingAckBatchLogStat")
+
+    async def pending_ack_stats(self, topic: str, subscription: str) -> Any:
+        return await self._client.endpoint("pendingack").call(
+            "GET", f"{_v3}/pendingAckStats/{path_of(topic)}/{subscription}"
+        )
+
+    async def pending_ack_internal_stats(self, topic: str, subscription: str) -> Any:
+        return await self._client.endpoint("pendingack").call(
+            "GET", f"{_v3}/pendingAckInternalStats/{path_of(topic)}/{subscription}"
+        )

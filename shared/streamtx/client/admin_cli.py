@@ -1,0 +1,117 @@
+"""``streamtx-admin``: the admin API from the shell; every command prints JSON.
+
+    streamtx-admin [--url URL] [--token TOKEN] topics create persistent://t/n/x --partitions 3
+    streamtx-admin topics get persistent://t/n/x
+    streamtx-admin coordinator stats | coordinator internal-stats 0
+    streamtx-admin txn metadata 0:17 | slow txns 10000
+    streamtx-admin tc-batch-log set --enable true | tc-batch-log get
+    streamtx-admin pending-ack-batch-log set --enable false | pending-ack-batch-log get
+    streamtx-admin buffer stats persistent://t/n/x-partition-0
+    streamtx-admin pending-ack stats persistent://t/n/x sub [--internal]
+
+``--url`` (or ``STREAMTX_URL``) is any service's URL; the others are found
+through ``/v1/cluster``. ``--token`` (or ``STREAMTX_ADMIN_TOKEN``) is the
+admin bearer token. Errors print ``{"error", "message"}`` and exit with 1.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import os
+import sys
+from collections.abc import Awaitable, Callable, Sequence
+from typing import Any
+
+from streamtx.client.admin import AdminClient
+from streamtx.client.client import StreamtxClient
+from streamtx.errors import StreamtxError
+
+Command = Callable[[AdminClient, argparse.Namespace], Awaitable[Any]]
+
+
+def _bool(text: str) -> bool:
+    lowered = text.lower()
+    if lowered in ("true", "1", "yes", "on"):
+        return True
+    if lowered in ("false", "0", "no", "off"):
+        return False
+    raise argparse.ArgumentTypeError(f"not a boolean: {text!r}")
+
+
+def _group(sub: Any, name: str, help: str) -> Any:
+    return sub.add_parser(name, help=help).add_subparsers(dest="action", required=True)
+
+
+def _add(group: Any, name: str, help: str, run: Command) -> argparse.ArgumentParser:
+    parser: argparse.ArgumentParser = group.add_parser(name, help=help)
+    parser.set_defaults(run=run)
+    return parser
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="streamtx-admin", description="streamtx admin API")
+    parser.add_argument("--url", default=os.environ.get("STREAMTX_URL", "http://127.0.0.1:8081"),
+                        help="any service's base URL (default $STREAMTX_URL or the local coordinator)")
+    parser.add_argument("--token", default=os.environ.get("STREAMTX_ADMIN_TOKEN"), help="admin token")
+    sub = parser.add_subparsers(dest="command", required=True)
+
+    topics = _group(sub, "topics", "partitioned topics")
+    p = _add(topics, "create", "create a partitioned topic",
+             lambda a, ns: a.create_topic(ns.topic, ns.partitions))
+    p.add_argument("topic")
+    p.add_argument("--partitions", type=int, required=True)
+    _add(topics, "get", "partition count", lambda a, ns: a.get_topic(ns.topic)).add_argument("topic")
+
+    coordinator = _group(sub, "coordinator", "transaction coordinators")
+    _add(coordinator, "stats", "coordinatorStats", lambda a, ns: a.coordinator_stats())
+    _add(coordinator, "internal-stats", "coordinatorInternalStats",
+         lambda a, ns: a.coordinator_internal_stats(ns.coordinator_id)).add_argument(
+        "coordinator_id", type=int)
+
+    txn = _group(sub, "txn", "transactions")
+    _add(txn, "metadata", "transactionMetadata",
+         lambda a, ns: a.transaction_metadata(ns.txn_id)).add_argument("txn_id", help="most:least")
+    slow = _group(sub, "slow", "slow transactions")
+    _add(slow, "txns", "open transactions older than TIMEOUT_MS",
+         lambda a, ns: a.slow_transactions(ns.timeout_ms)).add_argument("timeout_ms", type=int)
+
+    tc = _group(sub, "tc-batch-log", "batched transaction-log writes")
+    _add(tc, "set", "switch on or off", lambda a, ns: a.set_tc_batch_log(ns.enable)).add_argument(
+        "--enable", type=_bool, required=True)
+    _add(tc, "get", "the switch and each coordinator's state", lambda a, ns: a.get_tc_batch_log())
+    pa = _group(sub, "pending-ack-batch-log", "batched pending-ack log writes")
+    _add(pa, "set", "switch on or off", lambda a, ns: a.set_pending_ack_batch_log(ns.enable)).add_argument(
+        "--enable", type=_bool, required=True)
+    _add(pa, "get", "the switch and each subscription's state", lambda a, ns: a.get_pending_ack_batch_log())
+
+    buffer = _group(sub, "buffer", "transaction buffers")
+    _add(buffer, "stats", "transactionBufferStats of a partition",
+         lambda a, ns: a.buffer_stats(ns.topic)).add_argument("topic")
+
+    pending = _group(sub, "pending-ack", "pending-ack stores")
+    p = _add(pending, "stats", "pendingAckStats (or --internal: pendingAckInternalStats)",
+             lambda a, ns: (a.pending_ack_internal_stats if ns.internal else a.pending_ack_stats)(
+                 ns.topic, ns.subscription))
+    p.add_argument("topic")
+    p.add_argument("subscription")
+    p.add_argument("--internal", action="store_true")
+    return parser
+
+
+async def run(argv: Sequence[str] | None = None) -> int:
+    """Parse, call, print; the exit status."""
+    ns = build_parser().parse_args(argv)
+    try:
+        async with StreamtxClient(ns.url, token=ns.token) as client:
+            result = await ns.run(AdminClient(client), ns)
+    except StreamtxError as exc:
+        print(json.dumps({"error": exc.code, "message": exc.message}), file=sys.stderr)
+        return 1
+    print(json.dumps(result, indent=2, sort_keys=True))
+    return 0
+
+
+def main(argv: Sequence[str] | None = None) -> None:
+    sys.exit(asyncio.run(run(argv)))

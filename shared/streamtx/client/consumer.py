@@ -1,0 +1,83 @@
+"""Consumers: receive from a subscription by long-poll, ack (maybe in a transaction), nack."""
+
+from __future__ import annotations
+
+import base64
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from streamtx.client.http import Endpoint
+from streamtx.client.names import full_name, path_of
+from streamtx.client.transaction import Transaction
+
+
+@dataclass(frozen=True, slots=True)
+class Message:
+    """A received message (committed data only)."""
+
+    message_id: str
+    partition: int | None
+    key: str | None
+    value: bytes
+    properties: Mapping[str, str]
+    publish_time: Any
+
+    @classmethod
+    def from_json(cls, body: Mapping[str, Any]) -> Message:
+        return cls(
+            message_id=str(body["message_id"]),
+            partition=body.get("partition"),
+            key=body.get("key"),
+            value=base64.b64decode(body.get("value") or ""),
+            properties=dict(body.get("properties") or {}),
+            publish_time=body.get("publish_time"),
+        )
+
+
+MessageRef = str | Message
+
+
+def _ids(messages: Iterable[MessageRef]) -> list[str]:
+    return [m.message_id if isinstance(m, Message) else m for m in messages]
+
+
+class Consumer:
+    """One consumer of a subscription; create it with :meth:`StreamtxClient.consumer`."""
+
+    def __init__(self, broker: Endpoint, topic: str, subscription: str, name: str) -> None:
+        self._broker = broker
+        self.topic = full_name(topic)
+        self.subscription = subscription
+        self.name = name
+        self._path = f"/v1/topics/{path_of(self.topic)}/subscriptions/{subscription}"
+
+    async def receive(self, max: int = 100, wait_ms: int = 500) -> list[Message]:
+        """Up to ``max`` messages, waiting up to ``wait_ms`` for the first."""
+        body = await self._broker.call(
+            "GET", f"{self._path}/messages", params={"max": max, "wait_ms": wait_ms, "consumer": self.name}
+        )
+        return [Message.from_json(m) for m in body["messages"]]
+
+    async def ack(
+        self, messages: Iterable[MessageRef], txn: Transaction | None = None, cumulative: bool = False,
+    ) -> None:
+        """Acknowledge; in a transaction the subscription is registered with the coordinator first.
+
+        ConflictError (409) when another open transaction holds a message, or
+        it was already acked.
+        """
+        ids = _ids(messages)
+        if not ids:
+            return
+        body: dict[str, Any] = {"message_ids": ids, "cumulative": cumulative}
+        if txn is not None:
+            await txn.add_subscription(self.topic, self.subscription)
+            body["txn_id"] = txn.txn_id
+        await self._broker.call("POST", f"{self._path}/acks", json=body)
+
+    async def nack(self, messages: Iterable[MessageRef]) -> None:
+        """Ask for redelivery of these messages."""
+        ids = _ids(messages)
+        if ids:
+            await self._broker.call("POST", f"{self._path}/nacks", json={"message_ids": ids})

@@ -1,0 +1,159 @@
+"""The SDK against a fake cluster (httpx.MockTransport)."""
+
+from __future__ import annotations
+
+import pytest
+
+from streamtx.client import AuthError, OutMessage, StreamtxClient
+from streamtx.client.names import key_partition
+from streamtx.errors import ConflictError, MalformedError, NotFoundError
+from tests.unit.client.fake_cluster import BROKER, COORDINATOR, FakeCluster
+
+TOPIC = "persistent://t/n/x"
+
+
+async def connect(cluster: FakeCluster) -> StreamtxClient:
+    client = StreamtxClient("http://any:9", transport=cluster.transport)
+    await client.connect()
+    return client
+
+
+async def test_discovers_services_through_cluster() -> None:
+    cluster = FakeCluster()
+    client = await connect(cluster)
+    assert client.cluster == "c1"
+    await client.partitions(TOPIC)
+    assert cluster.paths() == ["GET http://any:9/v1/cluster",
+                               f"GET {BROKER}/admin/v2/persistent/t/n/x/partitions"]
+    await client.close()
+
+
+async def test_transaction_registers_before_produce_and_ack_then_commits() -> None:
+    cluster = FakeCluster(partitions=3)
+    client = await connect(cluster)
+    producer = await client.producer(TOPIC)
+    consumer = await client.consumer("persistent://t/n/in", "sub", "earliest")
+    async with client.transaction(timeout_ms=5000) as txn:
+        await producer.send_many([OutMessage(b"a", key="k1"), OutMessage(b"b", partition=2)], txn=txn)
+        await producer.send(b"c", key="k1", txn=txn)  # same partition: no second registration
+        await consumer.ack(["1:1"], txn=txn)
+        await consumer.ack(["1:2"], txn=txn)
+    calls = [(m, u, b) for m, u, b in cluster.calls if u.startswith((COORDINATOR, BROKER))]
+    paths = [f"{m} {u.split(':', 2)[2].split('/', 1)[1]}" for m, u, _ in calls]
+    assert paths == [
+        "GET admin/v2/persistent/t/n/x/partitions",
+        "PUT v1/topics/t/n/in/subscriptions/sub",
+        "POST v1/transactions",
+        "POST v1/transactions/0:1/partitions",
+        "POST v1/topics/t/n/x/messages",
+        "POST v1/topics/t/n/x/messages",
+        "POST v1/transactions/0:1/subscriptions",
+        "POST v1/topics/t/n/in/subscriptions/sub/acks",
+        "POST v1/topics/t/n/in/subscriptions/sub/acks",
+        "POST v1/transactions/0:1/commit",
+    ]
+    k1 = key_partition("k1", 3)
+    assert calls[2][2] == {"timeout_ms": 5000}
+    assert calls[3][2] == {"partitions": sorted({f"{TOPIC}-partition-{k1}", f"{TOPIC}-partition-2"})}
+    produce = calls[4][2]
+    assert produce["txn_id"] == "0:1"
+    assert [m["partition"] for m in produce["messages"]] == [k1, 2]
+    assert calls[6][2] == {"subscriptions": [{"topic": "persistent://t/n/in", "subscription": "sub"}]}
+    assert calls[7][2] == {"message_ids": ["1:1"], "cumulative": False, "txn_id": "0:1"}
+    assert txn.state == "COMMITTED"
+    await client.close()
+
+
+async def test_exception_aborts_and_propagates() -> None:
+    cluster = FakeCluster()
+    client = await connect(cluster)
+    with pytest.raises(RuntimeError, match="boom"):
+        async with client.transaction() as txn:
+            raise RuntimeError("boom")
+    assert cluster.paths()[-1] == f"POST {COORDINATOR}/v1/transactions/0:1/abort"
+    assert txn.state == "ABORTED"
+    await client.close()
+
+
+async def test_commit_conflict_raises() -> None:
+    cluster = FakeCluster()
+    client = await connect(cluster)
+    cluster.fail["/commit"] = (409, {"error": "conflict", "message": "overlapping commit"})
+    with pytest.raises(ConflictError, match="overlapping commit"):
+        async with client.transaction():
+            pass
+    await client.close()
+
+
+async def test_named_producer_sends_epoch_and_increasing_sequences() -> None:
+    cluster = FakeCluster()
+    client = await connect(cluster)
+    producer = await client.producer(TOPIC, name="p1", epoch=7)
+    await producer.send(b"x")
+    await producer.send(b"y")
+    bodies = [b for m, u, b in cluster.calls if u.endswith("/messages")]
+    assert [b["producer"] for b in bodies] == [
+        {"name": "p1", "epoch": 7, "sequence": 0}, {"name": "p1", "epoch": 7, "sequence": 1}]
+    assert "partition" not in bodies[0]["messages"][0]  # outside a txn the broker routes
+    await client.close()
+
+
+async def test_named_producer_retries_503_but_unnamed_does_not() -> None:
+    cluster = FakeCluster()
+    client = await connect(cluster)
+    named = await client.producer(TOPIC, name="p1")
+    cluster.fail["/messages"] = (503, {"error": "unavailable", "message": "later"})
+    assert await named.send(b"x") == "1:0"
+    unnamed = await client.producer(TOPIC)
+    cluster.fail["/messages"] = (503, {"error": "unavailable", "message": "later"})
+    with pytest.raises(Exception, match="later"):
+        await unnamed.send(b"x")
+    await client.close()
+
+
+async def test_receive_decodes_and_ack_nack_send_ids() -> None:
+    cluster = FakeCluster()
+    client = await connect(cluster)
+    consumer = await client.consumer(TOPIC, "s1", "earliest", "Exclusive", name="c1")
+    assert cluster.calls[-1][2] == {"initial_position": "earliest", "type": "Exclusive"}
+    [m] = await consumer.receive(max=10, wait_ms=50)
+    assert (m.message_id, m.partition, m.key, m.value, m.properties) == ("5:6", 1, "k", b"hello", {"a": "b"})
+    assert cluster.queries[-1] == "max=10&wait_ms=50&consumer=c1"
+    await consumer.ack([m], cumulative=True)
+    assert cluster.calls[-1][2] == {"message_ids": ["5:6"], "cumulative": True}
+    await consumer.nack([m, "7:8"])
+    assert cluster.calls[-1][1].endswith("/subscriptions/s1/nacks")
+    assert cluster.calls[-1][2] == {"message_ids": ["5:6", "7:8"]}
+    await client.close()
+
+
+async def test_errors_map_to_streamtx_classes() -> None:
+    cluster = FakeCluster()
+    client = await connect(cluster)
+    cluster.fail["/partitions"] = (404, {"error": "not_found", "message": "no topic"})
+    with pytest.raises(NotFoundError):
+        await client.producer(TOPIC)
+    consumer = await client.consumer(TOPIC, "s")
+    cluster.fail["/acks"] = (409, {"error": "conflict", "message": "held by 0:9"})
+    with pytest.raises(ConflictError, match="held by 0:9"):
+        await consumer.ack(["1:1"])
+    cluster.fail["/acks"] = (401, {"error": "unauthorized", "message": "no token"})
+    with pytest.raises(AuthError):
+        await consumer.ack(["1:1"])
+    with pytest.raises(MalformedError):
+        await client.producer("not-a-topic")
+    await client.close()
+
+
+async def test_failed_registration_is_retried_by_the_next_send() -> None:
+    cluster = FakeCluster(partitions=1)
+    client = await connect(cluster)
+    producer = await client.producer(TOPIC)
+    txn = await client.new_transaction()
+    cluster.fail["/0:1/partitions"] = (409, {"error": "conflict", "message": "not open"})
+    with pytest.raises(ConflictError):
+        await producer.send(b"x", txn=txn)
+    assert not [u for _, u, _ in cluster.calls if u.endswith("/messages")]  # never produced
+    await producer.send(b"x", txn=txn)
+    assert txn.partitions == [f"{TOPIC}-partition-0"]
+    await client.close()
