@@ -29,7 +29,7 @@ from dataclasses import dataclass
 from typing import Any, Protocol
 
 from streamtx.cursor import Cursor
-from streamtx.errors import ConflictError, LedgerError, MalformedError
+from streamtx.errors import ConflictError, FencedError, LedgerError, MalformedError, UnavailableError
 from streamtx.ledger import Ledger, LedgerStore, Position
 from streamtx.pendingack.broker import BrokerNotifier
 from streamtx.pendingack.records import (
@@ -173,7 +173,7 @@ class PendingAckStore:
         acks = self.state.add_ack(txn, ids, cumulative)
         self._inflight[txn] = self._inflight.get(txn, 0) + 1
         try:
-            result = await self._writer.write(PendingAck(txn, tuple(ids), cumulative))
+            result = await self._write(PendingAck(txn, tuple(ids), cumulative))
         except BaseException:
             self.state.remove_ack(txn, ids, cumulative, previous)
             raise
@@ -181,6 +181,15 @@ class PendingAckStore:
             acks.slots.append(LogSlot(result.position, result.batch_index, result.batch_size))
         finally:
             await self._ack_done(txn)
+
+    async def _write(self, record: Record) -> WriteResult:
+        """Write one record durably; a fenced log answers 503 (another store owns it), not 409."""
+        try:
+            return await self._writer.write(record)
+        except FencedError as exc:
+            raise UnavailableError(
+                f"pending-ack log of {self.topic}/{self.subscription} is owned by another store: {exc}"
+            ) from exc
 
     async def _ack_done(self, txn: TxnId) -> None:
         left = self._inflight[txn] - 1
@@ -202,7 +211,7 @@ class PendingAckStore:
         if acks is None or acks.phase is TxnPhase.PREPARED or not self.state.prepare(txn):
             return
         try:
-            result = await self._writer.write(TxnMarker(RecordKind.PREPARED, txn))
+            result = await self._write(TxnMarker(RecordKind.PREPARED, txn))
         except BaseException:
             self.state.unprepare(txn)
             raise
@@ -243,7 +252,7 @@ class PendingAckStore:
             [str(m) for m in ids],
             cumulative_message_id=str(acks.cumulative) if acks.cumulative is not None else None,
         )
-        result = await self._writer.write(TxnMarker(kind, txn))
+        result = await self._write(TxnMarker(kind, txn))
         self.state.finish_end(txn, kind)
         await self._delete([*acks.slots, LogSlot(result.position, result.batch_index, result.batch_size)])
 

@@ -121,3 +121,14 @@ async def test_crash_between_broker_and_final_record_replays_open(ledgers: Ledge
     await again.end(A, commit=True)
     assert [c["action"] for c in broker.calls] == ["commit"]
     await again.close()
+
+
+async def test_a_fenced_store_answers_unavailable(ledgers: LedgerStore) -> None:
+    old = await open_store_(ledgers, RecordingBroker())
+    await old.ack(A, ids("1:1"), False)
+    new = await open_store_(ledgers, RecordingBroker())  # a second process took the log over
+    assert new.held() == ["1:1"]
+    with pytest.raises(UnavailableError, match="owned by another store"):
+        await old.ack(B, ids("1:2"), False)
+    assert old.held() == ["1:1"]  # the failed ack was undone
+    await new.close()
