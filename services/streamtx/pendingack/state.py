@@ -90,9 +90,10 @@ class _Index:
 
     def __init__(self) -> None:
         self._by_entry: dict[Entry, dict[int, TxnId]] = {}
+        self._len = 0  # kept, not summed: the committed bound checks it on every commit
 
     def __len__(self) -> int:
-        return sum(len(v) for v in self._by_entry.values())
+        return self._len
 
     def owner_conflicting(self, mid: MessageId, txn: TxnId | None) -> TxnId | None:
         """An owner other than ``txn`` of ``mid`` or of an id overlapping it."""
@@ -108,12 +109,15 @@ class _Index:
         return None
 
     def add(self, mid: MessageId, txn: TxnId) -> None:
-        self._by_entry.setdefault(mid.entry, {})[mid.batch_index] = txn
+        owners = self._by_entry.setdefault(mid.entry, {})
+        self._len += mid.batch_index not in owners
+        owners[mid.batch_index] = txn
 
     def remove(self, mid: MessageId, txn: TxnId) -> None:
         owners = self._by_entry.get(mid.entry)
         if owners is not None and owners.get(mid.batch_index) == txn:
             del owners[mid.batch_index]
+            self._len -= 1
             if not owners:
                 del self._by_entry[mid.entry]
 
@@ -128,6 +132,7 @@ class _Index:
             owners = self._by_entry[entry]
             for index in [i for i in owners if _covers(cumulative, MessageId(*entry, i))]:
                 del owners[index]
+                self._len -= 1
             if not owners:
                 del self._by_entry[entry]
 

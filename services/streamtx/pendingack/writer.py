@@ -16,6 +16,8 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from prometheus_client import REGISTRY, CollectorRegistry
+
 from streamtx.ledger import Ledger, Position
 from streamtx.pendingack.records import Record, encode
 from streamtx.pendingack.settings import PendingAckSettings
@@ -67,15 +69,15 @@ def entry_decoder() -> EntryDecoder:
     return decode_entry
 
 
-def writer_factory(settings: PendingAckSettings) -> WriterFactory:
-    """A factory of per-subscription writers sharing one set of metrics."""
+def writer_factory(settings: PendingAckSettings, registry: CollectorRegistry = REGISTRY) -> WriterFactory:
+    """A factory of per-subscription writers sharing one set of metrics (in ``registry``)."""
     if not batching_available():
         log.warning("streamtx.batching not installed: pending-ack records are written unbatched")
         return lambda ledger, enabled: DirectWriter(ledger)
     batching: Any = importlib.import_module("streamtx.batching")
     batching_metrics: Any = importlib.import_module("streamtx.batching.metrics")
 
-    metrics: Any = batching_metrics.pending_ack_metrics(settings.cluster)
+    metrics: Any = batching_metrics.pending_ack_metrics(settings.cluster, registry=registry)
 
     def make(ledger: Ledger, enabled: bool) -> RecordWriter:
         writer: RecordWriter = batching.BufferedWriter(

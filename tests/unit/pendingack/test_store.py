@@ -7,6 +7,7 @@ from collections.abc import AsyncIterator
 from typing import Any
 
 import pytest
+from prometheus_client import CollectorRegistry
 
 from streamtx.errors import ConflictError, UnavailableError
 from streamtx.ledger import LedgerStore, open_store
@@ -49,7 +50,8 @@ async def ledgers() -> AsyncIterator[LedgerStore]:
 async def open_store_(ledgers: LedgerStore, broker: BrokerNotifier, **kw: Any) -> PendingAckStore:
     settings = PendingAckSettings.from_env()
     return await PendingAckStore.open(
-        ledgers, TOPIC, SUB, writer_factory=writer_factory(settings), decode_entry=entry_decoder(),
+        ledgers, TOPIC, SUB, writer_factory=writer_factory(settings, CollectorRegistry()),
+        decode_entry=entry_decoder(),
         notifier=broker, batch_enabled=False, max_committed_ids=1000, max_ended_txns=1000,
         trim_every_ends=kw.get("trim_every_ends", 1),
     )
