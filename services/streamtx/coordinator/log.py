@@ -16,7 +16,7 @@
 from __future__ import annotations
 
 import asyncio
-from collections.abc import AsyncIterator, Iterable, Sequence
+from collections.abc import AsyncIterator, Awaitable, Iterable, Sequence
 
 from streamtx.batching import BufferedWriter
 from streamtx.batching.codec import decode_entry
@@ -79,7 +79,8 @@ class TransactionLog:
 
     @property
     def batching_enabled(self) -> bool:
-        return self._writer.enabled
+        enabled: bool = self._writer.enabled
+        return enabled
 
     def set_batching(self, enabled: bool) -> None:
         """Switch batched writes at run time; records in flight are neither lost nor reordered."""
@@ -116,7 +117,7 @@ class TransactionLog:
     async def delete(self, refs: Iterable[LogRef]) -> None:
         """Delete these records (at batch-index level); return once the cursor is durable."""
         whole: list[Position] = []
-        calls = []
+        calls: list[Awaitable[object]] = []
         for ref in refs:
             if ref.batch_size <= 1:
                 whole.append(ref.position)

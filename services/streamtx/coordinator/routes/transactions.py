@@ -78,7 +78,9 @@ def public(meta: TxnMeta) -> TxnPublic:
         txn_id=str(meta.txn),
         state=meta.state.name,
         partitions=list(meta.partitions),
-        subscriptions=[SubscriptionRef(topic=s.topic, subscription=s.subscription) for s in meta.subscriptions],
+        subscriptions=[
+            SubscriptionRef(topic=s.topic, subscription=s.subscription) for s in meta.subscriptions
+        ],
         opened_at=meta.opened_at_ms,
         timeout_at=meta.timeout_at_ms,
         timeout_ms=meta.timeout_ms,

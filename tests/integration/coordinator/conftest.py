@@ -1,0 +1,141 @@
+"""Fixtures: a real coordinator process over real HTTP, and a real participant app."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+from collections.abc import AsyncIterator, Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+import httpx
+import pytest
+
+from tests.conftest import kafka_url
+from tests.integration.coordinator.participant import Participant, running_participant
+from tests.support.services import ServiceProcess
+
+TOPIC = "persistent://t/n/x"
+
+
+class TcClient:
+    """The coordinator's REST API, for tests (``expect`` is the status asserted)."""
+
+    def __init__(self, proc: ServiceProcess) -> None:
+        self.proc = proc
+        self.http = httpx.AsyncClient(base_url=proc.url, timeout=60)
+
+    async def call(self, method: str, path: str, expect: int | None = 200, **kw: Any) -> Any:
+        r = await self.http.request(method, path, **kw)
+        if expect is not None:
+            assert r.status_code == expect, f"{method} {path}: {r.status_code} {r.text}"
+        return r.json()
+
+    async def create(self, timeout_ms: int | None = None, expect: int = 200) -> str:
+        body = {} if timeout_ms is None else {"timeout_ms": timeout_ms}
+        out = await self.call("POST", "/v1/transactions", expect, json=body)
+        return str(out["txn_id"]) if expect == 200 else out
+
+    async def get(self, txn: str, expect: int = 200) -> Any:
+        return await self.call("GET", f"/v1/transactions/{txn}", expect)
+
+    async def add_partitions(self, txn: str, partitions: list[str], expect: int = 200) -> Any:
+        return await self.call("POST", f"/v1/transactions/{txn}/partitions", expect,
+                               json={"partitions": partitions})
+
+    async def add_subscriptions(self, txn: str, subs: list[tuple[str, str]], expect: int = 200) -> Any:
+        body = {"subscriptions": [{"topic": t, "subscription": s} for t, s in subs]}
+        return await self.call("POST", f"/v1/transactions/{txn}/subscriptions", expect, json=body)
+
+    async def commit(self, txn: str, expect: int | None = 200) -> Any:
+        return await self.call("POST", f"/v1/transactions/{txn}/commit", expect)
+
+    async def abort(self, txn: str, expect: int | None = 200) -> Any:
+        return await self.call("POST", f"/v1/transactions/{txn}/abort", expect)
+
+    async def admin(self, path: str, method: str = "GET", expect: int = 200, **kw: Any) -> Any:
+        return await self.call(method, f"/admin/v3/transactions/{path}", expect, **kw)
+
+    async def wait_state(self, txn: str, states: set[str], timeout_s: float = 15.0) -> Any:
+        """Poll until the transaction is in one of ``states``; its body."""
+        deadline = asyncio.get_running_loop().time() + timeout_s
+        while True:
+            body = await self.get(txn, expect=None)  # type: ignore[arg-type]
+            if body.get("state") in states:
+                return body
+            assert asyncio.get_running_loop().time() < deadline, f"{txn} stuck: {body}"
+            await asyncio.sleep(0.05)
+
+    async def aclose(self) -> None:
+        await self.http.aclose()
+
+
+TcFactory = Callable[..., ServiceProcess]
+ClientFactory = Callable[[ServiceProcess], TcClient]
+
+
+@pytest.fixture(scope="module")
+def participant_server() -> Iterator[Participant]:
+    with running_participant() as p:
+        yield p
+
+
+@pytest.fixture
+def participant(participant_server: Participant) -> Participant:
+    participant_server.reset()
+    return participant_server
+
+
+@pytest.fixture(params=["file", "kafka"])
+def backend_url(request: pytest.FixtureRequest, tmp_path: Path) -> str:
+    """A durable ledger URL per backend; kafka starts the session's tansu broker."""
+    if request.param == "file":
+        return f"file://{tmp_path / 'ledgers'}"
+    return kafka_url(request.getfixturevalue("kafka_bootstrap"))
+
+
+@pytest.fixture
+def file_url(tmp_path: Path) -> str:
+    return f"file://{tmp_path / 'ledgers'}"
+
+
+@pytest.fixture
+def tc_factory(tmp_path: Path, participant: Participant) -> Iterator[TcFactory]:
+    """``start(ledger_url, **settings)`` runs a coordinator process wired to the participant."""
+    procs: list[ServiceProcess] = []
+
+    def start(ledger_url: str, **settings: Any) -> ServiceProcess:
+        env = {
+            "STREAMTX_LEDGER_URL": ledger_url,
+            "STREAMTX_TEST_LOG_DIR": str(tmp_path),
+            "STREAMTX_BROKER_URL": participant.url,
+            "STREAMTX_PENDINGACK_URL": participant.url,
+            "STREAMTX_TIMEOUT_CHECK_INTERVAL_MS": "50",
+            "STREAMTX_HOUSEKEEPING_INTERVAL_MS": "100",
+            "STREAMTX_FANOUT_BACKOFF_MS": "20",
+            "STREAMTX_FANOUT_MAX_BACKOFF_MS": "200",
+            **{f"STREAMTX_{k.upper()}": str(v) for k, v in settings.items()},
+        }
+        if extra := os.environ.get("TC_TEST_PYTHONPATH"):  # TEMPORARY until streamtx.batching lands
+            env["PYTHONPATH"] = extra
+        proc = ServiceProcess("coordinator", env).start()
+        procs.append(proc)
+        return proc
+
+    yield start
+    for p in procs:
+        p.stop()
+
+
+@pytest.fixture
+async def client_factory() -> AsyncIterator[ClientFactory]:
+    clients: list[TcClient] = []
+
+    def make(proc: ServiceProcess) -> TcClient:
+        c = TcClient(proc)
+        clients.append(c)
+        return c
+
+    yield make
+    for c in clients:
+        await c.aclose()
