@@ -115,3 +115,7 @@ async def run(argv: Sequence[str] | None = None) -> int:
 
 def main(argv: Sequence[str] | None = None) -> None:
     sys.exit(asyncio.run(run(argv)))
+
+
+if __name__ == "__main__":
+    main()

@@ -2,6 +2,10 @@
 
 from __future__ import annotations
 
+import json
+import os
+import subprocess
+import sys
 from typing import Any
 
 import httpx
@@ -9,7 +13,7 @@ import pytest
 
 from streamtx.pendingack.writer import batching_available
 from tests.integration.pendingack.conftest import FakeBroker
-from tests.support.services import ServiceProcess
+from tests.support.services import ROOT, ServiceProcess
 
 TOPIC, SUB = "persistent://t/n/x-partition-0", "sub"
 STATS = "/admin/v3/transactions/pendingAckStats/t/n/x-partition-0/sub"
@@ -155,3 +159,20 @@ def test_metrics_exist(pendingack: ServiceProcess) -> None:
     assert ack(pendingack.url, "0:1", "1:1").status_code == 200
     text = httpx.get(f"{pendingack.url}/metrics").text
     assert "pulsar_pending_ack_batched_log_records_count_per_entry" in text
+
+
+def test_admin_cli_against_the_service(pendingack: ServiceProcess) -> None:
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join(str(ROOT / p) for p in ("shared", "services", "."))}
+
+    def cli(*argv: str) -> Any:
+        command = [sys.executable, "-m", "streamtx.client.admin_cli", "--url", pendingack.url, *argv]
+        out = subprocess.run(command, env=env, capture_output=True, text=True, timeout=60)
+        assert out.returncode == 0, out.stderr
+        return json.loads(out.stdout)
+
+    assert ack(pendingack.url, "0:1", "1:1").status_code == 200
+    assert cli("pending-ack-batch-log", "set", "--enable", "false") == {"txnPendingAckBatchLogEnabled": False}
+    assert cli("pending-ack-batch-log", "get")["subscriptionArray"] == [{f"{TOPIC}-{SUB}": False}]
+    assert cli("pending-ack", "stats", "persistent://t/n/x-partition-0", SUB)["ongoingTxnSize"] == 1
+    internal = cli("pending-ack", "stats", "persistent://t/n/x-partition-0", SUB, "--internal")
+    assert internal["pendingAckLogStats"]["ledgers"]
