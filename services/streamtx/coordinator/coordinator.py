@@ -350,6 +350,7 @@ class TransactionCoordinator:
         due: list[TxnMeta] = []
         while table.finished and table.finished[0].ended_at_ms <= cutoff:
             due.append(table.finished.popleft())
+        await self._move_reservation()
         garbage, table.garbage = table.garbage, []
         refs = [ref for meta in due for ref in meta.refs] + garbage
         if not refs:
@@ -364,6 +365,19 @@ class TransactionCoordinator:
             table.forget(meta)
         await self.log.trim()
         return len(refs)
+
+    async def _move_reservation(self) -> None:
+        """Log the live reservation again when it is all that holds back the trim.
+
+        It is never deleted before a newer one is durable, so on an idle log it
+        would pin its entry, and every entry after it, forever.
+        """
+        ref = self.table.reserve_ref
+        if ref is None or (self._reserving is not None and not self._reserving.done()):
+            return
+        last = self.log.last_position()
+        if last is not None and ref.position != last and self.log.first_live() == ref.position:
+            await self._apply(ReserveIds(self.table.reserved))  # the old one becomes garbage
 
     # --- ids -----------------------------------------------------------------------
 

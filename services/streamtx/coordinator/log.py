@@ -129,6 +129,13 @@ class TransactionLog:
         # encoded, so one snapshot usually carries the whole deletion.
         await asyncio.gather(*calls)
 
+    def first_live(self) -> Position:
+        """The first entry not wholly deleted (maybe past the end)."""
+        return self._cursor.first_undeleted()
+
+    def last_position(self) -> Position | None:
+        return self._ledger.last_position()
+
     async def trim(self) -> None:
         """Drop the entries every record of which is deleted, up to the first live one."""
         await self._cursor.trim_ledger()

@@ -141,7 +141,9 @@ class TxnTable:
             self.finished.append(meta)
 
     def _reserve(self, ref: LogRef, next_counter: int) -> None:
-        if next_counter > self.reserved:
+        # An equal one is a copy logged to move the reservation forward in the
+        # log (so the ledger can be trimmed): the newer record takes over.
+        if next_counter >= self.reserved:
             if self.reserve_ref is not None:
                 self.garbage.append(self.reserve_ref)  # superseded by a durable, higher one
             self.reserved, self.reserve_ref = next_counter, ref

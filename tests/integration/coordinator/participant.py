@@ -9,6 +9,7 @@ directly.
 
 from __future__ import annotations
 
+import asyncio
 import threading
 import time
 from collections.abc import Iterator
@@ -93,7 +94,7 @@ def build_app(p: Participant) -> FastAPI:
     @app.post("/v1/txn/partitions/end")
     async def partition_end(body: dict[str, Any]) -> Any:
         if p.delay_s:
-            time.sleep(p.delay_s)  # blocks this thread's loop on purpose: a slow participant
+            await asyncio.sleep(p.delay_s)  # a slow participant: the TC is caught mid-fan-out
         if p._failing(end=True):
             record("partitions/end", body, 503)
             return unavailable()
@@ -118,7 +119,7 @@ def build_app(p: Participant) -> FastAPI:
     @app.post("/v1/txn/subscriptions/end")
     async def subscription_end(body: dict[str, Any]) -> Any:
         if p.delay_s:
-            time.sleep(p.delay_s)
+            await asyncio.sleep(p.delay_s)
         if p._failing(end=True):
             record("subscriptions/end", body, 503)
             return unavailable()
