@@ -90,7 +90,7 @@ class Partition:
             ix = loaded.index
             self.tb.load_segments(loaded.segments, ix.unsealed)
             for txn, first_pos in ix.ongoing:
-                self.tb.ongoing[txn] = first_pos
+                self.tb.ongoing[txn] = Position(*first_pos)
             self.tb.last_position = ix.snapshot_position
             self.tb.max_read_floor = ix.max_read
             self.producers = ProducerTable.from_json(ix.producers)

@@ -9,13 +9,13 @@ everything the latest index names. Integers are big-endian; a position is
 ``i64 ledger_id, i64 entry_id`` and "none" is ``-1, -1``::
 
     segment: u8 version(1), u8 kind(1), u64 segment_id, u32 n,
-             n × (u64 txn_most, u64 txn_least, position marker)
+             n × (u64 txn_most, u64 txn_least, u64 ledger_id, u64 entry_id) of the marker
     index:   u8 version(1), u8 kind(2), u64 sequence, i64 timestamp_ms,
              position max_read, position snapshot_position,
              u32 n_segments × (u64 segment_id, position ref, u32 count,
                                position first_marker, position last_marker),
-             u32 n_unsealed × (u64, u64, position marker),
-             u32 n_ongoing × (u64, u64, position first),
+             u32 n_unsealed × (u64 × 4, as in a segment),
+             u32 n_ongoing × (u64 txn_most, u64 txn_least, u64 ledger_id, u64 entry_id of its first),
              u32 len, producers as JSON
 """
 
@@ -24,6 +24,8 @@ from __future__ import annotations
 import enum
 import json
 import struct
+import sys
+from array import array
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -31,11 +33,14 @@ from streamtx.errors import CorruptEntryError
 from streamtx.ledger import Position
 
 TxnId = tuple[int, int]
+Marker = tuple[int, int]  # (ledger_id, entry_id): a Position or a plain pair
+Item = tuple[TxnId, Marker]
 version = 1
+_swap = sys.byteorder == "little"
 
 _kind = struct.Struct(">BB")
 _seg_head = struct.Struct(">QI")
-_item = struct.Struct(">QQqq")
+_item = struct.Struct(">QQQQ")
 _pos = struct.Struct(">qq")
 _u32 = struct.Struct(">I")
 _index_head = struct.Struct(">Qqqqqq")
@@ -63,8 +68,8 @@ class SnapshotIndex:
     max_read: Position | None
     snapshot_position: Position | None
     segments: list[SegmentRef] = field(default_factory=list)
-    unsealed: list[tuple[TxnId, Position]] = field(default_factory=list)
-    ongoing: list[tuple[TxnId, Position]] = field(default_factory=list)
+    unsealed: list[Item] = field(default_factory=list)
+    ongoing: list[Item] = field(default_factory=list)
     producers: list[dict[str, Any]] = field(default_factory=list)
 
 
@@ -86,28 +91,34 @@ def record_kind(data: bytes) -> RecordKind:
         raise CorruptEntryError(f"bad snapshot record: {exc}") from exc
 
 
-def _pack_items(items: list[tuple[TxnId, Position]]) -> bytes:
-    buf = bytearray(_item.size * len(items))
-    for i, (t, p) in enumerate(items):
-        _item.pack_into(buf, i * _item.size, t[0], t[1], p.ledger_id, p.entry_id)
-    return _u32.pack(len(items)) + bytes(buf)
+def _pack_items(items: list[Item]) -> bytes:
+    flat = array("Q", [x for (t, p) in items for x in (t[0], t[1], p[0], p[1])])
+    if _swap:
+        flat.byteswap()
+    return _u32.pack(len(items)) + flat.tobytes()
 
 
-def _unpack_items(data: bytes, off: int) -> tuple[list[tuple[TxnId, Position]], int]:
+def _unpack_items(data: bytes, off: int) -> tuple[list[Item], int]:
+    # Column slices of one array and zip: C speed, a million ids in well under a second.
     (n,) = _u32.unpack_from(data, off)
     off += 4
     end = off + n * _item.size
     if end > len(data):
         raise CorruptEntryError("truncated snapshot items")
-    items = [((m, le), Position(lid, eid)) for m, le, lid, eid in _item.iter_unpack(data[off:end])]
+    flat = array("Q")
+    flat.frombytes(data[off:end])
+    if _swap:
+        flat.byteswap()
+    txns = zip(flat[0::4], flat[1::4], strict=True)
+    items = list(zip(txns, zip(flat[2::4], flat[3::4], strict=True), strict=True))
     return items, end
 
 
-def encode_segment(segment_id: int, ids: list[tuple[TxnId, Position]]) -> bytes:
+def encode_segment(segment_id: int, ids: list[Item]) -> bytes:
     return _kind.pack(version, RecordKind.SEGMENT) + struct.pack(">Q", segment_id) + _pack_items(ids)
 
 
-def decode_segment(data: bytes) -> tuple[int, list[tuple[TxnId, Position]]]:
+def decode_segment(data: bytes) -> tuple[int, list[Item]]:
     if record_kind(data) is not RecordKind.SEGMENT:
         raise CorruptEntryError("not a snapshot segment")
     try:

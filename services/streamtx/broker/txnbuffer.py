@@ -26,6 +26,7 @@ from dataclasses import dataclass, field
 from streamtx.ledger import Position
 
 TxnId = tuple[int, int]
+Marker = tuple[int, int]  # an abort marker's (ledger_id, entry_id): a Position or a plain pair
 
 recent_ended_max = 100_000  # ended txns remembered for idempotent repeats
 
@@ -40,16 +41,16 @@ class Segment:
     """A sealed run of aborted ids (marker order); ``ref`` is where a snapshot stored it."""
 
     segment_id: int
-    ids: list[tuple[TxnId, Position]]
+    ids: list[tuple[TxnId, Marker]]
     ref: Position | None = None
 
     @property
     def last_marker(self) -> Position:
-        return self.ids[-1][1]
+        return Position(*self.ids[-1][1])
 
     @property
     def first_marker(self) -> Position:
-        return self.ids[0][1]
+        return Position(*self.ids[0][1])
 
 
 @dataclass(slots=True)
@@ -62,9 +63,9 @@ class Ended:
 class TxnBufferState:
     segment_size: int = 1000
     ongoing: OrderedDict[TxnId, Position] = field(default_factory=OrderedDict)
-    aborted: OrderedDict[TxnId, Position] = field(default_factory=OrderedDict)
+    aborted: OrderedDict[TxnId, Marker] = field(default_factory=OrderedDict)
     sealed: deque[Segment] = field(default_factory=deque)
-    unsealed: list[tuple[TxnId, Position]] = field(default_factory=list)
+    unsealed: list[tuple[TxnId, Marker]] = field(default_factory=list)
     ended: OrderedDict[TxnId, Ended] = field(default_factory=OrderedDict)
     last_position: Position | None = None
     max_read_floor: Position | None = None  # from a snapshot: never move back
@@ -80,7 +81,7 @@ class TxnBufferState:
 
     def on_message(self, position: Position, txn: TxnId | None) -> None:
         self.on_entry(position)
-        if txn is not None and txn not in self.ongoing and txn not in self.ended:
+        if txn is not None and txn not in self.ongoing and txn not in self.ended and txn not in self.aborted:
             self.ongoing[txn] = position
             self.ops_since_snapshot += 1
 
@@ -92,7 +93,7 @@ class TxnBufferState:
         if action is TxnAction.ABORT and txn not in self.aborted:
             self.add_aborted(txn, position)
 
-    def add_aborted(self, txn: TxnId, marker: Position) -> None:
+    def add_aborted(self, txn: TxnId, marker: Marker) -> None:
         self.aborted[txn] = marker
         self.unsealed.append((txn, marker))
         if len(self.unsealed) >= self.segment_size:
@@ -127,7 +128,10 @@ class TxnBufferState:
         return txn in self.aborted
 
     def ended_as(self, txn: TxnId) -> Ended | None:
-        return self.ended.get(txn)
+        ended = self.ended.get(txn)
+        if ended is None and (marker := self.aborted.get(txn)) is not None:
+            return Ended(TxnAction.ABORT, Position(*marker))
+        return ended
 
     # --- trimming -----------------------------------------------------------
 
@@ -150,17 +154,15 @@ class TxnBufferState:
 
     # --- snapshot support ---------------------------------------------------
 
-    def load_segments(self, segments: list[Segment], unsealed: list[tuple[TxnId, Position]]) -> None:
+    def load_segments(self, segments: list[Segment], unsealed: list[tuple[TxnId, Marker]]) -> None:
         """Restore aborted ids from a snapshot (segments in marker order)."""
+        # Aborted ids answer ``ended_as`` through ``aborted``: no per-id work but the dict.
         for seg in segments:
             self.sealed.append(seg)
-            for txn, marker in seg.ids:
-                self.aborted[txn] = marker
-                self._remember(txn, Ended(TxnAction.ABORT, marker))
+            self.aborted.update(seg.ids)
             self.next_segment_id = max(self.next_segment_id, seg.segment_id + 1)
         for txn, marker in unsealed:
             self.add_aborted(txn, marker)
-            self._remember(txn, Ended(TxnAction.ABORT, marker))
 
     def stats(self) -> dict[str, object]:
         mrp = self.max_read_position()

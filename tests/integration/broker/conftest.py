@@ -37,7 +37,7 @@ class BrokerClient:
         return self.call("POST", f"/v1/topics/t/n/{topic}/messages", expect,
                          json={"messages": msgs, **kw})
 
-    def fetch(self, topic: str, sub: str, max: int = 100, wait_ms: int = 200,  # noqa: A002
+    def fetch(self, topic: str, sub: str, max: int = 100, wait_ms: int = 200,
               consumer: str = "c1", expect: int = 200) -> list[dict[str, Any]]:
         body = self.call("GET", f"/v1/topics/t/n/{topic}/subscriptions/{sub}/messages", expect,
                          params={"max": max, "wait_ms": wait_ms, "consumer": consumer})

@@ -62,10 +62,12 @@ def test_100k_aborted_txns_recover(broker_factory: BrokerFactory, tmp_path: Path
     visible = asyncio.run(build(url))
     print(f"\nbuilt {N_TXNS} txns in {time.perf_counter() - t0:.1f}s")
     expected_aborted = N_TXNS - N_TXNS // 1000 + 1
+    broker = None
     for attempt in range(2):  # start, then kill -9 and start again
         t0 = time.perf_counter()
-        broker = broker_factory(url, snapshot_segment_size=SEGMENT) if attempt == 0 else broker
-        if attempt:
+        if broker is None:
+            broker = broker_factory(url, snapshot_segment_size=SEGMENT)
+        else:
             broker.proc.restart()
         ready_s = time.perf_counter() - t0
         stats = broker.tb_stats("big", 0)

@@ -87,7 +87,8 @@ def test_shared_redelivery_after_ack_timeout_and_nack(broker: BrokerClient) -> N
     again = broker.fetch("r", "s", consumer="c2", wait_ms=3000)  # ack timeout is 600 ms
     assert sorted(values(again)) == ["a", "b"] and time.monotonic() - t0 < 2.5
     broker.ack("r", "s", [again[0]["message_id"]])
-    broker.call("POST", "/v1/topics/t/n/r/subscriptions/s/nacks", json={"message_ids": [again[1]["message_id"]]})
+    broker.call("POST", "/v1/topics/t/n/r/subscriptions/s/nacks",
+                json={"message_ids": [again[1]["message_id"]]})
     third = broker.fetch("r", "s", consumer="c3", wait_ms=100)
     assert [m["message_id"] for m in third] == [again[1]["message_id"]]
     assert third[0]["redelivery_count"] >= 2

@@ -102,7 +102,7 @@ async def test_max_read_position_never_moves_back_and_trim_drops_ids() -> None:
     again = await open_part(store)
     assert again.max_read_position() == mrp
     # Trim past the first four aborted txns' markers: their ids go.
-    marker4 = again.tb.aborted[(1, 4)]
+    marker4 = Position(*again.tb.aborted[(1, 4)])
     dropped = await again.trim(marker4)
     assert dropped == 4 and (1, 3) not in again.tb.aborted and (1, 4) in again.tb.aborted
     await again.take_snapshot()

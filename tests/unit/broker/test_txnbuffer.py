@@ -52,7 +52,7 @@ def test_segments_seal_in_marker_order_and_trim() -> None:
     assert [t for t, _ in tb.sealed[0].ids] == [(0, 0), (0, 1), (0, 2)]
     # Trim past the markers of txns 0..3 (markers at entries 2, 4, 6, 8).
     assert tb.trim(p(9)) == 4
-    assert list(tb.aborted)[0] == (0, 4)
+    assert next(iter(tb.aborted)) == (0, 4)
     assert [s.segment_id for s in tb.sealed] == [1, 2]  # segment 0 wholly trimmed
     assert tb.stats()["abortedTxnCount"] == 6
 
