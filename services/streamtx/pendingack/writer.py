@@ -10,7 +10,6 @@ the same way (an unbatched entry is a single record).
 from __future__ import annotations
 
 import importlib
-import importlib.util
 import logging
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -53,18 +52,28 @@ def _single(data: bytes) -> Sequence[bytes]:
     return [data]
 
 
+def _module(name: str) -> Any:
+    """The module, or None while it has not landed."""
+    try:
+        return importlib.import_module(name)
+    except ImportError:
+        return None
+
+
 def batching_available() -> bool:
-    return importlib.util.find_spec("streamtx.batching.writer") is not None or (
-        importlib.util.find_spec("streamtx.batching") is not None
-        and importlib.util.find_spec("streamtx.batching.codec") is not None
+    """Whether the buffered writer and its metrics are installed."""
+    package = _module("streamtx.batching")
+    return (
+        package is not None and hasattr(package, "BufferedWriter")
+        and _module("streamtx.batching.metrics") is not None
     )
 
 
 def entry_decoder() -> EntryDecoder:
     """Splits an entry into its records (batched or not)."""
-    if not batching_available():
+    codec = _module("streamtx.batching.codec")
+    if codec is None:
         return _single
-    codec: Any = importlib.import_module("streamtx.batching.codec")
     decode_entry: EntryDecoder = codec.decode_entry
     return decode_entry
 
@@ -74,8 +83,8 @@ def writer_factory(settings: PendingAckSettings, registry: CollectorRegistry = R
     if not batching_available():
         log.warning("streamtx.batching not installed: pending-ack records are written unbatched")
         return lambda ledger, enabled: DirectWriter(ledger)
-    batching: Any = importlib.import_module("streamtx.batching")
-    batching_metrics: Any = importlib.import_module("streamtx.batching.metrics")
+    batching = _module("streamtx.batching")
+    batching_metrics = _module("streamtx.batching.metrics")
 
     metrics: Any = batching_metrics.pending_ack_metrics(settings.cluster, registry=registry)
 

@@ -134,3 +134,36 @@ async def test_a_fenced_store_answers_unavailable(ledgers: LedgerStore) -> None:
         await old.ack(B, ids("1:2"), False)
     assert old.held() == ["1:1"]  # the failed ack was undone
     await new.close()
+
+
+async def test_replay_reads_batched_and_unbatched_entries_and_skips_deleted(ledgers: LedgerStore) -> None:
+    """A log written with batching on and off replays alike; batch-index deletes are honoured."""
+    from streamtx.batching.codec import encode_batch
+    from streamtx.cursor import Cursor
+    from streamtx.pendingack.records import PendingAck, encode
+    from streamtx.pendingack.store import cursor_name, log_name
+
+    C = TxnId(0, 3)
+    ledger = await ledgers.open(log_name(TOPIC, SUB))
+    batched = await ledger.append(encode_batch([
+        encode(PendingAck(A, tuple(ids("1:1")))),
+        encode(PendingAck(B, tuple(ids("1:2")))),
+        encode(PendingAck(C, tuple(ids("1:3")))),
+    ]))
+    await ledger.append(encode(PendingAck(A, tuple(ids("1:4")))))  # unbatched
+    cursor = await Cursor.open(ledgers, ledger, cursor_name)
+    await cursor.delete_batch_index(batched, 1, 3)  # B's record was deleted (B ended earlier)
+    await cursor.close()
+    await ledger.close()
+
+    store = await open_store_(ledgers, RecordingBroker())
+    assert store.held() == ["1:1", "1:3", "1:4"]
+    assert store.replay is not None and store.replay.skipped_deleted == 1
+    assert [(s.batch_index, s.batch_size) for s in store.state.txns[A].slots] == [(0, 3), (0, 1)]
+    await store.end(A, commit=True)
+    await store.end(C, commit=False)
+    await store.close()
+    again = await open_store_(ledgers, RecordingBroker())
+    assert again.held() == []
+    assert again.replay is not None and again.replay.records == 0
+    await again.close()
