@@ -52,9 +52,17 @@ class Topic:
         epochs = [e for p in self.partitions if (e := p.producers.max_epoch(producer)) is not None]
         return max(epochs, default=None)
 
-    def route(self, messages: list[Outgoing]) -> dict[int, list[Message]]:
+    def route(self, messages: list[Outgoing], producer: ProducerInfo | None = None
+              ) -> dict[int, list[Message]]:
+        """Explicit partition, else hash of the key, else round robin.
+
+        Unkeyed messages of a producer's request all go to one partition chosen by
+        hash of ``name:sequence``, so a retried request lands where the first try
+        did and is recognised there as a duplicate.
+        """
         n = len(self.partitions)
         out: dict[int, list[Message]] = {}
+        sticky = None if producer is None else key_partition(f"{producer.name}:{producer.sequence}", n)
         for m in messages:
             if m.partition is not None:
                 if not 0 <= m.partition < n:
@@ -62,6 +70,8 @@ class Topic:
                 index = m.partition
             elif m.message.key is not None:
                 index = key_partition(m.message.key, n)
+            elif sticky is not None:
+                index = sticky
             else:
                 index = next(self._rr) % n
             out.setdefault(index, []).append(m.message)
@@ -76,7 +86,7 @@ class Topic:
             if fence is not None and producer.epoch < fence:
                 raise ConflictError(f"producer {producer.name} epoch {producer.epoch} is fenced "
                                     f"(latest epoch {fence})")
-        routed = self.route(messages)
+        routed = self.route(messages, producer)
         if not routed and producer is not None:
             routed = {0: []}  # no messages: just record the producer's epoch
         results = await asyncio.gather(*(
