@@ -4,8 +4,9 @@ Run as its own process (``python -m streamtx.demo.generator``). Every tick it
 sends what is due as ONE produce request (explicit partition per record) and
 waits for it; a failed request (broker down, 503, timeout) is resent with the
 same records and sequence numbers until acknowledged, so sequence numbers per
-source partition stay gapless (a resend whose first attempt did land leaves a
-duplicate in the source; the workers drop it by sequence number). Only
+source partition stay gapless. Requests carry the producer identity
+(name, epoch, request sequence), so the broker drops a resend whose first
+attempt did land (the workers would also drop such a copy by sequence number). Only
 acknowledged requests go to ``generator.jsonl``. A status line of JSON goes to
 stdout every second for the supervisor's progress bar.
 """
@@ -25,7 +26,7 @@ from streamtx.demo.layout import RunConfig, generator_log
 from streamtx.demo.partitioner import source_partition_of
 from streamtx.demo.records import SearchRecord, encode, random_request
 from streamtx.demo.rest import Rest
-from streamtx.errors import StreamtxError
+from streamtx.errors import ConflictError, StreamtxError
 
 tick_s = 0.05
 max_batch = 4000  # records per request when catching up after an outage
@@ -36,7 +37,7 @@ async def run(cfg: RunConfig, run_dir: Path, broker_url: str, rate: float, durat
     rng = random.Random(seed)
     rest = Rest(broker_url, broker_url, timeout_s=5.0)
     seqs = [0] * cfg.source_partitions
-    written = bytes_written = retries = 0
+    written = bytes_written = retries = requests = 0
     start = time.monotonic()
     last_status = start
     with generator_log(run_dir).open("a") as log:
@@ -57,13 +58,21 @@ async def run(cfg: RunConfig, run_dir: Path, broker_url: str, rate: float, durat
                 messages.append({"key": rec.key, "value": encode(rec, cfg.record_size),
                                  "properties": {}, "partition": p})
             size = sum(len(m["value"]) for m in messages)
+            producer = {"name": f"generator-{cfg.run_id}", "epoch": 0, "sequence": requests}
+            requests += 1
+            attempt = 0
             while True:
                 t0 = time.monotonic()
                 try:
-                    await rest.produce(cfg.source_topic, messages)
+                    await rest.produce(cfg.source_topic, messages, producer=producer)
                     break
+                except ConflictError:
+                    if attempt == 0:
+                        raise
+                    break  # a resend of a request that landed, past the broker's memory of ids
                 except StreamtxError as exc:
                     retries += 1
+                    attempt += 1
                     if not exc.retriable and retries % 50 == 1:
                         print(json.dumps({"error": str(exc)}), file=sys.stderr, flush=True)
                     await asyncio.sleep(0.1)

@@ -12,6 +12,16 @@ from pathlib import Path
 
 import httpx
 
+import streamtx
+
+
+def child_env(extra: dict[str, str]) -> dict[str, str]:
+    """The environment of a child: ours, with every root of the ``streamtx`` namespace
+    package on ``PYTHONPATH`` (so children import the same code however we were started)."""
+    roots = [str(Path(p).parent) for p in streamtx.__path__]
+    path = os.pathsep.join([*roots, *filter(None, [os.environ.get("PYTHONPATH")])])
+    return {**os.environ, "PYTHONPATH": path, **extra}
+
 
 def free_port() -> int:
     with socket.socket() as s:
@@ -33,7 +43,7 @@ class Child:
     def start(self, timeout_s: float = 60.0) -> Child:
         log = self.log_path.open("ab")
         self.proc = subprocess.Popen([sys.executable, "-m", self.module, *self.args],
-                                     env={**os.environ, **self.env}, stdout=log, stderr=log,
+                                     env=child_env(self.env), stdout=log, stderr=log,
                                      start_new_session=True)
         log.close()
         self.starts += 1

@@ -84,14 +84,18 @@ class Rest:
         await self._call(self._br, "PUT", path, json={"partitions": partitions})
 
     async def produce(
-        self, topic: str, messages: list[dict[str, Any]], txn_id: str | None = None
+        self, topic: str, messages: list[dict[str, Any]], txn_id: str | None = None,
+        producer: dict[str, Any] | None = None,
     ) -> list[str]:
-        """``messages``: ``{"key", "value": bytes, "properties", "partition"}``."""
+        """``messages``: ``{"key", "value": bytes, "properties", "partition"}``; ``producer``:
+        ``{"name", "epoch", "sequence"}`` for dedup of resent requests."""
         body: dict[str, Any] = {"messages": [
             {**m, "value": base64.b64encode(m["value"]).decode()} for m in messages
         ]}
         if txn_id is not None:
             body["txn_id"] = txn_id
+        if producer is not None:
+            body["producer"] = producer
         path = f"/v1/topics/{tenant}/{namespace}/{topic}/messages"
         out = await self._call(self._br, "POST", path, json=body)
         return list(out["message_ids"])
@@ -112,8 +116,11 @@ class Rest:
             for m in out["messages"]
         ]
 
-    async def ack(self, topic: str, sub: str, message_ids: list[str], txn_id: str | None = None) -> None:
+    async def ack(self, topic: str, sub: str, message_ids: list[str], txn_id: str | None = None,
+                  cumulative: bool = False) -> None:
         body: dict[str, Any] = {"message_ids": message_ids}
+        if cumulative:
+            body["cumulative"] = True
         if txn_id is not None:
             body["txn_id"] = txn_id
         path = f"/v1/topics/{tenant}/{namespace}/{topic}/subscriptions/{sub}/acks"

@@ -30,7 +30,7 @@ from tqdm import tqdm
 
 from streamtx.demo.checker import Report
 from streamtx.demo.layout import RunConfig
-from streamtx.demo.procs import Child, free_port
+from streamtx.demo.procs import Child, child_env, free_port
 from streamtx.demo.records import decode
 from streamtx.demo.rest import Rest
 from streamtx.demo.stats import DemoResult, render_table, summary_line
@@ -210,6 +210,7 @@ class Demo:
                  "--broker", self.urls["broker"], "--rate", str(opts.rate),
                  "--duration", str(opts.duration_s), "--seed", str(opts.seed)],
                 stdout=subprocess.PIPE, stderr=(self.run_dir / "logs" / "generator.log").open("ab"),
+                env=child_env({}),
             )
             reader = threading.Thread(target=self.read_generator, args=(gen,), daemon=True)
             reader.start()

@@ -40,6 +40,7 @@ import signal
 import sys
 import time
 import uuid
+from collections import defaultdict
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, TextIO
@@ -47,7 +48,7 @@ from typing import Any, TextIO
 from streamtx.demo.layout import RunConfig, read_jsonl, worker_log
 from streamtx.demo.records import SearchRecord, decode
 from streamtx.demo.reorder import ReorderBuffer
-from streamtx.demo.rest import Fetched, Rest, full_name, partition_name
+from streamtx.demo.rest import Fetched, Rest, full_name, partition_name, position_of
 from streamtx.errors import ConflictError, NotFoundError, StreamtxError
 
 resolve_give_up_s = 90.0  # a coordinator down longer than this: exit, the restart resolves it
@@ -81,6 +82,7 @@ class Worker:
         self.log: TextIO | None = None
         self.stopping = False
         self.buf: ReorderBuffer[Held] = ReorderBuffer()
+        self.timing: defaultdict[str, float] = defaultdict(float)  # seconds per phase, this transaction
 
     # -- the transaction log of this worker ------------------------------------------
     def _log(self, txn: str, outcome: str, **kw: Any) -> None:
@@ -147,31 +149,43 @@ class Worker:
 
     # -- the loop -----------------------------------------------------------------------
     async def fetch(self, wait_ms: int) -> list[Fetched]:
+        t0 = time.monotonic()
         try:
-            return await self.rest.fetch(self.cfg.source_topic, self.sub, self.name, 1000, wait_ms)
+            got = await self.rest.fetch(self.cfg.source_topic, self.sub, self.name, 1000, wait_ms)
+            self.timing["fetch"] += time.monotonic() - t0 - (wait_ms / 1000 if not got else 0)
+            self.timing["fetched"] += len(got)
+            return got
         except StreamtxError:
             await asyncio.sleep(0.1)
             return []
 
-    def offer(self, msgs: list[Fetched]) -> list[str]:
-        """Put fetched records of owned partitions in the buffer; return the ids to ack
-        outside the transaction: records of other partitions, and copies of records a
-        committed transaction already wrote (stale)."""
-        other: list[str] = []
+    def offer(self, msgs: list[Fetched]) -> tuple[list[str], list[str]]:
+        """Put fetched records of owned partitions in the buffer. Return what to ack outside
+        the transaction: the last message of each partition we do not own (everything
+        there is someone else's: acked cumulatively), and copies of records a committed
+        transaction already wrote (stale: acked one by one)."""
+        foreign: dict[int, str] = {}
+        stale: list[str] = []
         for m in msgs:
             rec = decode(m.value)
             if rec.src_partition not in self.buf.committed:
-                other.append(m.message_id)
+                last = foreign.get(m.partition)
+                if last is None or position_of(m.message_id) > position_of(last):
+                    foreign[m.partition] = m.message_id
             elif not self.buf.offer(rec.src_partition, rec.seq, Held(m.message_id, rec, m.value)):
-                other.append(m.message_id)
-        return other
+                stale.append(m.message_id)
+        return list(foreign.values()), stale
 
-    async def ack_other(self, ids: list[str]) -> None:
+    async def ack_other(self, acks: tuple[list[str], list[str]]) -> None:
         """Not ours, or already written: ack outside any transaction (a copy at an
         already acked position may get 409: fine; a failure: redelivered later)."""
-        if ids:
-            with contextlib.suppress(StreamtxError):
-                await self.rest.ack(self.cfg.source_topic, self.sub, ids)
+        foreign, stale = acks
+        t0 = time.monotonic()
+        for ids, cumulative in ((foreign, True), (stale, False)):
+            if ids:
+                with contextlib.suppress(StreamtxError):
+                    await self.rest.ack(self.cfg.source_topic, self.sub, ids, cumulative=cumulative)
+        self.timing["ack_other"] += time.monotonic() - t0
 
     async def begin(self) -> str:
         txn = str(await _retry(lambda: self.rest.begin(self.txn_timeout_ms), give_up_s=resolve_give_up_s))
@@ -217,7 +231,9 @@ class Worker:
             deadline = time.monotonic() + self.commit_interval_s
             while True:
                 if ready:
+                    t0 = time.monotonic()
                     await self.write(txn, ready)
+                    self.timing["write"] += time.monotonic() - t0
                     taken.extend(ready)
                 remaining = deadline - time.monotonic()
                 if remaining <= 0 or self.stopping:
@@ -234,14 +250,18 @@ class Worker:
             committed = await self._resolve(txn, commit=False)
             self._end(txn, committed, taken, why=f"{type(exc).__name__}: {exc}"[:300], outcome="aborted")
             return
+        t0 = time.monotonic()
         committed = await self._resolve(txn, commit=True)
+        self.timing["commit"] += time.monotonic() - t0
         self._end(txn, committed, taken, why="commit refused", outcome="refused")
 
     def _end(self, txn: str, committed: bool, taken: list[tuple[int, int, Held]], *, why: str,
              outcome: str) -> None:
+        timing = {k: round(v * 1000) if k != "fetched" else int(v) for k, v in self.timing.items()}
+        self.timing = defaultdict(float)
         if committed:
             self.buf.commit()
-            self._log(txn, "committed", n=len(taken))
+            self._log(txn, "committed", n=len(taken), **timing)
         else:
             self.buf.rollback()
             self._log(txn, outcome, n=len(taken), why=why, r=[[p, s] for p, s, _ in taken])
