@@ -59,14 +59,23 @@ class PartitionDispatch:
         return self.cursor.is_deleted(unit[0], unit[1])
 
     def expire(self, now: float) -> int:
-        """Move deliveries past their ack deadline to the redelivery queue."""
-        late = [u for u, d in self.pending.items() if d.deadline <= now]
+        """Move deliveries past their ack deadline to the redelivery queue.
+
+        ``pending`` is in deadline order: every delivery is inserted at its end with
+        ``now + ack timeout`` (Exclusive: infinity), so the scan stops at the first
+        one still in time.
+        """
+        late = []
+        for u, d in self.pending.items():
+            if d.deadline > now:
+                break
+            late.append(u)
         for u in late:
             self.redeliver[u] = self.pending.pop(u)
         return len(late)
 
     def next_deadline(self) -> float | None:
-        return min((d.deadline for d in self.pending.values()), default=None)
+        return next(iter(self.pending.values())).deadline if self.pending else None
 
     def release(self, units: list[Unit]) -> None:
         """Make units deliverable again (nack, consumer change, txn abort)."""

@@ -66,6 +66,7 @@ class Partition:
         self._producer_locks: dict[str, asyncio.Lock] = {}
         self._snapshot_lock = asyncio.Lock()
         self._broken: StreamtxError | None = None
+        self._reload_task: asyncio.Task[None] | None = None
         self._labels = (settings.cluster, name)
 
     @classmethod
@@ -152,6 +153,14 @@ class Partition:
             raise UnavailableError(f"partition {self.name} is recovering: {self._broken.message}")
         ticket = self._next_ticket
         self._next_ticket += 1
+        # A task, shielded: a caller that goes away (client disconnect) must not leave
+        # its ticket unsettled, which would stall every later append of the partition.
+        # Tasks start in creation order, so appends reach the ledger in ticket order.
+        task = asyncio.ensure_future(self._append_ticket(ticket, data, apply))
+        return await asyncio.shield(task)
+
+    async def _append_ticket(self, ticket: int, data: bytes, apply: Callable[[Position], None]
+                             ) -> Position:
         try:
             pos = await self.ledger.append(data)
         except BaseException as exc:
@@ -159,7 +168,7 @@ class Partition:
             self._drain()
             if self._broken is None:
                 self._broken = exc if isinstance(exc, StreamtxError) else UnavailableError(repr(exc))
-                asyncio.get_running_loop().create_task(self._reload())
+                self._reload_task = asyncio.get_running_loop().create_task(self._reload())
             raise
         self._done[ticket] = (pos, apply)
         self._drain()
