@@ -12,7 +12,7 @@ from streamtx.pendingack.broker import BrokerNotifier, HttpBrokerNotifier, NoBro
 from streamtx.pendingack.routes import acks, admin, txn
 from streamtx.pendingack.settings import PendingAckSettings
 from streamtx.pendingack.stores import PendingAckStores
-from streamtx.pendingack.writer import entry_decoder, writer_factory
+from streamtx.pendingack.writer import writer_factory
 from streamtx.service import ServiceState, create_app
 
 
@@ -31,7 +31,7 @@ def build_app(settings: PendingAckSettings | None = None) -> FastAPI:
         )
         stores = PendingAckStores(
             ledgers, settings, notifier=notifier,
-            writer_factory=writer_factory(settings), decode_entry=entry_decoder(),
+            writer_factory=writer_factory(settings),
         )
         app.state.stores = stores
         state.ready, state.reason = True, "ready"

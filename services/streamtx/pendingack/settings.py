@@ -2,28 +2,23 @@
 
 from __future__ import annotations
 
-from typing import Literal
-
 from pydantic import Field
+from pydantic_settings import SettingsConfigDict
 
+from streamtx.batching import BatchingSettings
 from streamtx.service import ServiceSettings
 
 
 class PendingAckSettings(ServiceSettings):
     """The pending-ack store's settings: the common ones, batching, and bounds."""
 
+    model_config = SettingsConfigDict(env_prefix="STREAMTX_", env_nested_delimiter="__", extra="ignore")
+
     port: int = Field(default=8083, ge=0, le=65535)
-    # PIP-160's transactionPendingAckBatchedWrite* settings; switchable at run time.
-    pending_ack_batch_enabled: bool = Field(default=True, description="batch pending-ack log writes")
-    pending_ack_batch_max_records: int = Field(default=512, ge=1, description="records per batched entry")
-    pending_ack_batch_max_bytes: int = Field(default=4 << 20, ge=64, description="bytes per batched entry")
-    pending_ack_batch_max_delay_ms: float = Field(
-        default=1.0, ge=0, description="longest wait of the first buffered record, in ms"
-    )
-    pending_ack_batch_policy: Literal["timer", "auto"] = Field(
-        default="auto",
-        description="timer: Pulsar's fixed delay; auto: gather only while appends are in flight",
-    )
+    # PIP-160's transactionPendingAckBatchedWrite* settings, switchable at run
+    # time: STREAMTX_BATCHING__ENABLED, __MAX_RECORDS, __MAX_BYTES,
+    # __MAX_DELAY_MS, __POLICY ("auto" or "fixed").
+    batching: BatchingSettings = Field(default_factory=BatchingSettings)
     # Bounds on memory (see streamtx.pendingack.state).
     pending_ack_max_committed_ids: int = Field(
         default=100_000, ge=0,

@@ -24,10 +24,11 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import Callable, Sequence
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any, Protocol
 
+from streamtx.batching import decode_entry
 from streamtx.cursor import Cursor
 from streamtx.errors import ConflictError, FencedError, LedgerError, MalformedError, UnavailableError
 from streamtx.ledger import Ledger, LedgerStore, Position
@@ -73,7 +74,6 @@ class RecordWriter(Protocol):
 
 
 WriterFactory = Callable[[Ledger, bool], RecordWriter]
-EntryDecoder = Callable[[bytes], Sequence[bytes]]
 
 
 @dataclass(frozen=True, slots=True)
@@ -111,7 +111,7 @@ class PendingAckStore:
     @classmethod
     async def open(
         cls, store: LedgerStore, topic: str, subscription: str, *, writer_factory: WriterFactory,
-        decode_entry: EntryDecoder, notifier: BrokerNotifier, batch_enabled: bool,
+        notifier: BrokerNotifier, batch_enabled: bool,
         max_committed_ids: int, max_ended_txns: int, trim_every_ends: int,
     ) -> PendingAckStore:
         """Open the subscription's log as its writer (fencing any earlier store) and replay it."""
@@ -126,12 +126,12 @@ class PendingAckStore:
             topic, subscription, ledger, cursor, writer_factory(ledger, batch_enabled), state, notifier,
             batch_enabled=batch_enabled, trim_every_ends=trim_every_ends,
         )
-        garbage = await self._replay(decode_entry)
+        garbage = await self._replay()
         if garbage:
             await self._delete(garbage)
         return self
 
-    async def _replay(self, decode_entry: EntryDecoder) -> list[LogSlot]:
+    async def _replay(self) -> list[LogSlot]:
         """Rebuild the state from the log, skipping records the cursor deleted."""
         loop = asyncio.get_running_loop()
         started = loop.time()

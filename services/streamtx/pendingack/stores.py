@@ -15,7 +15,7 @@ from streamtx.errors import MalformedError
 from streamtx.ledger import LedgerStore
 from streamtx.pendingack.broker import BrokerNotifier
 from streamtx.pendingack.settings import PendingAckSettings
-from streamtx.pendingack.store import EntryDecoder, PendingAckStore, WriterFactory
+from streamtx.pendingack.store import PendingAckStore, WriterFactory
 
 _topic_re = re.compile(r"^persistent://[^/\s]+/[^/\s]+/[^/\s]+$")
 _subscription_re = re.compile(r"^[^/\s]{1,256}$")
@@ -34,16 +34,15 @@ class PendingAckStores:
 
     def __init__(
         self, ledgers: LedgerStore, settings: PendingAckSettings, *, notifier: BrokerNotifier,
-        writer_factory: WriterFactory, decode_entry: EntryDecoder,
+        writer_factory: WriterFactory,
     ) -> None:
         self._ledgers = ledgers
         self._settings = settings
         self._notifier = notifier
         self._writer_factory = writer_factory
-        self._decode_entry = decode_entry
         self._stores: dict[tuple[str, str], PendingAckStore] = {}
         self._opening: dict[tuple[str, str], asyncio.Task[PendingAckStore]] = {}
-        self.batch_enabled = settings.pending_ack_batch_enabled
+        self.batch_enabled = settings.batching.enabled
 
     async def get(self, topic: str, subscription: str) -> PendingAckStore:
         """The subscription's store, opening and replaying it on first use."""
@@ -67,7 +66,7 @@ class PendingAckStores:
         s = self._settings
         store = await PendingAckStore.open(
             self._ledgers, topic, subscription,
-            writer_factory=self._writer_factory, decode_entry=self._decode_entry,
+            writer_factory=self._writer_factory,
             notifier=self._notifier, batch_enabled=self.batch_enabled,
             max_committed_ids=s.pending_ack_max_committed_ids,
             max_ended_txns=s.pending_ack_max_ended_txns, trim_every_ends=s.trim_every_ends,

@@ -9,9 +9,7 @@ import sys
 from typing import Any
 
 import httpx
-import pytest
 
-from streamtx.pendingack.writer import batching_available
 from tests.integration.pendingack.conftest import FakeBroker
 from tests.support.services import ROOT, ServiceProcess
 
@@ -154,7 +152,6 @@ def test_malformed_input_is_400(pendingack: ServiceProcess) -> None:
     assert txn_call(url, "end", "0:1", action="maybe").status_code == 400
 
 
-@pytest.mark.skipif(not batching_available(), reason="streamtx.batching (PIP-160 metrics) not landed yet")
 def test_metrics_exist(pendingack: ServiceProcess) -> None:
     assert ack(pendingack.url, "0:1", "1:1").status_code == 200
     text = httpx.get(f"{pendingack.url}/metrics").text

@@ -15,7 +15,7 @@ from streamtx.pendingack.broker import BrokerNotifier
 from streamtx.pendingack.records import MessageId, TxnId
 from streamtx.pendingack.settings import PendingAckSettings
 from streamtx.pendingack.store import PendingAckStore
-from streamtx.pendingack.writer import entry_decoder, writer_factory
+from streamtx.pendingack.writer import writer_factory
 
 TOPIC, SUB = "persistent://t/n/x-partition-0", "sub"
 A, B = TxnId(0, 1), TxnId(0, 2)
@@ -51,15 +51,15 @@ async def open_store_(ledgers: LedgerStore, broker: BrokerNotifier, **kw: Any) -
     settings = PendingAckSettings.from_env()
     return await PendingAckStore.open(
         ledgers, TOPIC, SUB, writer_factory=writer_factory(settings, CollectorRegistry()),
-        decode_entry=entry_decoder(),
-        notifier=broker, batch_enabled=False, max_committed_ids=1000, max_ended_txns=1000,
+        notifier=broker, batch_enabled=kw.get("batch", True), max_committed_ids=1000, max_ended_txns=1000,
         trim_every_ends=kw.get("trim_every_ends", 1),
     )
 
 
-async def test_ack_end_and_replay(ledgers: LedgerStore) -> None:
+@pytest.mark.parametrize("batch", [True, False])
+async def test_ack_end_and_replay(ledgers: LedgerStore, batch: bool) -> None:
     broker = RecordingBroker()
-    store = await open_store_(ledgers, broker)
+    store = await open_store_(ledgers, broker, batch=batch)
     await store.ack(A, ids("1:1", "1:2:0"), False)
     await store.ack(B, ids("1:3"), False)
     with pytest.raises(ConflictError):
@@ -74,7 +74,7 @@ async def test_ack_end_and_replay(ledgers: LedgerStore) -> None:
     await store.close()
 
     # A new store replays: B still holds 1:3; A's records were deleted.
-    again = await open_store_(ledgers, broker)
+    again = await open_store_(ledgers, broker, batch=not batch)
     assert again.held() == ["1:3"]
     assert again.replay is not None and again.replay.records == 1
     with pytest.raises(ConflictError):
@@ -107,6 +107,9 @@ async def test_concurrent_acks_of_one_message_only_one_wins(ledgers: LedgerStore
     )
     assert sum(r is None for r in results) == 1
     assert all(isinstance(r, ConflictError) for r in results if r is not None)
+    # Acks of different messages written at once share batched entries.
+    await asyncio.gather(*(store.ack(TxnId(1, i), ids(f"2:{i}"), False) for i in range(50)))
+    assert {s.position for t in store.state.txns.values() for s in t.slots if s.batch_size > 1}
     await store.close()
 
 
