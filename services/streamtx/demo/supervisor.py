@@ -56,6 +56,7 @@ class Options:
     seed: int = 1
     ack_timeout_ms: int = 5_000
     quiet: bool = False
+    spare: tuple[str, ...] = ()  # processes chaos never kills
 
 
 @dataclass
@@ -108,6 +109,8 @@ class Demo:
         ]
         self.kills: list[str] = []
         self.zombies = 0
+        self.paused: set[str] = set()  # workers under SIGSTOP
+        self.finishing = False  # workers being stopped: do not restart them
         self.probe = Probe()
         self.gen = GeneratorStatus()
         self.lock = asyncio.Lock()  # one chaos action at a time
@@ -149,22 +152,28 @@ class Demo:
 
     async def babysit(self) -> None:
         """Restart a worker that exited by itself (it does when it cannot learn an outcome)."""
-        while not self.probe.stopping:
+        while not self.finishing:
             async with self.lock:
                 for w in self.workers:
+                    if self.finishing:
+                        break
                     if w.proc is not None and not w.alive():
                         self.say(f"demo: {w.name} exited with {w.returncode()}; restarting")
                         w.start()
             await asyncio.sleep(0.5)
 
     async def chaos(self) -> None:
-        targets = [*self.services, *(w.name for w in self.workers)]
+        """Every ``kill_every`` seconds (on a fixed schedule), kill -9 one random process and
+        restart it; a paused (zombie) worker is left alone."""
+        targets = [t for t in (*self.services, *(w.name for w in self.workers)) if t not in self.opts.spare]
+        next_at = time.monotonic()
         while not self.gen.done:
-            await asyncio.sleep(self.opts.kill_every_s)
+            next_at += self.opts.kill_every_s
+            await asyncio.sleep(max(0.0, next_at - time.monotonic()))
             if self.gen.done:
                 break
-            name = self.rng.choice(targets)
             async with self.lock:
+                name = self.rng.choice([t for t in targets if t not in self.paused])
                 child = self.services.get(name) or next(w for w in self.workers if w.name == name)
                 child.kill9()
                 self.kills.append(name)
@@ -172,6 +181,8 @@ class Demo:
                 await asyncio.to_thread(child.start)
 
     async def zombie(self) -> None:
+        """Pause a worker (SIGSTOP) past its transaction timeout, then resume it (SIGCONT):
+        the coordinator aborts its transaction meanwhile, so its commit must be refused."""
         pause_s = self.opts.txn_timeout_ms / 1000 + 2.0
         every_s = max(3 * self.opts.kill_every_s, pause_s + 3)
         while not self.gen.done:
@@ -180,10 +191,13 @@ class Demo:
                 break
             async with self.lock:
                 w = self.rng.choice(self.workers)
-                self.say(f"demo: SIGSTOP {w.name} for {pause_s:.0f}s (zombie)")
+                self.paused.add(w.name)
                 w.signal(signal.SIGSTOP)
-                await asyncio.sleep(pause_s)
+            self.say(f"demo: SIGSTOP {w.name} for {pause_s:.0f}s (zombie)")
+            await asyncio.sleep(pause_s)
+            async with self.lock:
                 w.signal(signal.SIGCONT)
+                self.paused.discard(w.name)
                 self.zombies += 1
 
     def read_generator(self, proc: subprocess.Popen[bytes]) -> None:
@@ -239,6 +253,7 @@ class Demo:
                             break
             elapsed = time.monotonic() - started
             async with self.lock:
+                self.finishing = True
                 for t in tasks[2:]:
                     t.cancel()
             for w in self.workers:
