@@ -1,4 +1,7 @@
-"""Dependencies of the broker's routes, as ``Annotated`` aliases."""
+"""Dependencies of the broker's routes, as ``Annotated`` aliases.
+
+Async on purpose: FastAPI runs a sync dependency in a worker thread per request.
+"""
 
 from __future__ import annotations
 
@@ -11,14 +14,14 @@ from streamtx.broker.settings import BrokerSettings
 from streamtx.errors import UnavailableError
 
 
-def get_broker(request: Request) -> Broker:
+async def get_broker(request: Request) -> Broker:
     broker: Broker | None = getattr(request.app.state, "broker", None)
     if broker is None:
         raise UnavailableError("broker is starting")
     return broker
 
 
-def get_settings(request: Request) -> BrokerSettings:
+async def get_settings(request: Request) -> BrokerSettings:
     settings: BrokerSettings = request.app.state.settings
     return settings
 
