@@ -12,6 +12,7 @@ from streamtx.broker.notify import Notifier
 from streamtx.broker.partition import Partition
 from streamtx.broker.subscription import Subscription
 from streamtx.errors import ConflictError, MalformedError, NotFoundError
+from streamtx.ledger import Position
 
 
 def key_partition(key: str, partitions: int) -> int:
@@ -98,3 +99,14 @@ class Topic:
                 if request_index < len(ids):
                     ids[request_index] = message_id
         return ids
+
+    async def trim(self, index: int, before: Position) -> int:
+        """Trim a partition before ``before``, but never past an open transaction's first
+        message nor past what a subscription has yet to consume; aborted ids dropped."""
+        part = self.partition(index)
+        limit = before
+        if part.tb.ongoing:
+            limit = min(limit, next(iter(part.tb.ongoing.values())))
+        for sub in self.subscriptions.values():
+            limit = min(limit, sub.parts[index].cursor.first_undeleted())
+        return await part.trim(limit)

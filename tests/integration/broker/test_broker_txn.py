@@ -79,3 +79,32 @@ def test_kill9_recovers_tb_from_snapshot_with_same_messages(broker_factory: Brok
             assert a[key] == b[key], key
     broker.end("3:99", P0.format("k"), "commit")
     assert sorted(_everything(broker, "k", "r3")) == sorted([*before, "still-open", "behind-open"])
+
+
+def test_tb_stats_forms_trim_and_metrics(broker: BrokerClient) -> None:
+    broker.create_topic("m", 2)
+    for i in range(6):
+        broker.produce("m", [f"a{i}"], txn_id=f"4:{i}", msg={"partition": 0})
+        broker.end(f"4:{i}", P0.format("m"), "abort")
+    broker.produce("m", ["open"], txn_id="4:100", msg={"partition": 0})
+    by_query = broker.tb_stats("m", 0)
+    by_name = broker.call("GET", "/admin/v3/transactions/transactionBufferStats/t/n/m-partition-0")
+    whole = broker.call("GET", "/admin/v3/transactions/transactionBufferStats/t/n/m")
+    assert by_query["abortedTxnCount"] == by_name["abortedTxnCount"] == whole["abortedTxnCount"] == 6
+    assert by_query["ongoingTxnSize"] == 1 and len(whole["partitions"]) == 2
+    assert by_query["segmentsSize"] == 1 and by_query["unsealedAbortedTxnIdSize"] == 2  # segments of 4
+    first_open = broker.produce("m", ["x"], msg={"partition": 0})["message_ids"][0]
+    # Trimming the partition drops the aborted ids whose markers went with it.
+    out = broker.call("POST", "/admin/v2/persistent/t/n/m/trim",
+                      json={"partition": 0, "before": first_open})
+    assert out["abortedIdsDropped"] == 6
+    assert broker.tb_stats("m", 0)["abortedTxnCount"] == 0
+    broker.end("4:100", P0.format("m"), "commit")  # the open txn's message was not trimmed
+    assert _everything(broker, "m", "after-trim") == ["open", "x"]
+    metrics = broker.http.get("/metrics").text
+    for name in ("streamtx_broker_messages_in_total", "streamtx_broker_txn_markers_total",
+                 "pulsar_txn_tb_active_total", "pulsar_txn_tb_aborted_total"):
+        assert name in metrics, name
+    broker.call("GET", "/admin/v3/transactions/transactionBufferStats/t/n/nope", 404)
+    broker.call("POST", "/v1/txn/partitions/end", 400,
+                json={"txn_id": "x", "partition": "p", "action": "commit"})

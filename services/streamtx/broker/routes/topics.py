@@ -55,17 +55,20 @@ async def topic_stats(tenant: str, namespace: str, topic: str, broker: BrokerDep
 
 
 @router.post("/trim")
-async def trim(tenant: str, namespace: str, topic: str, body: TrimBody,
+async def trim_partition(tenant: str, namespace: str, topic: str, body: TrimBody,
                broker: BrokerDep) -> dict[str, object]:
     from streamtx.broker.codec import parse_message_id
     from streamtx.errors import MalformedError
     from streamtx.ledger import Position
 
-    part = broker.topic(topic_name(tenant, namespace, topic)).partition(body.partition)
+    t = broker.topic(topic_name(tenant, namespace, topic))
+    part = t.partition(body.partition)
     try:
         lid, eid, _ = parse_message_id(body.before)
     except ValueError as exc:
         raise MalformedError(f"bad position {body.before!r}") from exc
-    dropped = await part.trim(Position(lid, eid))
+    if lid != part.ledger.ledger_id:
+        raise MalformedError(f"{body.before!r} is not a position of {part.name}")
+    dropped = await t.trim(body.partition, Position(lid, eid))
     return {"partition": part.name, "abortedIdsDropped": dropped,
             "firstPosition": str(fp) if (fp := part.ledger.first_position()) else None}
