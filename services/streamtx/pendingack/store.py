@@ -287,6 +287,7 @@ class PendingAckStore:
         for t in self.state.txns.values():
             phases[t.phase.value] = phases.get(t.phase.value, 0) + 1
         last = self.ledger.last_position()
+        cumulative = self.state.committed_cumulative
         return {
             "state": "Ready",
             "topic": self.topic,
@@ -295,7 +296,7 @@ class PendingAckStore:
             "txnsByPhase": phases,
             "heldMessageCount": len(self.state.held_ids()),
             "committedIdsRemembered": self.state.committed_id_count,
-            "committedCumulative": str(self.state.committed_cumulative or "") or None,
+            "committedCumulative": str(cumulative) if cumulative is not None else None,
             "batchedLogEnabled": self.batch_enabled,
             "lastLogPosition": str(last) if last else None,
         }

@@ -170,3 +170,14 @@ async def test_replay_reads_batched_and_unbatched_entries_and_skips_deleted(ledg
     assert again.held() == []
     assert again.replay is not None and again.replay.records == 0
     await again.close()
+
+
+async def test_finished_records_are_deleted_and_the_log_trimmed(ledgers: LedgerStore) -> None:
+    store = await open_store_(ledgers, RecordingBroker(), trim_every_ends=5)
+    for round_ in range(4):
+        txns = [TxnId(round_, i) for i in range(10)]
+        await asyncio.gather(*(store.ack(t, ids(f"1:{round_ * 100 + t.least}"), False) for t in txns))
+        await asyncio.gather(*(store.end(t, commit=bool(t.least % 2)) for t in txns))
+    assert store.cursor.stats().individually_deleted_ranges == 0
+    assert store.ledger.first_position() is None  # every entry finished, and trimmed
+    await store.close()
