@@ -25,7 +25,7 @@ class FakeCluster:
 
     def handle(self, request: httpx.Request) -> httpx.Response:
         url = f"{request.url.scheme}://{request.url.host}:{request.url.port}{request.url.path}"
-        body = json.loads(request.content) if request.content else None
+        body: Any = json.loads(request.content) if request.content else None
         self.calls.append((request.method, url, body))
         self.queries.append(request.url.query.decode())
         for suffix, (status, err) in list(self.fail.items()):
