@@ -25,7 +25,7 @@ from streamtx.broker.notify import Notifier
 from streamtx.broker.producers import ProducerTable, Verdict
 from streamtx.broker.settings import BrokerSettings
 from streamtx.broker.txnbuffer import TxnAction, TxnBufferState
-from streamtx.errors import ConflictError, StreamtxError, UnavailableError
+from streamtx.errors import ConflictError, StreamtxError, TooLargeError, UnavailableError
 from streamtx.ledger import Entry, Ledger, LedgerStore, Position
 
 log = logging.getLogger(__name__)
@@ -243,6 +243,9 @@ class Partition:
             data = codec.encode_producer(producer, publish_time_ms=now_ms)
         else:
             data = codec.encode_batch(messages, publish_time_ms=now_ms, txn=txn, producer=producer)
+        if len(data) > self.settings.max_entry_bytes:
+            raise TooLargeError(f"{len(data)} bytes for {self.name} in one request; the limit is "
+                                f"{self.settings.max_entry_bytes}")
         n = len(messages)
         req = [m.request_index for m in messages]
 
@@ -344,6 +347,7 @@ class Partition:
         out = self.tb.stats()
         out.update({
             "partition": self.name,
+            "state": "Recovering" if self._broken is not None else "Ready",
             "lastSnapshotTimestamp": self.last_snapshot_ms,
             "snapshotLedgerEntries": sum(s.entries for s in self.snap.stats()),
             "recoveryTimeMs": round(self.recovery_s * 1000, 3),

@@ -18,6 +18,7 @@ class BrokerSettings(ServiceSettings):
     max_fetch_messages: int = Field(default=1000, ge=1)  # cap on ?max= of one fetch
     max_wait_ms: int = Field(default=30_000, ge=0)  # cap on ?wait_ms= of one fetch
     max_request_messages: int = Field(default=10_000, ge=1)  # messages per produce request
+    max_entry_bytes: int = Field(default=4 << 20, ge=1024)  # one partition's batch of a request: else 413
     snapshot_every_ops: int = Field(default=1000, ge=1)  # TB snapshot after this many txn ops
     snapshot_interval_s: float = Field(default=5.0, gt=0)  # ... or this often while changed
     snapshot_segment_size: int = Field(default=1000, ge=1)  # aborted txn ids per snapshot segment

@@ -5,6 +5,13 @@ been idle for ``exclusive_idle_ms``); Shared spreads messages over consumers
 and redelivers what is not acked within the ack timeout or is negatively acked.
 Positions acked in an open transaction are held: never dispatched, never acked
 by anyone else, until the pending-ack store reports the transaction's end.
+
+Long polls sleep on the topic's :class:`Notifier`, which a partition fires when
+an append is *applied* to its transaction buffer rather than when it lands in
+the ledger (what ``Ledger.wait_for_append`` reports): the broker is the ledger's
+only writer, and an entry is readable only once the buffer has judged it, so
+this is the earliest moment a waiter can be served. Acks, nacks, transaction
+ends and the ack timeout wake them too.
 """
 
 from __future__ import annotations
