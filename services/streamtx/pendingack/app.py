@@ -9,6 +9,7 @@ from fastapi import FastAPI
 
 from streamtx.ledger import open_store
 from streamtx.pendingack.broker import BrokerNotifier, HttpBrokerNotifier, NoBroker
+from streamtx.pendingack.metrics import PendingAckMetrics
 from streamtx.pendingack.routes import acks, admin, txn
 from streamtx.pendingack.settings import PendingAckSettings
 from streamtx.pendingack.stores import PendingAckStores
@@ -20,6 +21,9 @@ def build_app(settings: PendingAckSettings | None = None) -> FastAPI:
     """The app; its ledger store, broker client and stores live in the lifespan."""
     settings = settings or PendingAckSettings.from_env()
     state = ServiceState()
+    # Domain metrics go to the default registry, which /metrics serves; one
+    # app per process, so they are created once.
+    metrics = PendingAckMetrics(settings.cluster)
 
     @asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
@@ -31,7 +35,7 @@ def build_app(settings: PendingAckSettings | None = None) -> FastAPI:
         )
         stores = PendingAckStores(
             ledgers, settings, notifier=notifier,
-            writer_factory=writer_factory(settings),
+            writer_factory=writer_factory(settings), metrics=metrics,
         )
         app.state.stores = stores
         state.ready, state.reason = True, "ready"

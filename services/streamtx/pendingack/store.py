@@ -33,6 +33,7 @@ from streamtx.cursor import Cursor
 from streamtx.errors import ConflictError, FencedError, LedgerError, MalformedError, UnavailableError
 from streamtx.ledger import Ledger, LedgerStore, Position
 from streamtx.pendingack.broker import BrokerNotifier
+from streamtx.pendingack.metrics import PendingAckMetrics
 from streamtx.pendingack.records import (
     MessageId,
     PendingAck,
@@ -92,6 +93,7 @@ class PendingAckStore:
     def __init__(
         self, topic: str, subscription: str, ledger: Ledger, cursor: Cursor, writer: RecordWriter,
         state: SubscriptionState, notifier: BrokerNotifier, *, batch_enabled: bool, trim_every_ends: int,
+        metrics: PendingAckMetrics | None = None,
     ) -> None:
         self.topic = topic
         self.subscription = subscription
@@ -102,6 +104,7 @@ class PendingAckStore:
         self.replay: ReplayStats | None = None
         self._writer = writer
         self._notifier = notifier
+        self._metrics = metrics
         self._trim_every_ends = trim_every_ends
         self._ends_since_trim = 0
         self._inflight: dict[TxnId, int] = {}  # ack writes not yet answered, per transaction
@@ -113,6 +116,7 @@ class PendingAckStore:
         cls, store: LedgerStore, topic: str, subscription: str, *, writer_factory: WriterFactory,
         notifier: BrokerNotifier, batch_enabled: bool,
         max_committed_ids: int, max_ended_txns: int, trim_every_ends: int,
+        metrics: PendingAckMetrics | None = None,
     ) -> PendingAckStore:
         """Open the subscription's log as its writer (fencing any earlier store) and replay it."""
         ledger = await store.open(log_name(topic, subscription), writer=True)
@@ -124,7 +128,7 @@ class PendingAckStore:
         state = SubscriptionState(max_committed_ids=max_committed_ids, max_ended_txns=max_ended_txns)
         self = cls(
             topic, subscription, ledger, cursor, writer_factory(ledger, batch_enabled), state, notifier,
-            batch_enabled=batch_enabled, trim_every_ends=trim_every_ends,
+            batch_enabled=batch_enabled, trim_every_ends=trim_every_ends, metrics=metrics,
         )
         garbage = await self._replay()
         if garbage:
@@ -158,6 +162,8 @@ class PendingAckStore:
             last = chunk[-1].position
             start = Position(last.ledger_id, self.ledger.next_entry_id(last.entry_id))
         self.replay = ReplayStats(entries, records, skipped, loop.time() - started)
+        if self._metrics is not None:
+            self._metrics.replayed(self.replay.seconds)
         log.info("pending-ack %s/%s replayed: %s", self.topic, self.subscription, self.replay)
         return garbage
 
@@ -167,7 +173,12 @@ class PendingAckStore:
         """Hold ``ids`` for ``txn``; return once a PENDING_ACK record is durable."""
         if not ids:
             raise MalformedError("message_ids is empty")
-        self.state.check_ack(txn, ids, cumulative)
+        try:
+            self.state.check_ack(txn, ids, cumulative)
+        except ConflictError:
+            if self._metrics is not None:
+                self._metrics.conflict("ack")
+            raise
         current = self.state.txns.get(txn)
         previous = TxnAcks(txn, set(current.ids), current.cumulative) if current else TxnAcks(txn)
         acks = self.state.add_ack(txn, ids, cumulative)
@@ -179,6 +190,8 @@ class PendingAckStore:
             raise
         else:
             acks.slots.append(LogSlot(result.position, result.batch_index, result.batch_size))
+            if self._metrics is not None:
+                self._metrics.acked(len(ids))
         finally:
             await self._ack_done(txn)
 
@@ -206,7 +219,12 @@ class PendingAckStore:
 
     async def prepare(self, txn: TxnId) -> None:
         """The optimistic check: 409 if ``txn`` overlaps another's committed or prepared acks."""
-        self.state.check_prepare(txn)
+        try:
+            self.state.check_prepare(txn)
+        except ConflictError:
+            if self._metrics is not None:
+                self._metrics.conflict("prepare")
+            raise
         acks = self.state.txns.get(txn)
         if acks is None or acks.phase is TxnPhase.PREPARED or not self.state.prepare(txn):
             return
@@ -254,6 +272,8 @@ class PendingAckStore:
         )
         result = await self._write(TxnMarker(kind, txn))
         self.state.finish_end(txn, kind)
+        if self._metrics is not None:
+            self._metrics.ended(commit)
         await self._delete([*acks.slots, LogSlot(result.position, result.batch_index, result.batch_size)])
 
     async def _delete(self, slots: list[LogSlot]) -> None:

@@ -14,6 +14,7 @@ import re
 from streamtx.errors import MalformedError
 from streamtx.ledger import LedgerStore
 from streamtx.pendingack.broker import BrokerNotifier
+from streamtx.pendingack.metrics import PendingAckMetrics
 from streamtx.pendingack.settings import PendingAckSettings
 from streamtx.pendingack.store import PendingAckStore, WriterFactory
 
@@ -34,12 +35,15 @@ class PendingAckStores:
 
     def __init__(
         self, ledgers: LedgerStore, settings: PendingAckSettings, *, notifier: BrokerNotifier,
-        writer_factory: WriterFactory,
+        writer_factory: WriterFactory, metrics: PendingAckMetrics | None = None,
     ) -> None:
         self._ledgers = ledgers
         self._settings = settings
         self._notifier = notifier
         self._writer_factory = writer_factory
+        self._metrics = metrics
+        if metrics is not None:
+            metrics.track_open_txns(lambda: sum(len(s.state.txns) for s in self._stores.values()))
         self._stores: dict[tuple[str, str], PendingAckStore] = {}
         self._opening: dict[tuple[str, str], asyncio.Task[PendingAckStore]] = {}
         self.batch_enabled = settings.batching.enabled
@@ -70,6 +74,7 @@ class PendingAckStores:
             notifier=self._notifier, batch_enabled=self.batch_enabled,
             max_committed_ids=s.pending_ack_max_committed_ids,
             max_ended_txns=s.pending_ack_max_ended_txns, trim_every_ends=s.trim_every_ends,
+            metrics=self._metrics,
         )
         self._stores[(topic, subscription)] = store
         return store

@@ -153,9 +153,18 @@ def test_malformed_input_is_400(pendingack: ServiceProcess) -> None:
 
 
 def test_metrics_exist(pendingack: ServiceProcess) -> None:
-    assert ack(pendingack.url, "0:1", "1:1").status_code == 200
+    assert ack(pendingack.url, "0:1", "1:1", "1:2").status_code == 200
+    assert ack(pendingack.url, "0:2", "1:1").status_code == 409
     text = httpx.get(f"{pendingack.url}/metrics").text
-    assert "pulsar_pending_ack_batched_log_records_count_per_entry" in text
+    for name in ("records_count_per_entry histogram", "entry_size_bytes histogram",
+                 "oldest_record_delay_time_seconds histogram", "triggering_count_by_records_total counter",
+                 "triggering_count_by_size_total counter", "triggering_count_by_delay_time_total counter"):
+        assert f"# TYPE pulsar_pending_ack_batched_log_{name}" in text, name
+    bucket = 'pulsar_pending_ack_batched_log_records_count_per_entry_bucket{cluster="standalone",le="10.0"}'
+    assert bucket in text
+    assert 'streamtx_pendingack_acked_messages_total{cluster="standalone"} 2.0' in text
+    assert 'streamtx_pendingack_conflicts_total{cluster="standalone",stage="ack"} 1.0' in text
+    assert 'streamtx_pendingack_open_txns{cluster="standalone"} 1.0' in text
 
 
 def test_admin_cli_against_the_service(pendingack: ServiceProcess) -> None:
