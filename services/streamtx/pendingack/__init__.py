@@ -7,6 +7,6 @@ tells the broker to delete (commit) or release (abort) the messages.
 
 Modules: :mod:`.records` (log record codec), :mod:`.state` (pure conflict
 rules), :mod:`.store` (one subscription's log, replay, end), :mod:`.stores`
-(all of them), :mod:`.broker` (the end call to the broker), :mod:`.writer`
+(all of them), :mod:`.broker` (the end call to the broker), :mod:`.metrics`, :mod:`.writer`
 (the buffered writer), :mod:`.app` and :mod:`.routes` (HTTP).
 """

@@ -28,6 +28,8 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any, Protocol
 
+from prometheus_client import CollectorRegistry
+
 from streamtx.batching import decode_entry
 from streamtx.cursor import Cursor
 from streamtx.errors import ConflictError, FencedError, LedgerError, MalformedError, UnavailableError
@@ -104,7 +106,8 @@ class PendingAckStore:
         self.replay: ReplayStats | None = None
         self._writer = writer
         self._notifier = notifier
-        self._metrics = metrics
+        # Without metrics, count into a registry nobody scrapes (no `if` at every call).
+        self._metrics = metrics or PendingAckMetrics("", registry=CollectorRegistry())
         self._trim_every_ends = trim_every_ends
         self._ends_since_trim = 0
         self._inflight: dict[TxnId, int] = {}  # ack writes not yet answered, per transaction
@@ -162,8 +165,7 @@ class PendingAckStore:
             last = chunk[-1].position
             start = Position(last.ledger_id, self.ledger.next_entry_id(last.entry_id))
         self.replay = ReplayStats(entries, records, skipped, loop.time() - started)
-        if self._metrics is not None:
-            self._metrics.replayed(self.replay.seconds)
+        self._metrics.replayed(self.replay.seconds)
         log.info("pending-ack %s/%s replayed: %s", self.topic, self.subscription, self.replay)
         return garbage
 
@@ -176,8 +178,7 @@ class PendingAckStore:
         try:
             self.state.check_ack(txn, ids, cumulative)
         except ConflictError:
-            if self._metrics is not None:
-                self._metrics.conflict("ack")
+            self._metrics.conflict("ack")
             raise
         current = self.state.txns.get(txn)
         previous = TxnAcks(txn, set(current.ids), current.cumulative) if current else TxnAcks(txn)
@@ -190,8 +191,7 @@ class PendingAckStore:
             raise
         else:
             acks.slots.append(LogSlot(result.position, result.batch_index, result.batch_size))
-            if self._metrics is not None:
-                self._metrics.acked(len(ids))
+            self._metrics.acked(len(ids))
         finally:
             await self._ack_done(txn)
 
@@ -222,8 +222,7 @@ class PendingAckStore:
         try:
             self.state.check_prepare(txn)
         except ConflictError:
-            if self._metrics is not None:
-                self._metrics.conflict("prepare")
+            self._metrics.conflict("prepare")
             raise
         acks = self.state.txns.get(txn)
         if acks is None or acks.phase is TxnPhase.PREPARED or not self.state.prepare(txn):
@@ -272,8 +271,7 @@ class PendingAckStore:
         )
         result = await self._write(TxnMarker(kind, txn))
         self.state.finish_end(txn, kind)
-        if self._metrics is not None:
-            self._metrics.ended(commit)
+        self._metrics.ended(commit)
         await self._delete([*acks.slots, LogSlot(result.position, result.batch_index, result.batch_size)])
 
     async def _delete(self, slots: list[LogSlot]) -> None:
