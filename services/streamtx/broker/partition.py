@@ -217,7 +217,7 @@ class Partition:
         if txn is not None:
             ended = self.tb.ended_as(txn)
             if ended is not None:
-                raise ConflictError(f"transaction {codec.txn_str(txn)} already ended here with {ended.action.value}")
+                raise ConflictError(f"txn {codec.txn_str(txn)} already ended here: {ended.action.value}")
         if producer is None:
             return await self._produce(messages, txn, None)
         lock = self._producer_locks.setdefault(producer.name, asyncio.Lock())
@@ -273,7 +273,7 @@ class Partition:
         ended = self.tb.ended_as(txn)
         if ended is not None:
             if ended.action is not action:
-                raise ConflictError(f"transaction {codec.txn_str(txn)} already ended here with {ended.action.value}")
+                raise ConflictError(f"txn {codec.txn_str(txn)} already ended here: {ended.action.value}")
             return None if ended.marker is None else str(ended.marker)
         if txn not in self.tb.ongoing:
             self.tb.end_without_marker(txn, action)

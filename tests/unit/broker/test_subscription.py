@@ -1,0 +1,87 @@
+"""Dispatch and acks on the broker's domain objects over the memory ledger (no HTTP)."""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator
+
+import pytest
+
+from streamtx.broker.broker import Broker
+from streamtx.broker.codec import Message
+from streamtx.broker.pendingack_client import PendingAckClient
+from streamtx.broker.settings import BrokerSettings
+from streamtx.broker.subscription import SubscriptionType
+from streamtx.broker.topic import Outgoing, Topic
+from streamtx.errors import ConflictError, MalformedError
+from streamtx.ledger import Position, open_store
+
+T = "persistent://t/n/u"
+
+
+@pytest.fixture
+async def broker() -> AsyncIterator[Broker]:
+    settings = BrokerSettings(ledger_url="memory://", ack_timeout_ms=50)  # type: ignore[call-arg]
+    b = Broker(open_store("memory://"), settings, PendingAckClient(None, 1.0))
+    await b.start()
+    await b.create_topic(T, 1)
+    yield b
+    await b.close()
+
+
+async def send(topic: Topic, *values: str) -> list[str]:
+    return await topic.produce([Outgoing(Message(v.encode(), request_index=i), 0)
+                                for i, v in enumerate(values)], None, None)
+
+
+async def test_batch_index_acks_and_redelivery_of_the_rest(broker: Broker) -> None:
+    sub = await broker.create_subscription(T, "s", SubscriptionType.SHARED, "earliest")
+    ids = await send(broker.topic(T), "a", "b", "c")
+    got = await sub.fetch("c1", 10, 0)
+    assert [m["message_id"] for m in got] == ids
+    await sub.ack([ids[1]], cumulative=False)
+    part = sub.parts[0]
+    assert part.cursor.deleted_batch_indexes(part.partition.ledger.last_position()) == 0b010  # type: ignore[arg-type]
+    again = await sub.fetch("c2", 10, 200)  # after the 50 ms ack timeout
+    assert sorted(m["message_id"] for m in again) == [ids[0], ids[2]]
+    await sub.ack([ids[0], ids[2]], cumulative=False)
+    assert part.cursor.is_deleted(part.partition.ledger.last_position())  # type: ignore[arg-type]
+    assert await sub.fetch("c1", 10, 100) == []
+    with pytest.raises(MalformedError):
+        await sub.ack(["1:2:3:4"], cumulative=False)
+
+
+async def test_cumulative_ack_inside_a_batch(broker: Broker) -> None:
+    sub = await broker.create_subscription(T, "x", SubscriptionType.EXCLUSIVE, "earliest")
+    first = await send(broker.topic(T), "a")
+    batch = await send(broker.topic(T), "b", "c", "d")
+    await sub.fetch("c1", 10, 0)
+    await sub.ack([batch[1]], cumulative=True)  # a, b, c
+    sub.parts[0].release(list(sub.parts[0].pending))
+    assert [m["message_id"] for m in await sub.fetch("c1", 10, 0)] == [batch[2]]
+    assert sub.parts[0].cursor.is_deleted(Position.parse(first[0]))
+
+
+async def test_held_units_block_plain_acks_and_dispatch(broker: Broker) -> None:
+    sub = await broker.create_subscription(T, "h", SubscriptionType.SHARED, "earliest")
+    ids = await send(broker.topic(T), "a", "b")
+    await sub.fetch("c1", 10, 0)
+    newly = sub.hold(sub.check_txn_ack([ids[0]], (1, 1)), (1, 1))
+    with pytest.raises(ConflictError):
+        await sub.ack([ids[0]], cumulative=False)
+    with pytest.raises(ConflictError):
+        sub.check_txn_ack([ids[0]], (1, 2))
+    with pytest.raises(ConflictError):
+        await sub.ack([ids[1]], cumulative=True)  # would cover the held one
+    await sub.nack(ids)
+    assert [m["message_id"] for m in await sub.fetch("c2", 10, 0)] == [ids[1]]
+    sub.unhold(newly, (1, 1))  # the pending-ack store refused: deliverable again
+    assert [m["message_id"] for m in await sub.fetch("c3", 10, 0)] == [ids[0]]
+
+
+async def test_exclusive_and_latest(broker: Broker) -> None:
+    await send(broker.topic(T), "old")
+    sub = await broker.create_subscription(T, "e", SubscriptionType.EXCLUSIVE, "latest")
+    new = await send(broker.topic(T), "new")
+    assert [m["message_id"] for m in await sub.fetch("one", 10, 0)] == new
+    with pytest.raises(ConflictError):
+        await sub.fetch("two", 10, 0)
