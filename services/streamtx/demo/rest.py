@@ -42,6 +42,16 @@ class Fetched:
     properties: dict[str, str]
 
 
+def last_per_partition(messages: list[Fetched]) -> list[str]:
+    """The highest message id of each partition: what a cumulative ack of all of them names."""
+    last: dict[int, str] = {}
+    for m in messages:
+        prev = last.get(m.partition)
+        if prev is None or position_of(m.message_id) > position_of(prev):
+            last[m.partition] = m.message_id
+    return list(last.values())
+
+
 def position_of(message_id: str) -> tuple[int, int]:
     """``ledger:entry[:batch]`` → ``(entry, batch)``, the order within one partition."""
     parts = message_id.split(":")

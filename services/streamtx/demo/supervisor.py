@@ -32,7 +32,7 @@ from streamtx.demo.checker import Report
 from streamtx.demo.layout import RunConfig
 from streamtx.demo.procs import Child, child_env, free_port
 from streamtx.demo.records import decode
-from streamtx.demo.rest import Rest
+from streamtx.demo.rest import Rest, last_per_partition
 from streamtx.demo.stats import DemoResult, render_table, summary_line
 from streamtx.demo.verify import load_workers, load_written, verify
 from streamtx.errors import StreamtxError
@@ -147,8 +147,11 @@ class Demo:
                     self.probe.seen.add((rec.src_partition, rec.seq))
                     self.probe.e2e_ms.append(now_ms - rec.sent_at_ms)
             if msgs:
+                # The probe is the subscription's only consumer and reads each partition in
+                # order: a cumulative ack per partition covers all it was handed.
                 with contextlib.suppress(StreamtxError):
-                    await rest.ack(self.cfg.dest_topic, "e2e-probe", [m.message_id for m in msgs])
+                    await rest.ack(self.cfg.dest_topic, "e2e-probe", last_per_partition(msgs),
+                                   cumulative=True)
 
     async def babysit(self) -> None:
         """Restart a worker that exited by itself (it does when it cannot learn an outcome)."""

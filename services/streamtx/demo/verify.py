@@ -19,7 +19,7 @@ from typing import TypeVar
 from streamtx.demo.checker import Observed, Report, Written, check
 from streamtx.demo.layout import RunConfig, generator_log, read_jsonl, worker_logs
 from streamtx.demo.records import decode
-from streamtx.demo.rest import Fetched, Rest, position_of
+from streamtx.demo.rest import Fetched, Rest, last_per_partition, position_of
 from streamtx.errors import StreamtxError
 
 T = TypeVar("T")
@@ -77,9 +77,10 @@ async def read_destination(rest: Rest, cfg: RunConfig, *, idle_fetches: int = 3,
         empty = 0 if msgs else empty + 1
         for m in msgs:
             seen.setdefault(m.message_id, m)
-        if msgs:
-            ids = [m.message_id for m in msgs]
-            await _until_ok(lambda ids=ids: rest.ack(cfg.dest_topic, sub, ids), deadline)  # type: ignore[misc]
+        if msgs:  # the only consumer, reading in order: one cumulative ack per partition
+            ids = last_per_partition(msgs)
+            await _until_ok(lambda ids=ids: rest.ack(cfg.dest_topic, sub, ids, cumulative=True),  # type: ignore[misc]
+                            deadline)
     ordered = sorted(seen.values(), key=lambda m: (m.partition, position_of(m.message_id)))
     out: list[Observed] = []
     for m in ordered:

@@ -48,7 +48,7 @@ from typing import Any, TextIO
 from streamtx.demo.layout import RunConfig, read_jsonl, worker_log
 from streamtx.demo.records import SearchRecord, decode
 from streamtx.demo.reorder import ReorderBuffer
-from streamtx.demo.rest import Fetched, Rest, full_name, partition_name, position_of
+from streamtx.demo.rest import Fetched, Rest, full_name, last_per_partition, partition_name, position_of
 from streamtx.errors import ConflictError, NotFoundError, StreamtxError
 
 resolve_give_up_s = 90.0  # a coordinator down longer than this: exit, the restart resolves it
@@ -142,9 +142,10 @@ class Worker:
                 d = json.loads(m.value)
                 if d["p"] in nxt:
                     nxt[d["p"]] = max(nxt[d["p"]], int(d["next"]))
-            if msgs:
-                ids = [m.message_id for m in msgs]
-                await _retry(lambda ids=ids: self.rest.ack(self.cfg.progress_topic, sub, ids))  # type: ignore[misc]
+            if msgs:  # the only consumer, reading in order: one cumulative ack per partition
+                ids = last_per_partition(msgs)
+                await _retry(lambda ids=ids: self.rest.ack(  # type: ignore[misc]
+                    self.cfg.progress_topic, sub, ids, cumulative=True))
         return nxt
 
     # -- the loop -----------------------------------------------------------------------
