@@ -170,16 +170,17 @@ class FramedLedger(Ledger):
     async def _settle(
         self, batch: list[tuple[bytes, asyncio.Future[Position]]], offsets: list[int]
     ) -> None:
-        await self._catch_up(offsets[0])  # frames of other writers in between
-        async with self._track_lock:
-            for (frame, fut), offset in zip(batch, offsets, strict=True):
+        for (frame, fut), offset in zip(batch, offsets, strict=True):
+            if offset > self._known_end:
+                await self._catch_up(offset)  # frames of other writers in between
+            async with self._track_lock:
                 if offset == self._known_end:
                     self._judge(offset, frame)
-                if offset in self._rejected:
-                    self._fenced = True
-                    _fail([(frame, fut)], FencedError(f"ledger {self.name}: writer fenced"))
-                elif not fut.done():
-                    fut.set_result(Position(self.ledger_id, offset))
+            if offset in self._rejected:
+                self._fenced = True
+                _fail([(frame, fut)], FencedError(f"ledger {self.name}: writer fenced"))
+            elif not fut.done():
+                fut.set_result(Position(self.ledger_id, offset))
         if self._fenced:
             _fail(self._queue, FencedError(f"ledger {self.name}: writer fenced"))
             self._queue = []
