@@ -68,6 +68,10 @@ class Broker:
             for sub in topic.subscriptions.values():
                 await sub.close()
             for p in topic.partitions:
+                try:  # a clean stop leaves a fresh snapshot: the next start replays nothing
+                    await p.maybe_snapshot_on_timer()
+                except StreamtxError as exc:
+                    log.warning("final snapshot of %s failed: %s", p.name, exc)
                 await p.close()
         if self._meta is not None:
             await self._meta.close()

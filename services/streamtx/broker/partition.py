@@ -300,6 +300,8 @@ class Partition:
         limit = self.tb.max_read_position()
         if limit is None or (start is not None and start > limit):
             return []
+        if start is not None:  # ids only grow, with gaps: never more entries than the id span
+            max_entries = min(max_entries, limit.entry_id - start.entry_id + 1)
         entries = await self.ledger.read(start, max_entries)
         return [e for e in entries if e.position <= limit]
 
