@@ -167,13 +167,16 @@ class PartitionDispatch:
             self.pending.pop(u, None)
             self.redeliver.pop(u, None)
 
-    def forget_through(self, pos: Position, batch_index: int | None) -> list[Unit]:
-        """Units delivered at or before a cumulative ack point."""
+    def units_through(self, pos: Position, batch_index: int | None) -> list[Unit]:
+        """Units out with consumers or queued for redelivery at or before a cumulative ack point."""
         def covered(u: Unit) -> bool:
             if u[0] < pos:
                 return True
             return u[0] == pos and (batch_index is None or (u[1] or 0) <= batch_index)
-        gone = [u for u in list(self.pending) + list(self.redeliver) if covered(u)]
+        return [u for u in list(self.pending) + list(self.redeliver) if covered(u)]
+
+    def forget_through(self, pos: Position, batch_index: int | None) -> list[Unit]:
+        gone = self.units_through(pos, batch_index)
         self.forget(gone)
         return gone
 

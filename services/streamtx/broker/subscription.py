@@ -163,10 +163,11 @@ class Subscription:
                 raise MalformedError(f"batch index {bi} is not within the batch of {size} at {pos}")
             await part.cursor.delete_batch_index(pos, bi, size)
 
-    async def _ack_cumulative(self, part: PartitionDispatch, pos: Position, bi: int | None) -> None:
+    async def _ack_cumulative(self, part: PartitionDispatch, pos: Position, bi: int | None,
+                              *, check_held: bool = True) -> None:
         held_before = [u for u in part.held if u[0] < pos or (u[0] == pos and (bi is None or
                                                                                 (u[1] or 0) <= bi))]
-        if held_before:
+        if held_before and check_held:
             raise ConflictError(f"cumulative ack to {pos} covers {unit_id(held_before[0])}, held by "
                                 "an open transaction")
         size = 1 if bi is None else await part.batch_size(pos)
@@ -201,9 +202,16 @@ class Subscription:
                 raise ConflictError(f"message {unit_id(unit)} is already acknowledged")
         return resolved
 
-    def hold(self, resolved: list[tuple[PartitionDispatch, Unit]], txn: TxnId
+    def hold(self, resolved: list[tuple[PartitionDispatch, Unit]], txn: TxnId, cumulative: bool = False
              ) -> list[tuple[PartitionDispatch, Unit]]:
-        """Hold units for ``txn``; return those it did not hold already."""
+        """Hold units for ``txn``; return those it did not hold already.
+
+        A cumulative ack also holds what is out with consumers at or before its id.
+        """
+        if cumulative:
+            resolved = list(resolved)
+            for part, (pos, bi) in list(resolved):
+                resolved += [(part, u) for u in part.units_through(pos, bi) if u not in part.held]
         newly = []
         for part, unit in resolved:
             if part.held.get(unit) != txn:
@@ -220,20 +228,36 @@ class Subscription:
                 part.release([unit])
         self.notifier.changed()
 
-    async def end_txn(self, ids: list[str], txn: TxnId | None, commit: bool) -> None:
-        """The pending-ack store ended a txn: commit deletes, abort makes deliverable (idempotent)."""
+    async def end_txn(self, ids: list[str], txn: TxnId | None, commit: bool,
+                      cumulative_id: str | None = None) -> None:
+        """The pending-ack store ended a txn: commit deletes, abort makes deliverable (idempotent).
+
+        Every unit the txn holds is let go, listed or not; a cumulative ack commits as a
+        mark-delete through ``cumulative_id``.
+        """
         resolved = self._resolve_all(ids)
-        for part, unit in resolved:
-            if commit and not part.is_gone(unit):
-                await self._delete(part, unit[0], unit[1])
-        for part, unit in resolved:
+        cumulative = self.resolve(cumulative_id) if cumulative_id else None
+        if commit:
+            for part, unit in resolved:
+                if not part.is_gone(unit):
+                    await self._delete(part, unit[0], unit[1])
+        released: list[tuple[PartitionDispatch, Unit]] = list(resolved)
+        for part in self.parts:
+            mine = [u for u, holder in part.held.items() if holder == txn]
+            released += [(part, u) for u in mine]
+        for part, unit in released:
             holder = part.held.get(unit)
             if txn is None or holder in (txn, _unknown_txn):
                 part.held.pop(unit, None)
-            if not commit:
-                part.release([unit])
-            else:
+        if commit and cumulative is not None:
+            part, (pos, bi) = cumulative
+            # The pending-ack store already ruled on conflicts: apply, never refuse.
+            await self._ack_cumulative(part, pos, bi, check_held=False)
+        for part, unit in released:
+            if commit:
                 part.forget([unit])
+            else:
+                part.release([unit])
         self.notifier.changed()
 
     def restore_held(self, ids: list[str]) -> None:

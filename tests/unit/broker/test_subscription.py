@@ -85,3 +85,23 @@ async def test_exclusive_and_latest(broker: Broker) -> None:
     assert [m["message_id"] for m in await sub.fetch("one", 10, 0)] == new
     with pytest.raises(ConflictError):
         await sub.fetch("two", 10, 0)
+
+
+async def test_txn_cumulative_ack_commit_and_abort(broker: Broker) -> None:
+    sub = await broker.create_subscription(T, "tc", SubscriptionType.EXCLUSIVE, "earliest")
+    ids = [(await send(broker.topic(T), f"m{i}"))[0] for i in range(4)]
+    await sub.fetch("c1", 10, 0)
+    # Abort: everything the cumulative ack held comes back.
+    sub.hold(sub.check_txn_ack([ids[2]], (2, 1)), (2, 1), cumulative=True)
+    assert sum(len(p.held) for p in sub.parts) == 3
+    await sub.end_txn([ids[2]], (2, 1), commit=False)
+    assert sum(len(p.held) for p in sub.parts) == 0
+    assert [m["message_id"] for m in await sub.fetch("c1", 10, 0)] == ids[:3]
+    # Commit: a mark-delete through the cumulative id.
+    sub.hold(sub.check_txn_ack([ids[2]], (2, 2)), (2, 2), cumulative=True)
+    await sub.end_txn([ids[2]], (2, 2), commit=True, cumulative_id=ids[2])
+    await sub.end_txn([ids[2]], (2, 2), commit=True, cumulative_id=ids[2])  # idempotent
+    part = sub.parts[0]
+    assert part.cursor.mark_delete_position == Position.parse(ids[2])
+    part.release(list(part.pending))
+    assert [m["message_id"] for m in await sub.fetch("c1", 10, 0)] == [ids[3]]

@@ -84,7 +84,8 @@ async def ack(tenant: str, namespace: str, topic: str, sub: str, body: AckReques
         await s.ack(body.message_ids, body.cumulative)
     else:
         resolved = s.check_txn_ack(body.message_ids, txn)
-        newly = s.hold(resolved, txn)  # before the call: no redelivery may hand them out meanwhile
+        # Held before the call, so no redelivery hands them out meanwhile.
+        newly = s.hold(resolved, txn, body.cumulative)
         try:
             await broker.pendingack.ack(name, sub, codec.txn_str(txn), body.message_ids,
                                         body.cumulative)

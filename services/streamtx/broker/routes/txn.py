@@ -34,6 +34,7 @@ class SubscriptionEnd(BaseModel):
     txn_id: str
     action: TxnAction
     message_ids: list[str] = Field(default_factory=list)
+    cumulative_message_id: str | None = None
 
 
 @router.post("/partitions/end")
@@ -49,6 +50,6 @@ async def end_partition(body: PartitionEnd, broker: BrokerDep) -> PartitionEndPu
 async def end_subscription(body: SubscriptionEnd, broker: BrokerDep) -> dict[str, object]:
     txn = parse_txn(body.txn_id)
     sub = broker.topic(body.topic).subscription(body.subscription)
-    await sub.end_txn(body.message_ids, txn, body.action is TxnAction.COMMIT)
+    await sub.end_txn(body.message_ids, txn, body.action is TxnAction.COMMIT, body.cumulative_message_id)
     return {"topic": body.topic, "subscription": body.subscription, "txn_id": body.txn_id,
             "action": body.action.value, "message_ids": body.message_ids}
