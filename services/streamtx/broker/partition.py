@@ -95,6 +95,7 @@ class Partition:
             self.tb.last_position = ix.snapshot_position
             self.tb.max_read_floor = ix.max_read
             self.producers = ProducerTable.from_json(ix.producers)
+            self.tb.restore_ends(ix.ended)
             self.snapshot_sequence = ix.sequence + 1
             self.last_snapshot_ms = ix.timestamp_ms
             if ix.snapshot_position is not None:

@@ -16,7 +16,9 @@ everything the latest index names. Integers are big-endian; a position is
                                position first_marker, position last_marker),
              u32 n_unsealed × (u64 × 4, as in a segment),
              u32 n_ongoing × (u64 txn_most, u64 txn_least, u64 ledger_id, u64 entry_id of its first),
-             u32 len, producers as JSON
+             u32 len, JSON {"producers": [...], "ended": [[most, least, action, marker
+             ledger_id or null, marker entry_id or null], ...]} (recent commits and
+             marker-less ends, so a repeated end answers the same after a restart)
 """
 
 from __future__ import annotations
@@ -71,6 +73,7 @@ class SnapshotIndex:
     unsealed: list[Item] = field(default_factory=list)
     ongoing: list[Item] = field(default_factory=list)
     producers: list[dict[str, Any]] = field(default_factory=list)
+    ended: list[list[Any]] = field(default_factory=list)
 
 
 def _p(pos: Position | None) -> tuple[int, int]:
@@ -139,7 +142,7 @@ def encode_index(ix: SnapshotIndex) -> bytes:
         parts.append(_seg_ref.pack(s.segment_id, *_p(s.ref), s.count, *_p(s.first_marker),
                                    *_p(s.last_marker)))
     parts += [_pack_items(ix.unsealed), _pack_items(ix.ongoing)]
-    blob = json.dumps(ix.producers, separators=(",", ":")).encode()
+    blob = json.dumps({"producers": ix.producers, "ended": ix.ended}, separators=(",", ":")).encode()
     parts += [_u32.pack(len(blob)), blob]
     return b"".join(parts)
 
@@ -160,7 +163,8 @@ def decode_index(data: bytes) -> SnapshotIndex:
         unsealed, off = _unpack_items(data, off)
         ongoing, off = _unpack_items(data, off)
         (blen,) = _u32.unpack_from(data, off)
-        producers = json.loads(data[off + 4 : off + 4 + blen])
+        extra = json.loads(data[off + 4 : off + 4 + blen])
     except (struct.error, ValueError) as exc:
         raise CorruptEntryError(f"bad snapshot index: {exc}") from exc
-    return SnapshotIndex(seq, ts, _unp(ml, me), _unp(sl, se), segments, unsealed, ongoing, producers)
+    return SnapshotIndex(seq, ts, _unp(ml, me), _unp(sl, se), segments, unsealed, ongoing,
+                         extra["producers"], extra["ended"])

@@ -46,6 +46,7 @@ def capture(state: TxnBufferState, producers: ProducerTable, sequence: int) -> t
         unsealed=list(state.unsealed),
         ongoing=list(state.ongoing.items()),
         producers=producers.to_json(),
+        ended=state.recent_ends(),
     )
     return segments, index
 

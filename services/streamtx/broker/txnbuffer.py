@@ -22,6 +22,7 @@ from __future__ import annotations
 import enum
 from collections import OrderedDict, deque
 from dataclasses import dataclass, field
+from typing import Any
 
 from streamtx.ledger import Position
 
@@ -29,6 +30,7 @@ TxnId = tuple[int, int]
 Marker = tuple[int, int]  # an abort marker's (ledger_id, entry_id): a Position or a plain pair
 
 recent_ended_max = 100_000  # ended txns remembered for idempotent repeats
+snapshot_ended_max = 1000  # of which the latest commits / marker-less ends go in a snapshot
 
 
 class TxnAction(enum.StrEnum):
@@ -163,6 +165,23 @@ class TxnBufferState:
             self.next_segment_id = max(self.next_segment_id, seg.segment_id + 1)
         for txn, marker in unsealed:
             self.add_aborted(txn, marker)
+
+    def recent_ends(self) -> list[list[Any]]:
+        """The latest ends an abort marker does not already record, oldest first."""
+        out: list[list[Any]] = []
+        for txn, e in reversed(self.ended.items()):
+            if len(out) >= snapshot_ended_max:
+                break
+            if e.action is TxnAction.COMMIT or e.marker is None:
+                m = e.marker
+                out.append([txn[0], txn[1], e.action.value, m[0] if m else None, m[1] if m else None])
+        out.reverse()
+        return out
+
+    def restore_ends(self, ends: list[list[Any]]) -> None:
+        for most, least, action, lid, eid in ends:
+            marker = Position(int(lid), int(eid)) if lid is not None else None
+            self._remember((int(most), int(least)), Ended(TxnAction(action), marker))
 
     def stats(self) -> dict[str, object]:
         mrp = self.max_read_position()

@@ -131,3 +131,12 @@ async def test_end_is_idempotent_and_null_without_messages() -> None:
     before = part.ledger.last_position()
     assert await part.end_txn((5, 6), TxnAction.ABORT) == m1
     assert part.ledger.last_position() == before
+    await part.produce([Message(b"c")], (5, 7), None, None)
+    m2 = await part.end_txn((5, 7), TxnAction.COMMIT)
+    await part.take_snapshot()
+    # After a restart from that snapshot, repeats still answer the same and write nothing.
+    again = await open_part(store)
+    assert await again.end_txn((5, 7), TxnAction.COMMIT) == m2
+    assert await again.end_txn((5, 6), TxnAction.ABORT) == m1
+    assert await again.end_txn((5, 5), TxnAction.COMMIT) is None
+    assert again.ledger.last_position() == part.ledger.last_position()

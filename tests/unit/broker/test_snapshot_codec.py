@@ -28,7 +28,8 @@ def test_segment_round_trip(segment_id: int, ids: list[tuple[tuple[int, int], Po
 def test_index_round_trip(max_read: Position | None, snap: Position | None, unsealed: list,  # type: ignore[type-arg]
                           ongoing: list, segments: list[sc.SegmentRef]) -> None:  # type: ignore[type-arg]
     ix = sc.SnapshotIndex(7, 123, max_read, snap, segments, unsealed, ongoing,
-                          [{"name": "p", "epoch": 1, "last_sequence": 2, "recent": []}])
+                          [{"name": "p", "epoch": 1, "last_sequence": 2, "recent": []}],
+                          [[1, 2, "commit", 3, 4], [5, 6, "abort", None, None]])
     data = sc.encode_index(ix)
     assert sc.record_kind(data) is sc.RecordKind.INDEX
     assert sc.decode_index(data) == ix
