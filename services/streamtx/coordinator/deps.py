@@ -11,17 +11,21 @@ from streamtx.coordinator.settings import CoordinatorSettings
 from streamtx.coordinator.txnid import TxnId
 
 
-def get_coordinators(request: Request) -> Coordinators:
+# Every dependency is async: FastAPI runs a plain `def` one in a worker thread,
+# a thread hop per request on the hot path.
+
+
+async def get_coordinators(request: Request) -> Coordinators:
     coordinators: Coordinators = request.app.state.coordinators
     return coordinators
 
 
-def get_settings(request: Request) -> CoordinatorSettings:
+async def get_settings(request: Request) -> CoordinatorSettings:
     settings: CoordinatorSettings = request.app.state.settings
     return settings
 
 
-def txn_from_path(txn: str) -> TxnId:
+async def txn_from_path(txn: str) -> TxnId:
     """The ``{txn}`` path parameter, ``"{most}:{least}"``; 400 when malformed."""
     return TxnId.parse(txn)
 

@@ -14,6 +14,7 @@ The PIP-160 batched-log metrics come from :mod:`streamtx.batching.metrics`.
 
 from __future__ import annotations
 
+import weakref
 from collections.abc import Callable
 from dataclasses import dataclass
 
@@ -36,14 +37,15 @@ class _Families:
 
 
 # One set of families per registry: several coordinators (and, in tests, several
-# apps) in one process share them and differ by labels.
-_families: dict[int, _Families] = {}
+# apps) in one process share them and differ by labels. Weak keys: a throwaway
+# registry takes its families with it.
+_families: weakref.WeakKeyDictionary[CollectorRegistry, _Families] = weakref.WeakKeyDictionary()
 
 
 def _families_of(registry: CollectorRegistry) -> _Families:
-    fam = _families.get(id(registry))
+    fam = _families.get(registry)
     if fam is None:
-        fam = _families[id(registry)] = _Families(
+        fam = _families[registry] = _Families(
             created=Counter("pulsar_txn_created", "Transactions created", _labels, registry=registry),
             committed=Counter("pulsar_txn_committed", "Transactions committed", _labels, registry=registry),
             aborted=Counter(

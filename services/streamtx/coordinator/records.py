@@ -39,12 +39,16 @@ from streamtx.ledger.base import Position
 version = 1
 T_NEW, T_ADD_PARTITIONS, T_ADD_SUBSCRIPTIONS, T_STATUS, T_RESERVE_IDS = 1, 2, 3, 4, 5
 
-_head = struct.Struct(">BB")
 _new = struct.Struct(">BBQQQQ")
 _txn_count = struct.Struct(">BBQQH")
 _status = struct.Struct(">BBQQBBQ")
 _reserve = struct.Struct(">BBQQ")
 _u16 = struct.Struct(">H")
+_new_unpack = _new.unpack
+_status_unpack = _status.unpack
+_tuple_new = tuple.__new__
+_states = tuple(TxnState)  # index = code (codes are 0..n-1, in order)
+_reasons = tuple(EndReason)
 _u64_mask = (1 << 64) - 1
 max_string_bytes = 0xFFFF
 max_items = 0xFFFF
@@ -65,7 +69,7 @@ class Subscription(NamedTuple):
     subscription: str
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(slots=True)
 class NewTxn:
     """A transaction was opened."""
 
@@ -74,7 +78,7 @@ class NewTxn:
     opened_at_ms: int
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(slots=True)
 class AddPartitions:
     """Partitions were registered with a transaction."""
 
@@ -82,7 +86,7 @@ class AddPartitions:
     partitions: tuple[str, ...]
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(slots=True)
 class AddSubscriptions:
     """Subscriptions were registered with a transaction."""
 
@@ -90,7 +94,7 @@ class AddSubscriptions:
     subscriptions: tuple[Subscription, ...]
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(slots=True)
 class StatusChange:
     """A transaction moved to ``state`` at ``at_ms`` (``reason`` says why it ended)."""
 
@@ -100,7 +104,7 @@ class StatusChange:
     at_ms: int
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(slots=True)
 class ReserveIds:
     """Counters below ``next_counter`` may have been handed out: never reuse them."""
 
@@ -135,27 +139,29 @@ def encode(record: Record) -> bytes:
 
 def decode(data: bytes) -> Record:
     """Decode one record; CorruptEntryError when the bytes are not exactly one record."""
+    # The replay hot path: ids are built with tuple.__new__ and enums looked up
+    # by index, each several times cheaper than the classes' own constructors.
     try:
-        kind, ver = _head.unpack_from(data)
-        if ver != version:
-            raise CorruptEntryError(f"transaction-log record version {ver} is not {version}")
+        kind = data[0]
+        if data[1] != version:
+            raise CorruptEntryError(f"transaction-log record version {data[1]} is not {version}")
         if kind == T_NEW:
-            _, _, most, least, timeout_ms, opened_at_ms = _new.unpack(data)
-            return NewTxn(TxnId(most, least), timeout_ms, opened_at_ms)
+            _, _, most, least, timeout_ms, opened_at_ms = _new_unpack(data)
+            return NewTxn(_tuple_new(TxnId, (most, least)), timeout_ms, opened_at_ms)
         if kind == T_STATUS:
-            _, _, most, least, state, reason, at_ms = _status.unpack(data)
-            return StatusChange(TxnId(most, least), TxnState(state), EndReason(reason), at_ms)
+            _, _, most, least, state, reason, at_ms = _status_unpack(data)
+            return StatusChange(_tuple_new(TxnId, (most, least)), _states[state], _reasons[reason], at_ms)
         if kind == T_ADD_PARTITIONS:
             _, _, most, least, count = _txn_count.unpack_from(data)
             partitions, end = _strings(data, _txn_count.size, count)
             _expect_end(data, end)
-            return AddPartitions(TxnId(most, least), tuple(partitions))
+            return AddPartitions(_tuple_new(TxnId, (most, least)), tuple(partitions))
         if kind == T_ADD_SUBSCRIPTIONS:
             _, _, most, least, count = _txn_count.unpack_from(data)
             flat, end = _strings(data, _txn_count.size, 2 * count)
             _expect_end(data, end)
-            subs = tuple(Subscription(flat[i], flat[i + 1]) for i in range(0, len(flat), 2))
-            return AddSubscriptions(TxnId(most, least), subs)
+            subs = tuple([_tuple_new(Subscription, pair) for pair in zip(flat[::2], flat[1::2], strict=True)])
+            return AddSubscriptions(_tuple_new(TxnId, (most, least)), subs)
         if kind == T_RESERVE_IDS:
             _, _, hi, lo = _reserve.unpack(data)
             return ReserveIds((hi << 64) | lo)
@@ -179,13 +185,13 @@ def _string(text: str) -> bytes:
 
 def _strings(data: bytes, offset: int, count: int) -> tuple[list[str], int]:
     out: list[str] = []
+    size = len(data)
     for _ in range(count):
-        (size,) = _u16.unpack_from(data, offset)
-        offset += 2
-        end = offset + size
-        if end > len(data):
+        start = offset + 2
+        end = start + (data[offset] << 8 | data[offset + 1])  # u16 length, inline: hot path
+        if end > size:
             raise ValueError("string runs past the end of the record")
-        out.append(data[offset:end].decode())
+        out.append(data[start:end].decode())
         offset = end
     return out, offset
 

@@ -74,13 +74,19 @@ class TxnTable:
     def __init__(self, coordinator_id: int) -> None:
         self.coordinator_id = coordinator_id
         self.txns: dict[TxnId, TxnMeta] = {}
-        self.max_counter = -1  # highest counter seen in any transaction record
+        self._max_txn = TxnId.of(coordinator_id, 0)  # highest id seen in any record (once seen)
+        self._seen_any = False
         self.reserved = 0  # counters below this may have been handed out
         self.reserve_ref: LogRef | None = None  # the live reservation record
         self.garbage: list[LogRef] = []
         self.finished: deque[TxnMeta] = deque()
         self.active = 0  # transactions not in a final state
         self.records = 0  # records applied
+
+    @property
+    def max_counter(self) -> int:
+        """The highest counter of any transaction record seen (-1 when none)."""
+        return self._max_txn.counter if self._seen_any else -1
 
     @property
     def next_counter(self) -> int:
@@ -93,16 +99,19 @@ class TxnTable:
     def apply(self, ref: LogRef, record: Record) -> TxnMeta | None:
         """Apply one durable record; the transaction it touched, if it is known."""
         self.records += 1
-        if isinstance(record, ReserveIds):
-            self._reserve(ref, record.next_counter)
+        kind = type(record)
+        if kind is ReserveIds:
+            self._reserve(ref, record.next_counter)  # type: ignore[union-attr]
             return None
-        txn = record.txn
-        if txn.coordinator_id == self.coordinator_id and txn.counter > self.max_counter:
-            self.max_counter = txn.counter
+        txn: TxnId = record.txn  # type: ignore[union-attr]
+        # Ids of one coordinator order by counter, so a tuple compare finds the max.
+        if txn >= self._max_txn and txn[0] >> 48 == self.coordinator_id:
+            self._max_txn = txn
+            self._seen_any = True
         meta = self.txns.get(txn)
-        if isinstance(record, NewTxn):
+        if kind is NewTxn:
             if meta is None:
-                meta = self.txns[txn] = TxnMeta(txn, record.timeout_ms, record.opened_at_ms)
+                meta = self.txns[txn] = TxnMeta(txn, record.timeout_ms, record.opened_at_ms)  # type: ignore[union-attr]
                 self.active += 1
             meta.refs.append(ref)  # a duplicate NEW is kept only to be deleted with the rest
             return meta
@@ -112,14 +121,14 @@ class TxnTable:
             self.garbage.append(ref)
             return None
         meta.refs.append(ref)
-        if isinstance(record, AddPartitions):
-            for p in record.partitions:
+        if kind is StatusChange:
+            self._status(meta, record)  # type: ignore[arg-type]
+        elif kind is AddPartitions:
+            for p in record.partitions:  # type: ignore[union-attr]
                 meta.partitions[p] = True
-        elif isinstance(record, AddSubscriptions):
-            for s in record.subscriptions:
-                meta.subscriptions[s] = True
         else:
-            self._status(meta, record)
+            for s in record.subscriptions:  # type: ignore[union-attr]
+                meta.subscriptions[s] = True
         return meta
 
     def _status(self, meta: TxnMeta, record: StatusChange) -> None:

@@ -49,5 +49,5 @@ def test_malformed_ids_are_400(text: str) -> None:
 
 @pytest.mark.parametrize(("cid", "counter"), [(-1, 0), (1 << 16, 0), (0, -1), (0, 1 << 112)])
 def test_of_rejects_out_of_range(cid: int, counter: int) -> None:
-    with pytest.raises(ValueError, match="coordinator id|counter"):
+    with pytest.raises(ValueError, match=r"coordinator id|counter"):
         TxnId.of(cid, counter)
