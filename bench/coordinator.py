@@ -117,7 +117,7 @@ def run_wrk(name: str, url: str, duration: int, script: Path) -> LoadResult:
 
 
 def _pythonpath() -> str:
-    return os.environ.get("BENCH_STUB", "") + os.pathsep.join(str(ROOT / p) for p in ("shared", "services", "."))
+    return os.pathsep.join(str(ROOT / p) for p in ("shared", "services", "."))
 
 
 def _wait_ready(url: str, proc: subprocess.Popen[bytes], timeout_s: float = 60) -> None:
@@ -136,7 +136,9 @@ def _wait_ready(url: str, proc: subprocess.Popen[bytes], timeout_s: float = 60) 
     raise TimeoutError(f"{url} not ready")
 
 
-def load_tc(name: str, data: Path, duration: int, script: Path, batching: bool, profile: Path | None) -> LoadResult:
+def load_tc(
+    name: str, data: Path, duration: int, script: Path, batching: bool, profile: Path | None
+) -> LoadResult:
     """Run the TC as its own process (``python -m streamtx.coordinator``) and load it."""
     port = free_port()
     env = {
@@ -258,7 +260,9 @@ async def time_replay(url: str) -> tuple[int, float]:
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
     parser.add_argument("--duration", type=int, default=10, help="seconds of load per run")
     parser.add_argument("--records", type=int, default=1_000_000, help="records in the replayed log")
     parser.add_argument("--profile", action="store_true", help="cProfile the batched TC run")

@@ -10,7 +10,6 @@ from streamtx.coordinator.registry import Coordinators
 from streamtx.coordinator.settings import CoordinatorSettings
 from streamtx.coordinator.txnid import TxnId
 
-
 # Every dependency is async: FastAPI runs a plain `def` one in a worker thread,
 # a thread hop per request on the hot path.
 

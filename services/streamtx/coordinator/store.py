@@ -22,7 +22,6 @@ from dataclasses import dataclass, field
 
 from streamtx.coordinator.records import (
     AddPartitions,
-    AddSubscriptions,
     LogRef,
     NewTxn,
     Record,

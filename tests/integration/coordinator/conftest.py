@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import asyncio
-import os
 from collections.abc import AsyncIterator, Callable, Iterator
 from pathlib import Path
 from typing import Any
@@ -116,8 +115,6 @@ def tc_factory(tmp_path: Path, participant: Participant) -> Iterator[TcFactory]:
             "STREAMTX_FANOUT_MAX_BACKOFF_MS": "200",
             **{f"STREAMTX_{k.upper()}": str(v) for k, v in settings.items()},
         }
-        if extra := os.environ.get("TC_TEST_PYTHONPATH"):  # TEMPORARY until streamtx.batching lands
-            env["PYTHONPATH"] = extra
         proc = ServiceProcess("coordinator", env).start()
         procs.append(proc)
         return proc

@@ -160,7 +160,8 @@ async def test_admin_api(
     internal = await tc.admin("coordinatorInternalStats/3")
     log_stats = internal["transactionLogStats"]
     assert log_stats["managedLedgerName"] == "txnlog/standalone/3"
-    assert log_stats["ledgers"] and all({"ledgerId", "entries", "size"} <= set(x) for x in log_stats["ledgers"])
+    assert log_stats["ledgers"]
+    assert all({"ledgerId", "entries", "size"} <= set(x) for x in log_stats["ledgers"])
 
     assert await tc.admin("tcBatchLogStat") == {
         "txnTcBatchLogEnabled": True, "coordinatorArray": [{"3": True}, {"4": True}]}

@@ -14,7 +14,9 @@ from tests.integration.coordinator.participant import Participant
 MAGIC = b"\x0e\x01"
 
 
-async def _lifecycles(tc: TcClient, rng: random.Random, until: float, out: dict[str, tuple[str, str]]) -> None:
+async def _lifecycles(
+    tc: TcClient, rng: random.Random, until: float, out: dict[str, tuple[str, str]]
+) -> None:
     while time.monotonic() < until:
         txn = await tc.create()
         part = f"{TOPIC}-partition-{rng.randrange(4)}"
@@ -79,5 +81,6 @@ async def test_switching_batching_under_load_loses_nothing(
             assert body["state"] == "OPEN"
             continue
         assert body["state"] == state
-        assert participant.actions(txn) == {("partition", part): "commit" if state == "COMMITTED" else "abort"}
+        action = "commit" if state == "COMMITTED" else "abort"
+        assert participant.actions(txn) == {("partition", part): action}
     assert participant.violations == []

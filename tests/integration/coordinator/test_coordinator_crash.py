@@ -36,11 +36,11 @@ class Seen:
     abandoned: set[str] = field(default_factory=set)
 
 
-async def _retrying(call: Any, stop_at: float) -> Any:
-    """Retry one idempotent call across coordinator restarts; the response."""
+async def _retrying(http: httpx.AsyncClient, path: str, body: Any, stop_at: float) -> httpx.Response:
+    """POST one idempotent call until the coordinator answers other than 503; the response."""
     while True:
         try:
-            r = await call()
+            r = await http.post(path, json=body)
             if r.status_code != 503:
                 return r
         except _transport:
@@ -66,13 +66,13 @@ async def _worker(tc: TcClient, seen: Seen, rng: random.Random, until: float) ->
         parts = {f"{TOPIC}-partition-{i}" for i in rng.sample(range(8), 2)}
         subs = {f"sub-{i}" for i in rng.sample(range(4), 1)}
         stop_at = time.monotonic() + 30
-        r = await _retrying(lambda: http.post(f"/v1/transactions/{txn}/partitions",
-                                              json={"partitions": sorted(parts)}), stop_at)
+        path = f"/v1/transactions/{txn}"
+        r = await _retrying(http, f"{path}/partitions", {"partitions": sorted(parts)}, stop_at)
         if r.status_code != 200:
             continue  # timed out while the coordinator was down
         seen.partitions[txn] = parts
         body = {"subscriptions": [{"topic": TOPIC, "subscription": s} for s in subs]}
-        r = await _retrying(lambda: http.post(f"/v1/transactions/{txn}/subscriptions", json=body), stop_at)
+        r = await _retrying(http, f"/v1/transactions/{txn}/subscriptions", body, stop_at)
         if r.status_code != 200:
             continue
         seen.subscriptions[txn] = subs
@@ -80,7 +80,7 @@ async def _worker(tc: TcClient, seen: Seen, rng: random.Random, until: float) ->
             seen.abandoned.add(txn)
             continue
         action = "commit" if rng.random() < 0.7 else "abort"
-        r = await _retrying(lambda: http.post(f"/v1/transactions/{txn}/{action}"), stop_at)
+        r = await _retrying(http, f"/v1/transactions/{txn}/{action}", None, stop_at)
         if r.status_code == 200:
             state = r.json()["state"]
             (seen.committed if state == "COMMITTED" else seen.aborted).add(txn)

@@ -50,7 +50,9 @@ async def test_committing_and_aborting_finish_after_a_crash(
     assert (await tc.wait_state(committing, {"COMMITTED"}))["partitions"] == [P0, P1]
     await tc.wait_state(aborting, {"ABORTED"})
     assert participant.actions(committing) == {
-        ("partition", P0): "commit", ("partition", P1): "commit", ("subscription", f"{TOPIC}|sub-a"): "commit"}
+        ("partition", P0): "commit", ("partition", P1): "commit",
+        ("subscription", f"{TOPIC}|sub-a"): "commit",
+    }
     assert set(participant.actions(aborting).values()) == {"abort"}
     assert len(participant.actions(aborting)) == 3
     assert participant.violations == []
@@ -108,7 +110,7 @@ async def test_finished_records_are_deleted_and_ids_never_reused(
     proc = tc_factory(url, finished_retention_ms=0, id_block_size=4)
     tc = client_factory(proc)
     seen: list[int] = []
-    for round_ in range(3):
+    for _round in range(3):
         for i in range(12):
             txn = await tc.create()
             seen.append(int(txn.split(":")[1]))
