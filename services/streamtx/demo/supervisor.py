@@ -111,6 +111,7 @@ class Demo:
         self.zombies = 0
         self.paused: set[str] = set()  # workers under SIGSTOP
         self.finishing = False  # workers being stopped: do not restart them
+        self.caught_up = True  # the job processed everything before the drain timeout
         self.probe = Probe()
         self.gen = GeneratorStatus()
         self.lock = asyncio.Lock()  # one chaos action at a time
@@ -252,7 +253,10 @@ class Demo:
                         self.gen.done = True
                     if self.gen.done:
                         drain_deadline = drain_deadline or time.monotonic() + opts.drain_timeout_s
-                        if len(self.probe.seen) >= self.gen.written or time.monotonic() > drain_deadline:
+                        if len(self.probe.seen) >= self.gen.written:
+                            break
+                        if time.monotonic() > drain_deadline:
+                            self.caught_up = False
                             break
             elapsed = time.monotonic() - started
             async with self.lock:
@@ -308,6 +312,9 @@ def run_demo(opts: Options) -> int:
           f"({workers.refused} commits refused, {workers.orphans} orphans of killed workers ended); "
           f"zombie pauses {demo.zombies}; kills: {', '.join(demo.kills) or 'none'}")
     print(report.render())
+    if not demo.caught_up:
+        print(f"demo: the job had not caught up {opts.drain_timeout_s:.0f}s after the generator stopped; "
+              "what it had not processed counts as lost")
     if opts.keep:
         print(f"demo: suite left running; run dir {demo.run_dir}; "
               f"verify again with: streamtx verify --run-dir {demo.run_dir}")
