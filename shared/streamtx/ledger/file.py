@@ -228,6 +228,8 @@ class FileRawLog(RawLog):
             payloads = segment.decode_run(_pread_all(seg.fd, hi - lo, lo), k1 - k0)
             out.extend(zip(range(seg.base + k0, seg.base + k1), payloads, strict=True))
             budget -= hi - lo
+            if k1 < len(seg.positions):
+                break  # cut short in this segment: going on to the next would leave a gap
         return out
 
     def _trim_sync(self, before: int, state: bytes) -> None:
