@@ -42,6 +42,10 @@ class ReorderBuffer(Generic[T]):
         self._pending.setdefault(partition, {})[seq] = item
         return True
 
+    def is_committed(self, partition: int, seq: int) -> bool:
+        """Whether a committed transaction already wrote ``seq`` (not just the open one)."""
+        return seq < self.committed.get(partition, 0)
+
     def take_ready(self) -> list[tuple[int, int, T]]:
         """The contiguous runs from each partition's next seq, in order; advances the next."""
         out: list[tuple[int, int, T]] = []

@@ -174,7 +174,10 @@ class Worker:
                 if last is None or position_of(m.message_id) > position_of(last):
                     foreign[m.partition] = m.message_id
             elif not self.buf.offer(rec.src_partition, rec.seq, Held(m.message_id, rec, m.value)):
-                stale.append(m.message_id)
+                # A copy of a record the open transaction wrote is left alone: its ack
+                # belongs to that transaction, which may still abort.
+                if self.buf.is_committed(rec.src_partition, rec.seq):
+                    stale.append(m.message_id)
         return list(foreign.values()), stale
 
     async def ack_other(self, acks: tuple[list[str], list[str]]) -> None:

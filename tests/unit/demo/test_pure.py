@@ -54,7 +54,9 @@ def test_reorder_emits_contiguous_runs_in_order() -> None:
     buf.offer(1, 0, "x")
     assert buf.take_ready() == [(0, 0, "a"), (0, 1, "b"), (0, 2, "c"), (1, 0, "x")]
     assert not buf.offer(0, 1, "b again")  # stale: already taken
+    assert not buf.is_committed(0, 1)  # ... by the open transaction only
     buf.commit()
+    assert buf.is_committed(0, 1) and not buf.is_committed(0, 3)
     assert buf.committed == {0: 3, 1: 1}
     assert not buf.offer(0, 2, "late copy")
 
