@@ -15,6 +15,7 @@ judges every landed entry properly.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 import time
 from collections.abc import Callable
@@ -67,6 +68,7 @@ class Partition:
         self._snapshot_lock = asyncio.Lock()
         self._broken: StreamtxError | None = None
         self._reload_task: asyncio.Task[None] | None = None
+        self._snapshot_task: asyncio.Task[None] | None = None
         self._labels = (settings.cluster, name)
 
     @classmethod
@@ -319,8 +321,10 @@ class Partition:
     def _after_txn_op(self) -> None:
         self._update_gauges()
         due = self.tb.ops_since_snapshot >= self.settings.snapshot_every_ops
-        if due and not self._snapshot_lock.locked():
-            asyncio.get_running_loop().create_task(self.take_snapshot())
+        # One snapshot in flight or queued at most: under load, ops pile up behind it
+        # and the next one takes them all (a task per op would write an index each).
+        if due and (self._snapshot_task is None or self._snapshot_task.done()):
+            self._snapshot_task = asyncio.get_running_loop().create_task(self.take_snapshot())
 
     async def maybe_snapshot_on_timer(self) -> None:
         if self.tb.ops_since_snapshot > 0 and not self._snapshot_lock.locked():
@@ -359,5 +363,10 @@ class Partition:
         return out
 
     async def close(self) -> None:
+        if self._reload_task is not None:
+            self._reload_task.cancel()
+        if self._snapshot_task is not None:
+            with contextlib.suppress(Exception, asyncio.CancelledError):
+                await self._snapshot_task  # a snapshot half written is harmless, but finish it
         await self.ledger.close()
         await self.snap.close()
