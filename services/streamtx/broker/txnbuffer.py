@@ -169,8 +169,8 @@ class TxnBufferState:
     def recent_ends(self) -> list[list[Any]]:
         """The latest ends an abort marker does not already record, oldest first."""
         out: list[list[Any]] = []
-        for txn, e in reversed(self.ended.items()):
-            if len(out) >= snapshot_ended_max:
+        for scanned, (txn, e) in enumerate(reversed(self.ended.items())):
+            if len(out) >= snapshot_ended_max or scanned >= 20 * snapshot_ended_max:
                 break
             if e.action is TxnAction.COMMIT or e.marker is None:
                 m = e.marker
