@@ -414,6 +414,47 @@ async def test_cancelling_one_write_leaves_its_batch_alone(ledger: Ledger) -> No
     assert await records_of(ledger) == ["a", "b", "c"]  # a cancelled write is not taken back
 
 
+async def test_cancelling_the_first_writer_of_an_idle_batch(ledger: Ledger) -> None:
+    # The first write on an idle log appends the entry itself (auto policy): cancelling
+    # it before the append hands the batch to a task, and the others still complete.
+    writer: BufferedWriter[str] = BufferedWriter(ledger, str.encode)
+    tasks = [asyncio.create_task(writer.write(r)) for r in ["a", "b", "c"]]
+    await asyncio.sleep(0)  # all three joined; "a" leads and yields once
+    tasks[0].cancel()
+    done = await asyncio.gather(*tasks, return_exceptions=True)
+    assert isinstance(done[0], asyncio.CancelledError)
+    assert [(r.batch_index, r.batch_size) for r in done[1:]] == [(1, 3), (2, 3)]  # type: ignore[union-attr]
+    assert await records_of(ledger) == ["a", "b", "c"]
+    # Alone and cancelled while its append is in flight: the writer goes on, in order.
+    double = DoubleLedger(ledger, delay_s=0.02)
+    writer = BufferedWriter(double, str.encode)
+    lone = asyncio.create_task(writer.write("d"))
+    await asyncio.sleep(0.005)
+    lone.cancel()
+    with pytest.raises(asyncio.CancelledError):
+        await lone
+    results = await write_in_order(writer, ["e", "f"])
+    # "d" may or may not be written (here the double's latency was cancelled with it).
+    assert await records_of(ledger) in (["a", "b", "c", "d", "e", "f"], ["a", "b", "c", "e", "f"])
+    assert results[0].position == results[1].position
+
+
+async def test_close_waits_for_an_entry_in_flight(ledger: Ledger) -> None:
+    writer: BufferedWriter[str] = BufferedWriter(DoubleLedger(ledger, delay_s=0.03), str.encode)
+    lone = asyncio.create_task(writer.write("a"))
+    await asyncio.sleep(0.005)  # "a" is being appended by its own writer
+    await writer.close()
+    assert lone.done() and (await lone).batch_size == 1
+    # Closed while the first writer of a batch yields: its records fail.
+    writer = BufferedWriter(ledger, str.encode)
+    tasks = [asyncio.create_task(writer.write(r)) for r in ["b", "c"]]
+    await asyncio.sleep(0)
+    await writer.close()
+    outcomes = await asyncio.gather(*tasks, return_exceptions=True)
+    assert all(isinstance(o, LedgerClosedError) for o in outcomes)
+    assert await records_of(ledger) == ["a"]
+
+
 # --- thresholds and their metrics (fixed policy: Pulsar's) ------------------------------
 
 
@@ -541,6 +582,71 @@ async def test_switching_under_load_loses_and_reorders_nothing(ledger: Ledger, p
     await check_results(ledger, recs, results)
     kinds = {is_batched(e.data) for e in await entries_of(ledger)}
     assert switches > 50 and kinds == {True, False}
+
+
+@pytest.mark.parametrize("seed", range(12))
+async def test_random_mix_keeps_every_record_in_order(store: LedgerStore, seed: int) -> None:
+    """Batches, idle flushes, timers, large records, switching: the log is the write order."""
+    rng = random.Random(seed)
+    ledger = await store.open(f"mix-{seed}")
+    writer: BufferedWriter[str] = BufferedWriter(
+        DoubleLedger(ledger, delay_s=rng.choice([0, 0.001])), str.encode,
+        max_records=rng.choice([1, 2, 7, 64]), max_bytes=rng.choice([300, 2000, 1 << 20]),
+        max_delay_s=rng.choice([0.0005, 0.002]), policy=rng.choice(["auto", "fixed"]),
+    )
+    recs = [f"r{i:05d}" + "x" * rng.choice([0, 0, 0, 50, 400, 2500]) for i in range(3000)]
+    tasks = []
+    for rec in recs:
+        tasks.append(asyncio.create_task(writer.write(rec)))
+        roll = rng.random()
+        if roll < 0.3:
+            await asyncio.sleep(0)
+        elif roll < 0.32:
+            await asyncio.sleep(0.001)
+        elif roll < 0.34:
+            await asyncio.sleep(0)
+            writer.set_enabled(not writer.enabled)
+    results = await asyncio.gather(*tasks)
+    await check_results(ledger, recs, results)
+
+
+@pytest.mark.parametrize("seed", range(12))
+async def test_random_mix_with_failures_and_cancels(store: LedgerStore, seed: int) -> None:
+    """As above, with failing appends and cancelled writes: what is stored is in order,
+    holds every success and no failure."""
+    rng, fail_rng = random.Random(seed), random.Random(-seed)
+    ledger = await store.open(f"mixf-{seed}")
+    writer: BufferedWriter[str] = BufferedWriter(
+        DoubleLedger(ledger, fail=lambda call: fail_rng.random() < 0.05), str.encode,
+        max_records=rng.choice([2, 7, 64]), max_bytes=rng.choice([300, 1 << 20]),
+        max_delay_s=0.001, policy=rng.choice(["auto", "fixed"]),
+    )
+    recs = [f"r{i:05d}" + "x" * rng.choice([0, 0, 50, 400]) for i in range(2000)]
+    tasks: list[asyncio.Task[WriteResult]] = []
+    for rec in recs:
+        tasks.append(asyncio.create_task(writer.write(rec)))
+        roll = rng.random()
+        if roll < 0.3:
+            await asyncio.sleep(0)
+        elif roll < 0.32:
+            await asyncio.sleep(0)
+            writer.set_enabled(not writer.enabled)
+        elif roll < 0.34:
+            rng.choice(tasks[-20:]).cancel()
+    outcomes = await asyncio.gather(*tasks, return_exceptions=True)
+    await asyncio.sleep(0.01)  # cancelled writes whose entry was still on its way
+    stored = await records_of(ledger)
+    index = {rec: i for i, rec in enumerate(recs)}
+    assert [index[r] for r in stored] == sorted(index[r] for r in stored)  # in write order
+    ok = [(rec, o) for rec, o in zip(recs, outcomes, strict=True) if isinstance(o, WriteResult)]
+    failed = {rec for rec, o in zip(recs, outcomes, strict=True) if isinstance(o, LedgerUnavailableError)}
+    assert all(isinstance(o, (WriteResult, LedgerUnavailableError, asyncio.CancelledError)) for o in outcomes)
+    assert failed and len(ok) > 1000
+    assert not failed & set(stored)
+    assert {rec for rec, _ in ok} <= set(stored)
+    by_position = {e.position: decode_entry(e.data) for e in await entries_of(ledger)}
+    for rec, res in ok:
+        assert by_position[res.position][res.batch_index] == rec.encode()
 
 
 async def test_switching_with_closed_loop_writers(ledger: Ledger) -> None:

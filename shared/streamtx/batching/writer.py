@@ -34,16 +34,20 @@ on or off at run time loses and reorders nothing: switching off flushes the open
 batch first, and an unbatched record never overtakes a flushed batch that is not
 yet handed to the ledger.
 
-Why one task per entry and none per record: appends must be handed to the ledger
-in order, and in Python 3.11 a task starts one loop iteration after it is
-created, so every flush becomes a task (they start in creation order) and a
-write only adds its record and a future to the open batch.
+How entries keep their order: appends must be handed to the ledger in the order
+of the writes, and in Python 3.11 a task starts one loop iteration after it is
+created. So a sealed batch is appended by a task (tasks start in creation
+order), never by a task per record; ``_unissued`` counts the sealed batches not
+yet handed to the ledger, and nothing is appended directly (an unbatched
+record, a lone batch) while it is not zero. The one exception to "a task per
+entry" is the auto policy's idle batch: its first writer yields once and, if
+still alone with nothing ahead of it, appends the entry in its own coroutine,
+which spares a lone writer a task and a wake-up per record.
 """
 
 from __future__ import annotations
 
 import asyncio
-import logging
 from collections import deque
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -55,8 +59,6 @@ from streamtx.errors import LedgerClosedError
 from streamtx.ledger.base import Ledger, Position
 
 __all__ = ["BufferedWriter", "FlushPolicy", "WriteResult", "WriterOptions"]
-
-log = logging.getLogger(__name__)
 
 T = TypeVar("T")
 FlushPolicy = Literal["auto", "fixed"]
@@ -90,8 +92,8 @@ class _Batch:
     """Records bound for one entry, and the futures of their writers."""
 
     __slots__ = (
-        "aborted", "batched", "done", "error", "first_at", "futures", "position", "records", "size",
-        "task", "timer",
+        "aborted", "batched", "done", "error", "first_at", "futures", "led", "position", "records",
+        "size", "task", "timer",
     )
 
     def __init__(self, first_at: float, *, batched: bool = True) -> None:
@@ -101,7 +103,8 @@ class _Batch:
         self.first_at = first_at
         self.batched = batched  # False: one record written as is, no header
         self.timer: asyncio.TimerHandle | None = None
-        self.task: asyncio.Task[None] | None = None
+        self.task: asyncio.Task[None] | None = None  # the task that appends it, if any
+        self.led = False  # auto policy, idle log: its first writer will append it (no task)
         self.position = _nowhere
         self.error: BaseException | None = None
         self.done = False  # the append returned (position or error set)
@@ -154,8 +157,9 @@ class BufferedWriter(Generic[T]):
         self._observe = metrics.observe_flush if metrics is not None else _noop_observe
         self._open: _Batch | None = None  # the batch records are joining
         self._in_flight: deque[_Batch] = deque()  # handed to the ledger, results not delivered
-        self._unissued = 0  # flush tasks created but not yet started (not handed to the ledger)
+        self._unissued = 0  # batches due to be appended by a task or leader that has not yet run
         self._tasks: dict[asyncio.Task[None], _Batch] = {}
+        self._drained: asyncio.Future[None] | None = None  # close() waits for in-flight entries
         self._closed = False
         self._entries_written = 0
         self._records_written = 0
@@ -234,7 +238,51 @@ class BufferedWriter(Generic[T]):
             self._seal(batch, FlushTrigger.RECORDS)
         elif batch.size >= max_bytes:
             self._seal(batch, FlushTrigger.SIZE)
+        if batch.led and len(records) == 1:
+            return await self._lead(batch, fut)
         return await fut
+
+    async def _lead(self, batch: _Batch, fut: asyncio.Future[WriteResult]) -> WriteResult:
+        """The first writer of a batch opened on an idle log appends it itself.
+
+        It yields once, so that the records written in the same loop iteration
+        join; then, alone, it appends the entry in its own coroutine (no task,
+        no extra wake-up: a lone writer pays almost nothing for batching). If
+        others joined, a task appends the entry instead, so that cancelling this
+        writer cannot strand their records; and so it does when the task of an
+        earlier entry has not started yet, so that entries keep their order.
+        A batch sealed by anything else meanwhile (a threshold, a switch, close)
+        is no longer led: it went to a task, or failed, and this writer just waits.
+        """
+        try:
+            await asyncio.sleep(0)
+        except asyncio.CancelledError:
+            fut.cancel()  # the record still goes (a cancelled write is not taken back)
+            if batch.led:  # still open: hand it to a task
+                self._release(batch)
+                self._seal(batch, FlushTrigger.IDLE)
+            raise
+        if not batch.led:
+            return await fut
+        self._seal(batch, FlushTrigger.IDLE)  # still led: no task is made for it
+        self._release(batch)
+        if len(batch.futures) > 1 or self._unissued:
+            # Others joined, or an earlier entry's task has not started: keep to tasks.
+            self._spawn(batch)
+            return await fut
+        try:
+            await self._issue(batch)
+        except asyncio.CancelledError:
+            # This writer was cancelled: nobody wants its result, now or when delivered.
+            if not fut.cancel() and not fut.cancelled():
+                fut.exception()
+            raise
+        return await fut  # done already, unless an earlier entry is still in flight
+
+    def _release(self, batch: _Batch) -> None:
+        """The batch's first writer no longer appends it."""
+        batch.led = False
+        self._unissued -= 1
 
     async def _write_unbatched(self, data: bytes) -> WriteResult:
         if self._unissued:
@@ -263,8 +311,9 @@ class BufferedWriter(Generic[T]):
         loop = self._loop = asyncio.get_running_loop()
         batch = self._open = _Batch(loop.time())
         if self._auto and not self._in_flight:
-            # Idle log: flush when this task starts, one loop iteration from now.
-            self._spawn(batch)
+            # Idle log: the first writer flushes it one loop iteration from now.
+            batch.led = True
+            self._unissued += 1
         else:
             batch.timer = loop.call_later(self._max_delay_s, self._on_timer, batch)
         return batch
@@ -280,7 +329,10 @@ class BufferedWriter(Generic[T]):
             batch.timer.cancel()
         now = self._loop.time()
         self._observe(trigger, len(batch.records), batch.size, now - batch.first_at)
-        if batch.task is None:
+        if batch.led and trigger is not FlushTrigger.IDLE:
+            # Sealed before its first writer's turn: a task appends it now, in order.
+            self._release(batch)
+        if batch.task is None and not batch.led:
             self._spawn(batch)
 
     def _spawn(self, batch: _Batch) -> None:
@@ -291,10 +343,11 @@ class BufferedWriter(Generic[T]):
 
     async def _append(self, batch: _Batch) -> None:
         self._unissued -= 1
-        if batch.aborted:
-            return
-        if batch is self._open:  # the auto policy's idle flush
-            self._seal(batch, FlushTrigger.IDLE)
+        if not batch.aborted:
+            await self._issue(batch)
+
+    async def _issue(self, batch: _Batch) -> None:
+        """Append ``batch`` (sealed) and deliver the results of every finished entry in order."""
         entry = encode_batch(batch.records) if batch.batched else batch.records[0]
         in_flight = self._in_flight
         in_flight.append(batch)
@@ -310,7 +363,7 @@ class BufferedWriter(Generic[T]):
             if in_flight[0] is batch:
                 self._deliver()
             nxt = self._open
-            if self._auto and nxt is not None and nxt.task is None:
+            if self._auto and nxt is not None and nxt.task is None and not nxt.led:
                 self._seal(nxt, FlushTrigger.IN_FLIGHT_DONE)
 
     def _deliver(self) -> None:
@@ -332,6 +385,9 @@ class BufferedWriter(Generic[T]):
                 for fut in futures:
                     if not fut.done():
                         fut.set_exception(error)
+        drained = self._drained
+        if not in_flight and drained is not None and not drained.done():
+            drained.set_result(None)
 
     def _task_done(self, task: asyncio.Task[None]) -> None:
         batch = self._tasks.pop(task)
@@ -358,9 +414,15 @@ class BufferedWriter(Generic[T]):
                 if batch.timer is not None:
                     batch.timer.cancel()
                 batch.aborted = True
+                if batch.led:
+                    self._release(batch)
                 _fail(batch, LedgerClosedError(f"buffered writer of {self._ledger.name} closed"))
         if self._tasks:
             await asyncio.wait(list(self._tasks))
+        if self._in_flight:  # appended by a leader in its own coroutine
+            if self._drained is None or self._drained.done():
+                self._drained = self._loop.create_future()
+            await asyncio.shield(self._drained)
 
 
 def _fail(batch: _Batch, error: BaseException) -> None:
