@@ -63,6 +63,7 @@ class Partition:
         self._next_apply = 0
         self._done: dict[int, tuple[Position, Callable[[Position], None]] | None] = {}
         self._waiters: dict[int, asyncio.Future[None]] = {}
+        self._horizons: list[tuple[int, asyncio.Future[None]]] = []
         self._ending: dict[TxnId, asyncio.Future[None]] = {}
         self._producer_locks: dict[str, asyncio.Lock] = {}
         self._snapshot_lock = asyncio.Lock()
@@ -192,6 +193,11 @@ class Partition:
             if waiter is not None and not waiter.done():
                 waiter.set_result(None)
             self._next_apply += 1
+        if self._horizons:
+            for _, fut in [x for x in self._horizons if x[0] <= self._next_apply]:
+                if not fut.done():
+                    fut.set_result(None)
+            self._horizons = [x for x in self._horizons if x[0] > self._next_apply]
         if progressed:
             self.notifier.changed()
 
@@ -251,6 +257,9 @@ class Partition:
                                 f"{self.settings.max_entry_bytes}")
         n = len(messages)
         req = [m.request_index for m in messages]
+        if txn is not None and (txn in self._ending or self.tb.ended_as(txn) is not None):
+            # Checked with no await before the append takes its ticket (see ``end_txn``).
+            raise ConflictError(f"txn {codec.txn_str(txn)} is ending or ended here")
 
         def apply(pos: Position) -> None:
             if n:
@@ -278,11 +287,15 @@ class Partition:
             if ended.action is not action:
                 raise ConflictError(f"txn {codec.txn_str(txn)} already ended here: {ended.action.value}")
             return None if ended.marker is None else str(ended.marker)
-        if txn not in self.tb.ongoing:
-            self.tb.end_without_marker(txn, action)
-            return None
+        # From here no new append of this txn may start (``_produce`` checks ``_ending``),
+        # and the ones already started are waited for: a message racing the end either
+        # makes the txn ongoing before we look, or is refused.
         done = self._ending[txn] = asyncio.get_running_loop().create_future()
         try:
+            await self._applied_through(self._next_ticket)
+            if txn not in self.tb.ongoing:
+                self.tb.end_without_marker(txn, action)
+                return None
             kind = EntryKind.COMMIT if action is TxnAction.COMMIT else EntryKind.ABORT
             data = codec.encode_marker(kind, txn, publish_time_ms=int(time.time() * 1000))
             pos = await self._append(data, lambda p: self.tb.on_marker(p, txn, action))
@@ -292,6 +305,14 @@ class Partition:
         metrics.txn_markers.labels(*self._labels, action.value).inc()
         self._after_txn_op()
         return str(pos)
+
+    async def _applied_through(self, horizon: int) -> None:
+        """Wait until every append with a ticket below ``horizon`` was applied (or failed)."""
+        if self._next_apply >= horizon:
+            return
+        fut = asyncio.get_running_loop().create_future()
+        self._horizons.append((horizon, fut))
+        await fut
 
     # --- reading ------------------------------------------------------------------
 

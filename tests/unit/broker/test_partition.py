@@ -140,3 +140,26 @@ async def test_end_is_idempotent_and_null_without_messages() -> None:
     assert await again.end_txn((5, 6), TxnAction.ABORT) == m1
     assert await again.end_txn((5, 5), TxnAction.COMMIT) is None
     assert again.ledger.last_position() == part.ledger.last_position()
+
+
+async def test_a_produce_racing_the_end_is_never_visible_as_committed() -> None:
+    """An abort that arrives while the txn's first message is still being appended must
+    wait for it (and write a marker), and a produce after the end started is refused."""
+    import asyncio
+
+    import pytest
+
+    from streamtx.errors import ConflictError
+
+    store = open_store("memory://")
+    part = await open_part(store)
+    produce = asyncio.create_task(part.produce([Message(b"racing")], (6, 1), None, None))
+    await asyncio.sleep(0)  # the append is in flight, not yet applied
+    marker = await part.end_txn((6, 1), TxnAction.ABORT)
+    await produce
+    assert marker is not None and part.tb.is_aborted((6, 1))
+    ending = asyncio.create_task(part.end_txn((6, 2), TxnAction.ABORT))
+    await asyncio.sleep(0)
+    with pytest.raises(ConflictError):
+        await part.produce([Message(b"late")], (6, 2), None, None)
+    assert await ending is None
