@@ -19,6 +19,7 @@ from streamtx.broker.pendingack_client import PendingAckClient
 from streamtx.broker.settings import BrokerSettings
 from streamtx.broker.subscription import Subscription, SubscriptionType
 from streamtx.broker.topic import Topic
+from streamtx.broker.txnchecker import StuckTxnChecker
 from streamtx.cursor import Cursor
 from streamtx.errors import ConflictError, MalformedError, NotFoundError, StreamtxError
 from streamtx.ledger import Ledger, LedgerStore
@@ -37,6 +38,7 @@ class Broker:
         self._meta: Ledger | None = None
         self._lock = asyncio.Lock()
         self._tasks: list[asyncio.Task[None]] = []
+        self._checker: StuckTxnChecker | None = None
 
     # --- lifecycle ----------------------------------------------------------
 
@@ -55,6 +57,14 @@ class Broker:
                 await self._open_subscription(self.topics[r["topic"]], r["subscription"],
                                               SubscriptionType(r["type"]), r["initial_position"], new=False)
         self._tasks.append(asyncio.create_task(self._snapshot_timer()))
+        if self.settings.coordinator_url:
+            self._checker = StuckTxnChecker(
+                self.settings.coordinator_url, token=self.settings.admin_token or self.settings.client_token,
+                after_s=self.settings.stuck_txn_after_s, interval_s=self.settings.stuck_txn_interval_s)
+            self._tasks.append(asyncio.create_task(self._checker.run(self._partitions)))
+
+    def _partitions(self) -> list[Partition]:
+        return [p for t in self.topics.values() for p in t.partitions]
 
     async def close(self) -> None:
         for t in self._tasks:
@@ -76,6 +86,8 @@ class Broker:
         if self._meta is not None:
             await self._meta.close()
         await self.pendingack.aclose()
+        if self._checker is not None:
+            await self._checker.aclose()
 
     async def _snapshot_timer(self) -> None:
         while True:

@@ -64,6 +64,7 @@ class Partition:
         self._done: dict[int, tuple[Position, Callable[[Position], None]] | None] = {}
         self._waiters: dict[int, asyncio.Future[None]] = {}
         self._horizons: list[tuple[int, asyncio.Future[None]]] = []
+        self._open_since: dict[TxnId, float] = {}  # loop time a txn was first seen open here
         self._ending: dict[TxnId, asyncio.Future[None]] = {}
         self._producer_locks: dict[str, asyncio.Lock] = {}
         self._snapshot_lock = asyncio.Lock()
@@ -318,6 +319,16 @@ class Partition:
 
     def max_read_position(self) -> Position | None:
         return self.tb.max_read_position()
+
+    def stuck_txns(self, older_than_s: float) -> list[TxnId]:
+        """Txns open here for longer than ``older_than_s`` (since this process saw them)."""
+        now = asyncio.get_running_loop().time()
+        since = self._open_since
+        for txn in [t for t in since if t not in self.tb.ongoing]:
+            del since[txn]
+        for txn in self.tb.ongoing:
+            since.setdefault(txn, now)
+        return [t for t, t0 in since.items() if now - t0 > older_than_s]
 
     async def read_visible(self, start: Position | None, max_entries: int) -> list[Entry]:
         """Entries from ``start`` up to ``max_read_position`` (inclusive)."""

@@ -22,4 +22,7 @@ class BrokerSettings(ServiceSettings):
     snapshot_every_ops: int = Field(default=1000, ge=1)  # TB snapshot after this many txn ops
     snapshot_interval_s: float = Field(default=5.0, gt=0)  # ... or this often while changed
     snapshot_segment_size: int = Field(default=1000, ge=1)  # aborted txn ids per snapshot segment
+    # Ask the coordinator about txns open here longer than this, and end those it finished.
+    stuck_txn_after_s: float = Field(default=60.0, gt=0)
+    stuck_txn_interval_s: float = Field(default=10.0, gt=0)
     pendingack_timeout_s: float = Field(default=10.0, gt=0)  # HTTP timeout to the pending-ack store

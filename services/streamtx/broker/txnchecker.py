@@ -1,0 +1,63 @@
+"""Ends transactions the broker holds open but the coordinator has finished.
+
+A transaction whose first message landed here keeps ``maxReadPosition`` behind
+it until its marker arrives. The coordinator sends the marker to every
+partition registered with it; a client that produced without registering, or a
+zombie producing after the end, would leave the partition blocked forever. So
+every ``stuck_txn_interval_s`` the broker asks the coordinator about each
+transaction open here longer than ``stuck_txn_after_s``, and ends it the way
+the coordinator did (COMMITTED: commit; ABORTED, TIMEOUT or unknown: abort).
+Open or ending transactions are left alone. Without a coordinator URL nothing
+is checked.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections.abc import Callable, Iterable
+
+from streamtx.broker.codec import TxnId, txn_str
+from streamtx.broker.partition import Partition
+from streamtx.broker.txnbuffer import TxnAction
+from streamtx.errors import NotFoundError, StreamtxError
+from streamtx.service import ServiceClient
+
+log = logging.getLogger(__name__)
+
+_verdicts = {"COMMITTED": TxnAction.COMMIT, "ABORTED": TxnAction.ABORT, "TIMEOUT": TxnAction.ABORT}
+
+
+class StuckTxnChecker:
+    def __init__(self, coordinator_url: str, *, token: str | None, after_s: float, interval_s: float) -> None:
+        self._client = ServiceClient(coordinator_url, token=token, attempts=1, timeout_s=5.0)
+        self._after_s = after_s
+        self._interval_s = interval_s
+
+    async def run(self, partitions: Callable[[], Iterable[Partition]]) -> None:
+        while True:
+            await asyncio.sleep(self._interval_s)
+            for part in list(partitions()):
+                for txn in part.stuck_txns(self._after_s):
+                    action = await self.verdict(txn)
+                    if action is None:
+                        continue
+                    try:
+                        marker = await part.end_txn(txn, action)
+                        log.warning("%s: ended stuck txn %s (%s) as the coordinator did; marker %s",
+                                    part.name, txn_str(txn), action.value, marker)
+                    except StreamtxError as exc:
+                        log.warning("%s: ending stuck txn %s failed: %s", part.name, txn_str(txn), exc)
+
+    async def verdict(self, txn: TxnId) -> TxnAction | None:
+        try:
+            body = await self._client.request("GET", f"/v1/transactions/{txn_str(txn)}")
+        except NotFoundError:
+            return TxnAction.ABORT
+        except StreamtxError as exc:
+            log.info("coordinator did not answer about %s: %s", txn_str(txn), exc)
+            return None
+        return _verdicts.get(str((body or {}).get("state")))
+
+    async def aclose(self) -> None:
+        await self._client.aclose()
