@@ -17,6 +17,7 @@ import argparse
 import asyncio
 import json
 import random
+import resource
 import sys
 import time
 from pathlib import Path
@@ -89,8 +90,9 @@ async def run(cfg: RunConfig, run_dir: Path, broker_url: str, rate: float, durat
 
 
 def _status(written: int, bytes_written: int, retries: int, *, done: bool) -> None:
-    print(json.dumps({"written": written, "bytes": bytes_written, "retries": retries, "done": done}),
-          flush=True)
+    usage = resource.getrusage(resource.RUSAGE_SELF)
+    print(json.dumps({"written": written, "bytes": bytes_written, "retries": retries, "done": done,
+                      "cpu_s": round(usage.ru_utime + usage.ru_stime, 2)}), flush=True)
 
 
 def main(argv: list[str] | None = None) -> None:

@@ -29,6 +29,15 @@ def free_port() -> int:
         return int(s.getsockname()[1])
 
 
+def cpu_seconds(pid: int) -> float:
+    """utime + stime of a live process, from /proc (0 where unavailable)."""
+    try:
+        fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+        return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+    except (OSError, IndexError, ValueError):
+        return 0.0
+
+
 class Child:
     """One ``python -m <module> [args]`` process; its output goes to ``log_path``."""
 
@@ -92,6 +101,10 @@ class Child:
             self.proc.wait(timeout_s)
         except subprocess.TimeoutExpired:
             self.kill9()
+
+    def cpu_s(self) -> float:
+        """CPU seconds (user + system) of the current process, 0 when gone."""
+        return cpu_seconds(self.proc.pid) if self.alive() and self.proc is not None else 0.0
 
     def log_tail(self, lines: int = 30) -> str:
         try:

@@ -14,6 +14,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import json
+import os
 import random
 import shutil
 import signal
@@ -30,7 +31,7 @@ from tqdm import tqdm
 
 from streamtx.demo.checker import Report
 from streamtx.demo.layout import RunConfig
-from streamtx.demo.procs import Child, child_env, free_port
+from streamtx.demo.procs import Child, child_env, cpu_seconds, free_port
 from streamtx.demo.records import decode
 from streamtx.demo.rest import Rest, last_per_partition
 from streamtx.demo.stats import DemoResult, render_table, summary_line
@@ -70,6 +71,7 @@ class Probe:
 
 @dataclass
 class GeneratorStatus:
+    cpu_s: float = 0.0
     written: int = 0
     bytes: int = 0
     done: bool = False
@@ -111,6 +113,7 @@ class Demo:
         self.zombies = 0
         self.paused: set[str] = set()  # workers under SIGSTOP
         self.finishing = False  # workers being stopped: do not restart them
+        self.cpu: dict[str, float] = {}
         self.caught_up = True  # the job processed everything before the drain timeout
         self.probe = Probe()
         self.gen = GeneratorStatus()
@@ -212,6 +215,7 @@ class Demo:
                 if "written" in d:
                     self.gen.written, self.gen.bytes = int(d["written"]), int(d["bytes"])
                     self.gen.done = bool(d["done"])
+                    self.gen.cpu_s = float(d.get("cpu_s", 0.0))
 
     # -- the run --------------------------------------------------------------------
     async def run(self) -> tuple[DemoResult, Report]:
@@ -259,6 +263,10 @@ class Demo:
                             self.caught_up = False
                             break
             elapsed = time.monotonic() - started
+            # CPU seconds of each process (current lives only: a restarted one lost its past).
+            self.cpu = {c.name: c.cpu_s() for c in [*self.services.values(), *self.workers]}
+            self.cpu["generator"] = self.gen.cpu_s
+            self.cpu["supervisor"] = cpu_seconds(os.getpid())
             async with self.lock:
                 self.finishing = True
                 for t in tasks[2:]:
@@ -311,12 +319,14 @@ def run_demo(opts: Options) -> int:
     print(f"transactions: {workers.committed} committed, {len(workers.aborted)} aborted "
           f"({workers.refused} commits refused, {workers.orphans} orphans of killed workers ended); "
           f"zombie pauses {demo.zombies}; kills: {', '.join(demo.kills) or 'none'}")
+    print("cpu seconds: " + ", ".join(f"{k} {v:.1f}" for k, v in demo.cpu.items()))
     print(report.render())
     if not demo.caught_up:
         print(f"demo: the job had not caught up {opts.drain_timeout_s:.0f}s after the generator stopped; "
               "what it had not processed counts as lost")
     if opts.keep:
-        print(f"demo: suite left running; run dir {demo.run_dir}; "
+        pids = " ".join(str(c.proc.pid) for c in demo.services.values() if c.proc is not None)
+        print(f"demo: suite left running (stop it with: kill {pids}); "
               f"verify again with: streamtx verify --run-dir {demo.run_dir}")
     print(summary_line(result), flush=True)
     if report.ok:
