@@ -11,7 +11,8 @@ and the kafka backend (a tansu broker started here), in three modes:
 
 Run from the repo root with ``PYTHONPATH=shared:.`` (the Makefile sets it).
 ``--seconds`` (or ``BENCH_SECONDS``) sets each case's duration (default 3);
-the three modes run interleaved, in ``--rounds`` slices each.
+the three modes run interleaved, in slices of ``--slice`` seconds (default 0.1),
+so that the noise of a shared machine falls on every mode alike.
 The last line sums up the ratios the design targets.
 """
 
@@ -97,8 +98,8 @@ class _Run:
         self.records += writer.records_written - records0
 
 
-async def run_cases(url: str, backend: str, writers: int, seconds: float, rounds: int) -> list[Case]:
-    """The three modes, each for ``seconds`` in all, interleaved in ``rounds`` slices.
+async def run_cases(url: str, backend: str, writers: int, seconds: float, slice_s: float) -> list[Case]:
+    """The three modes, each for ``seconds`` in all, interleaved in slices of ``slice_s``.
 
     Interleaving spreads the drift of a shared machine (disk and CPU noise) over
     every mode alike, rather than over whichever ran last.
@@ -115,6 +116,7 @@ async def run_cases(url: str, backend: str, writers: int, seconds: float, rounds
             # Warm up (connections, topic metadata, first segment) outside the timing.
             await asyncio.gather(*(writer.write(RECORD) for _ in range(writers)))
             runs[mode] = _Run(writer)
+        rounds = max(1, round(seconds / slice_s))
         for _ in range(rounds):
             for mode in MODES:
                 await runs[mode].slice(writers, seconds / rounds)
@@ -172,7 +174,7 @@ async def main_async(args: argparse.Namespace) -> None:
     for backend in backends:
         with backend_url(backend) as url:
             for writers in writer_counts:
-                for case in await run_cases(url, backend, writers, args.seconds, args.rounds):
+                for case in await run_cases(url, backend, writers, args.seconds, args.slice):
                     cases[(backend, writers, case.mode)] = case
                     print(case.line(), flush=True)
     print(summary(cases, backends), flush=True)
@@ -185,7 +187,7 @@ def main() -> None:
         help="duration of each case (env BENCH_SECONDS; default 3)",
     )
     parser.add_argument(
-        "--rounds", type=int, default=6, help="slices each case is split into, modes interleaved"
+        "--slice", type=float, default=0.1, help="seconds a mode runs before the next one's turn"
     )
     parser.add_argument("--backends", default="file,kafka", help="comma-separated: file,kafka")
     parser.add_argument("--writers", default="1,64", help="comma-separated writer counts")
