@@ -53,6 +53,7 @@ from streamtx.errors import ConflictError, NotFoundError, StreamtxError
 
 resolve_give_up_s = 90.0  # a coordinator down longer than this: exit, the restart resolves it
 stall_exit_s = 30.0  # records held, none ready this long: exit and re-read the progress
+max_held = 50_000  # records in hand beyond which prefetching pauses
 
 
 class Uncertain(Exception):
@@ -81,6 +82,7 @@ class Worker:
         self.log_path = worker_log(run_dir, index)
         self.log: TextIO | None = None
         self.stopping = False
+        self.arrived = asyncio.Event()  # the prefetcher offered new records
         self.buf: ReorderBuffer[Held] = ReorderBuffer()
         self.timing: defaultdict[str, float] = defaultdict(float)  # seconds per phase, this transaction
 
@@ -209,6 +211,36 @@ class Worker:
             self.rest.ack(self.cfg.source_topic, self.sub, [h.message_id for _, _, h in ready], txn),
         )
 
+    async def prefetch(self) -> None:
+        """Fetch all the time, so reading overlaps writing: offer what comes to the buffer,
+        ack what is not ours in the background, wake the transaction loop."""
+        acking: set[asyncio.Task[None]] = set()
+        while not self.stopping:
+            if self.buf.held() > max_held:
+                await asyncio.sleep(0.05)  # a gap holds back many records: let it fill first
+                continue
+            msgs = await self.fetch(200)
+            if not msgs:
+                continue
+            foreign, stale = self.offer(msgs)
+            if foreign or stale:
+                if len(acking) >= 8:
+                    await asyncio.wait(acking, return_when=asyncio.FIRST_COMPLETED)
+                task = asyncio.create_task(self.ack_other((foreign, stale)))
+                acking.add(task)
+                task.add_done_callback(acking.discard)
+            self.arrived.set()
+
+    async def ready(self, timeout_s: float) -> list[tuple[int, int, Held]]:
+        """What can be written in order now, waiting up to ``timeout_s`` for some."""
+        self.arrived.clear()
+        ready = self.buf.take_ready()
+        if not ready and timeout_s > 0:
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(self.arrived.wait(), timeout_s)
+            ready = self.buf.take_ready()
+        return ready
+
     async def one_transaction(self) -> None:
         """Wait for records, then run one transaction over one commit interval."""
         held_since = time.monotonic()
@@ -216,8 +248,7 @@ class Worker:
         while not ready:
             if self.stopping:
                 return
-            await self.ack_other(self.offer(await self.fetch(500)))
-            ready = self.buf.take_ready()
+            ready = await self.ready(0.5)
             if not ready and self.buf.held() and time.monotonic() - held_since > stall_exit_s:
                 raise Uncertain(f"{self.buf.held()} records held, none in order for {stall_exit_s}s")
         txn = await self.begin()
@@ -242,8 +273,7 @@ class Worker:
                 remaining = deadline - time.monotonic()
                 if remaining <= 0 or self.stopping:
                     break
-                await self.ack_other(self.offer(await self.fetch(int(min(remaining, 0.2) * 1000))))
-                ready = self.buf.take_ready()
+                ready = await self.ready(remaining)
             progress = [
                 {"key": f"p{p}", "value": json.dumps({"p": p, "next": n}).encode(),
                  "properties": {"txn": txn}, "partition": p}
@@ -276,8 +306,14 @@ class Worker:
             self.buf = ReorderBuffer(committed=await self.read_progress())
             await _retry(lambda: self.rest.subscribe(self.cfg.source_topic, self.sub, "earliest"))
             print(f"{self.name}: owns {self.owned}, resumes at {self.buf.committed}", flush=True)
-            while not self.stopping:
-                await self.one_transaction()
+            fetching = asyncio.create_task(self.prefetch())
+            try:
+                while not self.stopping:
+                    await self.one_transaction()
+            finally:
+                fetching.cancel()
+                with contextlib.suppress(asyncio.CancelledError):
+                    await fetching
 
 
 async def _retry(call: Any, give_up_s: float = 120.0) -> Any:
