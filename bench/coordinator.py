@@ -61,12 +61,19 @@ class LoadResult:
 # --- the bare app ------------------------------------------------------------------
 
 
-def serve_bare(port: int) -> None:
-    """The bare FastAPI app: one POST endpoint, the same body model, a small JSON answer."""
+def serve_bare(port: int, kit: bool) -> None:
+    """The bare FastAPI app: one POST endpoint, the same body model, a small JSON answer.
+
+    With ``kit``, the same endpoint on the service kit's app (``create_app``:
+    error handlers, HTTP metrics, health routes): what every service pays.
+    """
+    import contextlib
+    from collections.abc import AsyncIterator
+
     from fastapi import FastAPI
     from pydantic import BaseModel
 
-    from streamtx.service import serve
+    from streamtx.service import ServiceSettings, ServiceState, create_app, serve
 
     class TxnCreate(BaseModel):
         timeout_ms: int | None = None
@@ -74,7 +81,16 @@ def serve_bare(port: int) -> None:
     class TxnCreated(BaseModel):
         txn_id: str
 
-    app = FastAPI()
+    @contextlib.asynccontextmanager
+    async def lifespan(_: FastAPI) -> AsyncIterator[None]:
+        yield
+
+    state = ServiceState()
+    state.ready = True
+    app = (
+        create_app(title="kit", settings=ServiceSettings(), lifespan=lifespan, state=state)  # type: ignore[call-arg]
+        if kit else FastAPI()
+    )
     counter = iter(range(1 << 62))
 
     @app.post("/v1/transactions", response_model=TxnCreated)
@@ -172,13 +188,15 @@ def print_profile(path: Path, top: int = 25) -> None:
     pstats.Stats(str(path)).sort_stats("tottime").print_stats(top)
 
 
-def load_bare(duration: int, script: Path) -> LoadResult:
+def load_bare(duration: int, script: Path, kit: bool = False) -> LoadResult:
     port = free_port()
     env = {**os.environ, "PYTHONPATH": _pythonpath()}
-    proc = subprocess.Popen([sys.executable, __file__, "--serve-bare", str(port)], env=env)
+    flag = "--serve-kit" if kit else "--serve-bare"
+    proc = subprocess.Popen([sys.executable, __file__, flag, str(port)], env=env)
     try:
         wait_for_port(port, proc=proc)
-        return run_wrk("bare fastapi", f"http://127.0.0.1:{port}/v1/transactions", duration, script)
+        name = "kit fastapi" if kit else "bare fastapi"
+        return run_wrk(name, f"http://127.0.0.1:{port}/v1/transactions", duration, script)
     finally:
         proc.terminate()
         proc.wait(10)
@@ -267,9 +285,10 @@ def main() -> None:
     parser.add_argument("--records", type=int, default=1_000_000, help="records in the replayed log")
     parser.add_argument("--profile", action="store_true", help="cProfile the batched TC run")
     parser.add_argument("--serve-bare", type=int, help=argparse.SUPPRESS)
+    parser.add_argument("--serve-kit", type=int, help=argparse.SUPPRESS)
     args = parser.parse_args()
-    if args.serve_bare:
-        serve_bare(args.serve_bare)
+    if args.serve_bare or args.serve_kit:
+        serve_bare(args.serve_bare or args.serve_kit, kit=bool(args.serve_kit))
         return
     if shutil.which("wrk") is None:
         sys.exit("wrk not found: apt-get install wrk (make setup does)")
@@ -289,6 +308,9 @@ def main() -> None:
         print(unbatched.line(), flush=True)
         bare = load_bare(args.duration, script)
         print(bare.line(), flush=True)
+        kit = load_bare(args.duration, script, kit=True)
+        print(f"{kit.line()}  (the bare endpoint on the service kit's create_app: middleware every"
+              f" service pays; {kit.requests_per_s / bare.requests_per_s:.2f} of bare)", flush=True)
 
         url = f"file://{data / 'replay'}"
         written = asyncio.run(build_log(url, args.records))

@@ -37,7 +37,7 @@ class TxnState(IntEnum):
     @property
     def is_ending(self) -> bool:
         """COMMITTING or ABORTING: decided, fan-out not yet finished."""
-        return self is TxnState.COMMITTING or self is TxnState.ABORTING
+        return self in ending_states
 
 
 class EndReason(IntEnum):
@@ -64,7 +64,8 @@ class Decision(Enum):
     CONFLICT = "conflict"  # the other end is in progress or done: 409
 
 
-_final = frozenset({TxnState.COMMITTED, TxnState.ABORTED, TxnState.TIMEOUT})
+_final = final_states = frozenset({TxnState.COMMITTED, TxnState.ABORTED, TxnState.TIMEOUT})
+ending_states = frozenset({TxnState.COMMITTING, TxnState.ABORTING})
 
 _transitions: dict[TxnState, frozenset[TxnState]] = {
     TxnState.OPEN: frozenset({TxnState.COMMITTING, TxnState.ABORTING}),

@@ -29,7 +29,13 @@ from streamtx.coordinator.records import (
     StatusChange,
     Subscription,
 )
-from streamtx.coordinator.state import EndReason, TxnState, is_transition_valid
+from streamtx.coordinator.state import (
+    EndReason,
+    TxnState,
+    ending_states,
+    final_states,
+    is_transition_valid,
+)
 from streamtx.coordinator.txnid import TxnId
 
 log = logging.getLogger(__name__)
@@ -141,9 +147,9 @@ class TxnTable:
             return
         meta.state = new
         meta.pending = None
-        if new.is_ending:
+        if new in ending_states:  # sets, not the properties: this runs per replayed record
             meta.reason = record.reason
-        if new.is_final:
+        elif new in final_states:
             meta.ended_at_ms = record.at_ms
             self.active -= 1
             self.finished.append(meta)
