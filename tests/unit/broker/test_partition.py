@@ -163,3 +163,9 @@ async def test_a_produce_racing_the_end_is_never_visible_as_committed() -> None:
     with pytest.raises(ConflictError):
         await part.produce([Message(b"late")], (6, 2), None, None)
     assert await ending is None
+
+
+async def test_tbrecovery_measure() -> None:
+    from streamtx.broker.tbrecovery import measure
+
+    assert await measure("memory://", 5_000, segment_size=300) < 5
