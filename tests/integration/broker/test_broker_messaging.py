@@ -107,3 +107,21 @@ def test_long_poll_wakes_on_produce(broker: BrokerClient) -> None:
     timer.start()
     got = broker.fetch("w", "s", wait_ms=5000)
     assert values(got) == ["late"] and time.monotonic() - t0 < 2.0
+
+
+def test_bad_input_is_4xx(broker: BrokerClient) -> None:
+    broker.create_topic("bad", 1)
+    for body in ('{"messages":[{"key":"\\ud800","value":""}]}',
+                 '{"messages":[{"properties":{"\\ud800":"x"},"value":""}]}',
+                 '{"messages":[{"value":"not base64!"}]}',
+                 '{"messages":[{"value":""}],"txn_id":"1"}',
+                 '{"messages":"x"}'):
+        r = broker.http.post("/v1/topics/t/n/bad/messages", content=body,
+                             headers={"content-type": "application/json"})
+        assert r.status_code == 400, (body, r.text)
+    broker.call("PUT", "/admin/v2/persistent/t/n/bad/partitions", 409, json={"partitions": 2})
+    broker.call("PUT", "/admin/v2/persistent/t/n/bad/partitions", 400, json={"partitions": 0})
+    broker.subscribe("bad", "s")
+    broker.ack("bad", "s", ["x:y"], expect=400)
+    broker.ack("bad", "s", ["1:2"], expect=400)  # not a position of this topic
+    broker.call("GET", "/v1/topics/t/n/bad/subscriptions/nope/messages", 404)

@@ -47,6 +47,16 @@ class ProducePublic(BaseModel):
     message_ids: list[str]
 
 
+def _check_text(index: int, *texts: str | None) -> None:
+    """Keys and properties are stored as UTF-8: a lone surrogate (valid JSON) is not."""
+    for t in texts:
+        if t is not None:
+            try:
+                t.encode()
+            except UnicodeEncodeError as exc:
+                raise MalformedError(f"messages.{index}: key or property is not valid unicode") from exc
+
+
 def parse_txn(text: str | None) -> codec.TxnId | None:
     if text is None:
         return None
@@ -68,6 +78,7 @@ async def produce(tenant: str, namespace: str, topic: str, body: ProduceRequest,
             value = base64.b64decode(m.value, validate=True)
         except (binascii.Error, ValueError) as exc:
             raise MalformedError(f"messages.{i}.value is not base64") from exc
+        _check_text(i, m.key, *m.properties.keys(), *m.properties.values())
         out.append(Outgoing(codec.Message(value, m.key, m.properties, i), m.partition))
     producer = None
     if body.producer is not None:
