@@ -308,10 +308,9 @@ class TransactionCoordinator:
             try:
                 await self._apply(record)
                 return
-            except (FencedError, LedgerClosedError):
-                self.status = "Fenced" if self.status != "Closed" else self.status
-                raise
             except StreamtxError as exc:
+                if self.status != "Ready" or isinstance(exc, LedgerClosedError):
+                    raise  # fenced or closing: another process (or the restart) finishes it
                 log.warning("%s: logging %s failed, retrying: %s", record.txn, record.state.name, exc)
                 await asyncio.sleep(delay_s)
                 delay_s = min(delay_s * 2, self._config.retry_max_backoff_ms / 1000)
@@ -437,7 +436,13 @@ class TransactionCoordinator:
 
     async def _apply(self, record: Record) -> TxnMeta | None:
         """Append a record and, once it is durable, apply it: the one way state changes."""
-        ref = await self.log.append(record)
+        try:
+            ref = await self.log.append(record)
+        except FencedError as exc:
+            # Another process opened this coordinator's log: it owns the
+            # transactions now; this one must never write again.
+            self.status = "Fenced"
+            raise UnavailableError(f"coordinator {self.coordinator_id} lost its log: {exc.message}") from exc
         self.metrics.appends.inc()
         return self.table.apply(ref, record)
 

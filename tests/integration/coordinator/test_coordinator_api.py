@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import json
+from urllib.parse import quote
+
 import httpx
 import pytest
 
@@ -201,3 +204,52 @@ def test_invalid_settings_stop_the_start(file_url: str, tc_factory: TcFactory, i
 def test_invalid_batching_settings_stop_the_start(file_url: str, tc_factory: TcFactory) -> None:
     with pytest.raises(RuntimeError, match="max_records"):
         tc_factory(file_url, batching__max_records=5)
+
+
+def test_fuzzed_client_input_never_yields_500(file_url: str, tc_factory: TcFactory) -> None:
+    from hypothesis import HealthCheck, given, settings
+    from hypothesis import strategies as st
+
+    proc = tc_factory(file_url)
+    http = httpx.Client(base_url=proc.url, timeout=30)
+    txn = http.post("/v1/transactions", json={}).json()["txn_id"]
+    segment = st.one_of(
+        st.just(txn), st.text(min_size=1, max_size=30).filter(lambda s: s not in {".", ".."}),
+        st.integers(-(2**70), 2**70).map(str), st.just("9" * 5000),
+    ).map(lambda s: quote(s, safe=":"))
+    paths = st.one_of(
+        st.builds(lambda t, a: f"/v1/transactions/{t}/{a}", segment,
+                  st.sampled_from(["commit", "abort", "partitions", "subscriptions", ""])),
+        st.builds(lambda a, b: f"/admin/v3/transactions/transactionMetadata/{a}/{b}", segment, segment),
+        st.builds(lambda a: f"/admin/v3/transactions/slowTransactions/{a}", segment),
+        st.builds(lambda a: f"/admin/v3/transactions/coordinatorInternalStats/{a}", segment),
+        st.builds(lambda a: f"/admin/v3/transactions/tcBatchLog?coordinator_id={a}", segment),
+        st.just("/v1/transactions"),
+    )
+    json_values = st.recursive(
+        st.none() | st.booleans() | st.integers(-(2**80), 2**80) | st.floats() | st.text(max_size=20),
+        lambda inner: st.lists(inner, max_size=3) | st.dictionaries(st.text(max_size=12), inner, max_size=3),
+        max_leaves=8,
+    )
+    bodies = st.one_of(
+        json_values,
+        st.fixed_dictionaries({"timeout_ms": json_values}),
+        st.fixed_dictionaries({"partitions": st.lists(st.text(max_size=40) | st.just(f"{TOPIC}-partition-0"))}),
+        st.fixed_dictionaries({"subscriptions": st.lists(
+            st.fixed_dictionaries({"topic": st.text(max_size=20) | st.just(TOPIC), "subscription": json_values}))}),
+        st.fixed_dictionaries({"enabled": json_values}),
+    )
+
+    @settings(max_examples=300, deadline=None, suppress_health_check=list(HealthCheck))
+    @given(paths, st.sampled_from(["GET", "POST"]), bodies)
+    def check(path: str, method: str, body: object) -> None:
+        if path.startswith("/admin/v3/transactions/tcBatchLog") and body in ({"enabled": True},):
+            body = {"enabled": "maybe"}  # do not switch batching around in this test
+        r = http.request(method, path, content=json.dumps(body, allow_nan=True),
+                         headers={"content-type": "application/json"})
+        assert r.status_code < 500, (method, path, body, r.status_code, r.text)
+        if r.status_code >= 400:
+            assert set(r.json()) == {"error", "message"}, r.text
+
+    check()
+    http.close()

@@ -140,3 +140,21 @@ async def _wait_for_deleted(tc: object, txn: str) -> None:
     while (await tc.get(txn, expect=None)).get("error") != "not_found":  # type: ignore[attr-defined]
         assert time.monotonic() < deadline
         await asyncio.sleep(0.05)
+
+
+async def test_a_second_process_fences_the_first(
+    file_url: str, tc_factory: TcFactory, client_factory: ClientFactory, participant: Participant
+) -> None:
+    first = client_factory(tc_factory(file_url))
+    txn = await first.create()
+    await first.add_partitions(txn, [P0])
+    second = client_factory(tc_factory(file_url))  # same coordinator id, same log
+    assert (await second.get(txn))["partitions"] == [P0]
+    # The first one's next write hits the second one's fence: 503, never a split brain.
+    err = await first.call("POST", "/v1/transactions", 503, json={})
+    assert "lost its log" in err["message"]
+    await first.commit(txn, expect=503)
+    assert (await second.commit(txn))["state"] == "COMMITTED"
+    assert participant.actions(txn) == {("partition", P0): "commit"}
+    new = await second.create()
+    assert int(new.split(":")[1]) > int(txn.split(":")[1])
