@@ -33,5 +33,8 @@ bench: bench-log
 bench-log: setup
 	$(PY) bench/buffered_writer.py
 
+bench-tc: setup
+	$(PY) bench/coordinator.py
+
 clean:
 	rm -rf .venv $(DATA) .pytest_cache .mypy_cache .ruff_cache
