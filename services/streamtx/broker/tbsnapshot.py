@@ -7,6 +7,7 @@ segments and index leaves the previous index in force, and the previous index's
 segments are still there because the ledger is trimmed only below the oldest
 segment the newest durable index names. ``load`` returns the newest index whose
 segments all read back; when none does, the caller replays the partition.
+Live segments are rewritten once dead records outnumber them (see ``write``).
 """
 
 from __future__ import annotations
@@ -24,6 +25,7 @@ from streamtx.ledger import Ledger, Position
 log = logging.getLogger(__name__)
 
 _scan_chunk = 1000
+_min_dead_records = 64  # rewrite live segments only once this many dead records pile up
 
 
 @dataclass(slots=True)
@@ -52,7 +54,21 @@ def capture(state: TxnBufferState, producers: ProducerTable, sequence: int) -> t
 
 
 async def write(ledger: Ledger, segments: list[Segment], index: sc.SnapshotIndex) -> Position:
-    """Write the missing segments, then the index; trim what no index needs any more."""
+    """Write the missing segments, then the index; trim what no index needs any more.
+
+    The ledger is trimmed only below the oldest live segment, so every index
+    written since stays too. Once those dead records outnumber the live
+    segments, the live segments are written again at the end (the old copies
+    stay until the new index is durable), and the trim after this index drops
+    all of it: the ledger holds O(live segments) records, amortised O(1) writes.
+    """
+    refs = [s.ref for s in segments if s.ref is not None]
+    last = ledger.last_position()
+    if refs and last is not None:
+        dead = last.entry_id - min(refs).entry_id + 1 - len(refs)
+        if dead > max(len(segments), _min_dead_records):
+            for seg in segments:
+                seg.ref = None
     for seg in segments:
         if seg.ref is None:
             seg.ref = await ledger.append(sc.encode_segment(seg.segment_id, seg.ids))
