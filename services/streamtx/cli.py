@@ -56,7 +56,7 @@ def build_parser() -> argparse.ArgumentParser:
     r.add_argument("--rate", type=float, default=10_000.0, help="records per second (10000, 2 MB/s)")
     r.add_argument("--workers", type=int, default=2, help="resharding worker processes (2)")
     r.add_argument("--commit-interval-ms", type=int, default=500, help="one transaction per interval (500)")
-    r.add_argument("--txn-timeout-ms", type=int, default=5_000, help="workers' transaction timeout (5000)")
+    r.add_argument("--txn-timeout-ms", type=int, default=10_000, help="workers' transaction timeout (10000)")
     r.add_argument("--chaos", action="store_true", help="kill -9 and restart a random process repeatedly")
     r.add_argument("--kill-every", type=float, default=5.0, help="seconds between chaos kills (5)")
     r.add_argument("--zombie", action="store_true",

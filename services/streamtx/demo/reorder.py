@@ -46,13 +46,14 @@ class ReorderBuffer(Generic[T]):
         """Whether a committed transaction already wrote ``seq`` (not just the open one)."""
         return seq < self.committed.get(partition, 0)
 
-    def take_ready(self) -> list[tuple[int, int, T]]:
-        """The contiguous runs from each partition's next seq, in order; advances the next."""
+    def take_ready(self, limit: int | None = None) -> list[tuple[int, int, T]]:
+        """The contiguous runs from each partition's next seq, in order (at most ``limit``
+        items); advances the next."""
         out: list[tuple[int, int, T]] = []
         for partition, pending in self._pending.items():
             nxt = self._tentative[partition]
             taken = self._taken.setdefault(partition, {})
-            while nxt in pending:
+            while nxt in pending and (limit is None or len(out) < limit):
                 item = pending.pop(nxt)
                 taken[nxt] = item
                 out.append((partition, nxt, item))

@@ -47,7 +47,7 @@ class Options:
     rate: float = 10_000.0
     workers: int = 2
     commit_interval_ms: int = 500
-    txn_timeout_ms: int = 5_000
+    txn_timeout_ms: int = 10_000
     chaos: bool = False
     kill_every_s: float = 5.0
     zombie: bool = False

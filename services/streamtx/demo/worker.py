@@ -53,6 +53,8 @@ from streamtx.errors import ConflictError, NotFoundError, StreamtxError
 
 resolve_give_up_s = 90.0  # a coordinator down longer than this: exit, the restart resolves it
 stall_exit_s = 30.0  # records held, none ready this long: exit and re-read the progress
+write_chunk = 2_000  # records per produce / ack request (the broker takes at most 10,000)
+max_txn_records = 10_000  # a backlog is worked off in bounded transactions (well within the timeout)
 max_held = 50_000  # records in hand beyond which prefetching pauses
 
 
@@ -199,17 +201,26 @@ class Worker:
         return txn
 
     async def write(self, txn: str, ready: list[tuple[int, int, Held]]) -> None:
-        """Produce the records to their ranges and ack their sources, in ``txn``."""
+        """Produce the records to their ranges and ack their sources, in ``txn``, in
+        requests of at most ``write_chunk`` records."""
         props = {"txn": txn, "w": self.name}
-        messages = [
-            {"key": h.record.key, "value": h.value, "properties": props,
-             "partition": self.ranges.partition_of(h.record.user_id)}
-            for _, _, h in ready
-        ]
-        await asyncio.gather(
-            self.rest.produce(self.cfg.dest_topic, messages, txn),
-            self.rest.ack(self.cfg.source_topic, self.sub, [h.message_id for _, _, h in ready], txn),
-        )
+        for i in range(0, len(ready), write_chunk):
+            chunk = ready[i:i + write_chunk]
+            messages = [
+                {"key": h.record.key, "value": h.value, "properties": props,
+                 "partition": self.ranges.partition_of(h.record.user_id)}
+                for _, _, h in chunk
+            ]
+            # Both finish before we go on, failed or not: an ack still in flight when the
+            # transaction aborts could land after the abort (a late ack).
+            results = await asyncio.gather(
+                self.rest.produce(self.cfg.dest_topic, messages, txn),
+                self.rest.ack(self.cfg.source_topic, self.sub, [h.message_id for _, _, h in chunk], txn),
+                return_exceptions=True,
+            )
+            for r in results:
+                if isinstance(r, BaseException):
+                    raise r
 
     async def prefetch(self) -> None:
         """Fetch all the time, so reading overlaps writing: offer what comes to the buffer,
@@ -231,14 +242,14 @@ class Worker:
                 task.add_done_callback(acking.discard)
             self.arrived.set()
 
-    async def ready(self, timeout_s: float) -> list[tuple[int, int, Held]]:
-        """What can be written in order now, waiting up to ``timeout_s`` for some."""
+    async def ready(self, timeout_s: float, limit: int) -> list[tuple[int, int, Held]]:
+        """What can be written in order now (at most ``limit``), waiting up to ``timeout_s``."""
         self.arrived.clear()
-        ready = self.buf.take_ready()
-        if not ready and timeout_s > 0:
+        ready = self.buf.take_ready(limit)
+        if not ready and timeout_s > 0 and limit > 0:
             with contextlib.suppress(TimeoutError):
                 await asyncio.wait_for(self.arrived.wait(), timeout_s)
-            ready = self.buf.take_ready()
+            ready = self.buf.take_ready(limit)
         return ready
 
     async def one_transaction(self) -> None:
@@ -248,7 +259,7 @@ class Worker:
         while not ready:
             if self.stopping:
                 return
-            ready = await self.ready(0.5)
+            ready = await self.ready(0.5, max_txn_records)
             if not ready and self.buf.held() and time.monotonic() - held_since > stall_exit_s:
                 raise Uncertain(f"{self.buf.held()} records held, none in order for {stall_exit_s}s")
         txn = await self.begin()
@@ -271,9 +282,9 @@ class Worker:
                     self.timing["write"] += time.monotonic() - t0
                     taken.extend(ready)
                 remaining = deadline - time.monotonic()
-                if remaining <= 0 or self.stopping:
+                if remaining <= 0 or self.stopping or len(taken) >= max_txn_records:
                     break
-                ready = await self.ready(remaining)
+                ready = await self.ready(remaining, max_txn_records - len(taken))
             progress = [
                 {"key": f"p{p}", "value": json.dumps({"p": p, "next": n}).encode(),
                  "properties": {"txn": txn}, "partition": p}
@@ -338,7 +349,7 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--index", type=int, required=True)
     parser.add_argument("--workers", type=int, required=True)
     parser.add_argument("--commit-interval-ms", type=int, default=500)
-    parser.add_argument("--txn-timeout-ms", type=int, default=5000)
+    parser.add_argument("--txn-timeout-ms", type=int, default=10_000)
     args = parser.parse_args(argv)
     cfg = RunConfig.load(args.run_dir)
 
