@@ -4,8 +4,8 @@ from __future__ import annotations
 
 from typing import Annotated
 
-from fastapi import APIRouter, Body, Request, Response
-from pydantic import BaseModel, Field, StringConstraints
+from fastapi import APIRouter, Request, Response
+from pydantic import BaseModel, Field, StringConstraints, ValidationError
 
 from streamtx.coordinator.deps import CoordinatorsDep, TxnPath
 from streamtx.coordinator.records import Subscription
@@ -29,6 +29,9 @@ class TxnCreate(BaseModel):
     """Request of POST /v1/transactions; no timeout means the configured default."""
 
     timeout_ms: int | None = Field(None, ge=1, description="abort the transaction this long after opening")
+
+
+_create_schema = TxnCreate.model_json_schema()
 
 
 class TxnCreated(BaseModel):
@@ -89,22 +92,33 @@ def public(meta: TxnMeta) -> TxnPublic:
     )
 
 
-@router.post("", response_model=TxnCreated)
-async def create_transaction(
-    request: Request, body: Annotated[TxnCreate | None, Body()] = None
-) -> Response:
-    """Open a transaction (durable when answered)."""
-    # The hottest route reads app state itself: each Depends costs FastAPI a
-    # dependency solve per request (measured: a quarter of this route's CPU).
+@router.post(
+    "", response_model=TxnCreated,
+    openapi_extra={"requestBody": {"content": {"application/json": {"schema": _create_schema}}}},
+)
+async def create_transaction(request: Request) -> Response:
+    """Open a transaction (durable when answered); no body or no timeout_ms: the default."""
+    # The hottest route does FastAPI's work itself: reading app state instead of
+    # Depends, validating the body with pydantic directly, answering with bytes.
+    # Measured, that is a third less CPU per request than the idiomatic route.
+    raw = await request.body()
+    try:
+        body = TxnCreate.model_validate_json(raw) if raw.strip() else None
+    except ValidationError as exc:
+        raise MalformedError(f"body: {_first_error(exc)}") from None
     coordinators: Coordinators = request.app.state.coordinators
     settings: CoordinatorSettings = request.app.state.settings
     timeout_ms = settings.default_timeout_ms if body is None or body.timeout_ms is None else body.timeout_ms
     if timeout_ms > settings.max_timeout_ms:
         raise MalformedError(f"timeout_ms {timeout_ms} exceeds the maximum {settings.max_timeout_ms}")
     meta = await coordinators.pick().create(timeout_ms)
-    # Bytes straight out: skipping the response model's validation and
-    # serialization is a tenth of this route's CPU (the id is digits and a colon).
     return Response(b'{"txn_id":"%d:%d"}' % meta.txn, media_type="application/json")
+
+
+def _first_error(exc: ValidationError) -> str:
+    err = exc.errors()[0]
+    where = ".".join(str(p) for p in err.get("loc", ()))
+    return f"{where}: {err.get('msg', 'invalid')}" if where else str(err.get("msg", "invalid"))
 
 
 @router.get("/{txn}", response_model=TxnPublic)
