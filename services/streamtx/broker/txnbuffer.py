@@ -199,6 +199,8 @@ class TxnBufferState:
             "maxReadPosition": str(mrp) if mrp is not None else None,
             "ongoingTxnSize": len(self.ongoing),
             "abortedTxnCount": len(self.aborted),
+            "totalAbortedTransactions": len(self.aborted),  # PIP-196's name
+            "snapshotType": "Segment",
             "segmentsSize": len(self.sealed),
             "unsealedAbortedTxnIdSize": len(self.unsealed),
             "segmentCapacity": self.segment_size,
