@@ -48,7 +48,6 @@ class PartitionDispatch:
         self.pending: dict[Unit, Delivery] = {}
         self.redeliver: OrderedDict[Unit, Delivery] = OrderedDict()
         self.held: dict[Unit, tuple[int, int]] = {}  # unit → txn holding it
-        self.sizes: dict[Position, int] = {}  # batch sizes of entries handed out
         self.lock = asyncio.Lock()
         self.delivered = 0
 
@@ -145,17 +144,15 @@ class PartitionDispatch:
                 "properties": dict(m.properties),
                 "publish_time": h.publish_time_ms,
             }
-            if size > 1:
-                self.sizes[pos] = size
             self.pending[unit] = Delivery(consumer, deadline, message, size)
             out.append(message)
         return True
 
-    async def batch_size(self, pos: Position) -> int:
-        """How many messages the entry at ``pos`` holds (read it if not handed out here)."""
-        size = self.sizes.get(pos)
-        if size is not None:
-            return size
+    async def batch_size(self, pos: Position, batch_index: int) -> int:
+        """How many messages the entry at ``pos`` holds (read it if not out with a consumer)."""
+        d = self.pending.get((pos, batch_index)) or self.redeliver.get((pos, batch_index))
+        if d is not None:
+            return d.batch_size
         entries = await self.partition.ledger.read(pos, 1)
         if not entries or entries[0].position != pos:
             return 1

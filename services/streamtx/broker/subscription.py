@@ -158,7 +158,7 @@ class Subscription:
         if bi is None:
             await part.cursor.delete([pos])
         else:
-            size = await part.batch_size(pos)
+            size = await part.batch_size(pos, bi)
             if bi >= size:
                 raise MalformedError(f"batch index {bi} is not within the batch of {size} at {pos}")
             await part.cursor.delete_batch_index(pos, bi, size)
@@ -170,7 +170,7 @@ class Subscription:
         if held_before and check_held:
             raise ConflictError(f"cumulative ack to {pos} covers {unit_id(held_before[0])}, held by "
                                 "an open transaction")
-        size = 1 if bi is None else await part.batch_size(pos)
+        size = 1 if bi is None else await part.batch_size(pos, bi)
         if bi is None or bi == size - 1:
             await part.cursor.mark_delete(pos)
         else:
