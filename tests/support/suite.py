@@ -1,0 +1,83 @@
+"""The whole suite (broker, pending-ack store, coordinator) as real processes over real HTTP.
+
+    with Suite(ledger_url, log_dir) as suite:
+        async with StreamtxClient(suite.url) as client: ...
+        suite.broker.kill9(); suite.broker.start()
+
+Every service knows the others' URLs (``/v1/cluster``); a restarted service
+keeps its port. Participants start before the coordinator that recovers into
+them. ``env`` adds settings for every service, ``<service>_env`` for one.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from types import TracebackType
+
+from tests.support.services import ServiceProcess
+
+ORDER = ("broker", "pendingack", "coordinator")  # participants before the coordinator
+
+
+class Suite:
+    """Three service processes sharing one ledger URL (their ledger names are distinct)."""
+
+    def __init__(
+        self, ledger_url: str, log_dir: Path, *, env: dict[str, str] | None = None,
+        broker_env: dict[str, str] | None = None, pendingack_env: dict[str, str] | None = None,
+        coordinator_env: dict[str, str] | None = None,
+    ) -> None:
+        self.ledger_url = ledger_url
+        common = {"STREAMTX_LEDGER_URL": ledger_url, "STREAMTX_TEST_LOG_DIR": str(log_dir), **(env or {})}
+        own = {"broker": broker_env, "pendingack": pendingack_env, "coordinator": coordinator_env}
+        self.procs = {name: ServiceProcess(name, {**common, **(own[name] or {})}) for name in ORDER}
+        urls = {f"STREAMTX_{name.upper()}_URL": p.url for name, p in self.procs.items()}
+        for p in self.procs.values():
+            p.env.update(urls)
+        self._started: list[ServiceProcess] = []
+
+    @property
+    def broker(self) -> ServiceProcess:
+        return self.procs["broker"]
+
+    @property
+    def pendingack(self) -> ServiceProcess:
+        return self.procs["pendingack"]
+
+    @property
+    def coordinator(self) -> ServiceProcess:
+        return self.procs["coordinator"]
+
+    @property
+    def url(self) -> str:
+        """The URL a client starts from (it discovers the others)."""
+        return self.coordinator.url
+
+    def start(self, timeout: float = 60.0) -> Suite:
+        try:
+            for name in ORDER:
+                self._started.append(self.procs[name].start(timeout))
+        except BaseException:
+            self.stop()
+            raise
+        return self
+
+    def ensure_running(self) -> None:
+        """Start again any service that is not running (a test that failed mid-crash)."""
+        for name in ORDER:
+            proc = self.procs[name]
+            if proc in self._started and (proc.proc is None or proc.proc.poll() is not None):
+                proc.start()
+
+    def stop(self) -> None:
+        for p in reversed(self._started):
+            p.stop()
+        self._started.clear()
+
+    def __enter__(self) -> Suite:
+        return self.start()
+
+    def __exit__(
+        self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None,
+    ) -> None:
+        self.stop()
