@@ -6,7 +6,7 @@
    served by the same uvicorn runner. Load: wrk, 64 connections, a Lua script
    that POSTs a JSON body.
 2. The replay of a 1,000,000-record transaction log (file backend), timed
-   through the coordinator's own recovery path.
+   through the coordinator's own recovery path (open, replay, recover), best of 3.
 
 The LAST line is the summary:
 ``bench coordinator: tc_vs_bare=<..> batched_vs_unbatched=<..> replay_records_per_s=<..>``.
@@ -314,10 +314,13 @@ def main() -> None:
 
         url = f"file://{data / 'replay'}"
         written = asyncio.run(build_log(url, args.records))
-        replayed, seconds = asyncio.run(time_replay(url))
-        assert replayed == written, (replayed, written)
-        rate = replayed / seconds
-        print(f"replay: {replayed:,} records in {seconds:.2f} s = {rate:,.0f} records/s", flush=True)
+        runs = [asyncio.run(time_replay(url)) for _ in range(3)]
+        for replayed, _ in runs:
+            assert replayed == written, (replayed, written)
+        seconds = min(s for _, s in runs)
+        rate = written / seconds
+        print(f"replay: {written:,} records in {seconds:.2f} s = {rate:,.0f} records/s (best of "
+              f"{', '.join(f'{s:.2f}' for _, s in runs)} s)", flush=True)
         print(
             f"bench coordinator: tc_vs_bare={batched.requests_per_s / bare.requests_per_s:.2f} "
             f"batched_vs_unbatched={batched.requests_per_s / unbatched.requests_per_s:.2f} "

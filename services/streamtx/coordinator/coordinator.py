@@ -140,11 +140,8 @@ class TransactionCoordinator:
         self.status = "Replaying"
         self.recover_started_ms = self._clock()
         table = self.table
-        apply = table.apply
         with _gc_paused():
-            async for chunk in self.log.replay():
-                for ref, record in chunk:
-                    apply(ref, record)
+            await self.log.replay(table.apply)
         self._next = table.next_counter
         for meta in table.txns.values():
             if meta.state in ending_states:

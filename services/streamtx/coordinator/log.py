@@ -16,7 +16,7 @@
 from __future__ import annotations
 
 import asyncio
-from collections.abc import AsyncIterator, Awaitable, Iterable, Sequence
+from collections.abc import Awaitable, Callable, Iterable, Sequence
 
 from streamtx.batching import BufferedWriter
 from streamtx.batching.codec import decode_entry
@@ -25,7 +25,7 @@ from streamtx.batching.settings import BatchingSettings
 from streamtx.coordinator import records
 from streamtx.coordinator.records import LogRef, Record
 from streamtx.cursor import Cursor
-from streamtx.ledger import Ledger, LedgerStore, Position, SegmentStats
+from streamtx.ledger import Entry, Ledger, LedgerStore, Position, SegmentStats
 
 cursor_name = "tc"
 _tuple_new = tuple.__new__
@@ -90,33 +90,48 @@ class TransactionLog:
 
     # --- reading -----------------------------------------------------------------
 
-    async def replay(self) -> AsyncIterator[list[tuple[LogRef, Record]]]:
-        """Every live record in log order, a chunk of entries at a time."""
+    async def replay(self, apply: Callable[[LogRef, Record], object]) -> int:
+        """Call ``apply`` with every live record, in log order; the number of records.
+
+        A callback rather than an iterator: a million records make a million
+        tuples and list appends otherwise (measured: a tenth of the replay).
+        """
         cursor = self._cursor
-        start: Position | None = cursor.first_undeleted()
-        while True:
-            entries = await self._ledger.read(start, _read_entries)
-            if not entries:
-                return
-            chunk: list[tuple[LogRef, Record]] = []
-            for entry in entries:
-                position = entry.position
-                if cursor.is_deleted(position):
-                    continue
-                raws = decode_entry(entry.data)
-                size = len(raws)
-                deleted = cursor.deleted_batch_indexes(position) if size > 1 else None
-                # tuple.__new__: a NamedTuple's own constructor costs twice as much.
-                if deleted is None:
-                    for index, raw in enumerate(raws):
-                        chunk.append((_tuple_new(LogRef, (position, index, size)), decode(raw)))
-                    continue
-                for index, raw in enumerate(raws):
-                    if not deleted >> index & 1:
-                        chunk.append((_tuple_new(LogRef, (position, index, size)), decode(raw)))
-            yield chunk
-            last = entries[-1].position
-            start = Position(last.ledger_id, last.entry_id + 1)
+        ledger = self._ledger
+        count = 0
+        # Read ahead: the next chunk is read (on the backend's I/O thread, or
+        # from the network) while this one is decoded.
+        ahead = asyncio.ensure_future(ledger.read(cursor.first_undeleted(), _read_entries))
+        try:
+            while True:
+                entries = await ahead
+                if not entries:
+                    return count
+                last = entries[-1].position
+                ahead = asyncio.ensure_future(
+                    ledger.read(Position(last.ledger_id, last.entry_id + 1), _read_entries)
+                )
+                await asyncio.sleep(0)  # let the read start before the CPU-bound decoding
+                count += self._replay_entries(entries, apply)
+        finally:
+            ahead.cancel()
+
+    def _replay_entries(self, entries: list[Entry], apply: Callable[[LogRef, Record], object]) -> int:
+        cursor = self._cursor
+        count = 0
+        for entry in entries:
+            position = entry.position
+            if cursor.is_deleted(position):
+                continue
+            raws = decode_entry(entry.data)
+            size = len(raws)
+            deleted = cursor.deleted_batch_indexes(position) if size > 1 else None
+            # tuple.__new__: a NamedTuple's own constructor costs twice as much.
+            for index, raw in enumerate(raws):
+                if deleted is None or not deleted >> index & 1:
+                    apply(_tuple_new(LogRef, (position, index, size)), decode(raw))
+                    count += 1
+        return count
 
     # --- deleting ----------------------------------------------------------------
 
