@@ -11,8 +11,8 @@ generator.jsonl, one line per acknowledged request::
 
 worker-<i>.jsonl, one line per transaction event::
 
-    {"txn": "<id>", "o": "open" | "committed" | "aborted" | "refused", "n": <records>,
-     "why": "<error>", "r": [[src_partition, seq], ...]}   # "r" on aborted/refused only
+    {"txn": "<id>", "o": "open" | "wrote" | "committing" | "committed" | "aborted" | "refused",
+     "n": <records>, "why": "<error>", "r": [[src_partition, seq], ...]}  # "r": aborted/refused
 """
 
 from __future__ import annotations

@@ -102,6 +102,18 @@ class Child:
         except subprocess.TimeoutExpired:
             self.kill9()
 
+    def wait_stopped(self, timeout_s: float = 1.0) -> None:
+        """After SIGSTOP: wait until the kernel shows the process stopped."""
+        deadline = time.monotonic() + timeout_s
+        while self.proc is not None and time.monotonic() < deadline:
+            try:
+                state = Path(f"/proc/{self.proc.pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
+            except (OSError, IndexError):
+                return
+            if state in ("T", "t"):
+                return
+            time.sleep(0.002)
+
     def cpu_s(self) -> float:
         """CPU seconds (user + system) of the current process, 0 when gone."""
         return cpu_seconds(self.proc.pid) if self.alive() and self.proc is not None else 0.0

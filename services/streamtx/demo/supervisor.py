@@ -30,7 +30,7 @@ from pathlib import Path
 from tqdm import tqdm
 
 from streamtx.demo.checker import Report
-from streamtx.demo.layout import RunConfig
+from streamtx.demo.layout import RunConfig, read_jsonl, worker_log
 from streamtx.demo.procs import Child, child_env, cpu_seconds, free_port
 from streamtx.demo.records import decode
 from streamtx.demo.rest import Rest, last_per_partition
@@ -110,7 +110,7 @@ class Demo:
             for i in range(opts.workers)
         ]
         self.kills: list[str] = []
-        self.zombies = 0
+        self.zombie_txns: list[str] = []  # transactions open while their worker was paused
         self.paused: set[str] = set()  # workers under SIGSTOP
         self.finishing = False  # workers being stopped: do not restart them
         self.cpu: dict[str, float] = {}
@@ -187,25 +187,46 @@ class Demo:
                 self.say(f"demo: kill -9 {name} (kill {len(self.kills)})")
                 await asyncio.to_thread(child.start)
 
+    def open_txn(self, worker: Child) -> str | None:
+        """The transaction in which a worker has written but not asked to commit yet,
+        from its log (None when it is anywhere else)."""
+        index = self.workers.index(worker)
+        last = None
+        for line in read_jsonl(worker_log(self.run_dir, index)):
+            last = line
+        return last["txn"] if last is not None and last["o"] == "wrote" else None
+
     async def zombie(self) -> None:
-        """Pause a worker (SIGSTOP) past its transaction timeout, then resume it (SIGCONT):
-        the coordinator aborts its transaction meanwhile, so its commit must be refused."""
+        """Pause a worker (SIGSTOP) that has a transaction open, past the transaction's
+        timeout, then resume it (SIGCONT): the coordinator aborts the transaction meanwhile,
+        so whatever the worker does next in it must be refused and nothing of it visible."""
         pause_s = self.opts.txn_timeout_ms / 1000 + 2.0
         every_s = max(3 * self.opts.kill_every_s, pause_s + 3)
         while not self.gen.done:
             await asyncio.sleep(every_s)
             if self.gen.done:
                 break
-            async with self.lock:
-                w = self.rng.choice(self.workers)
-                self.paused.add(w.name)
-                w.signal(signal.SIGSTOP)
-            self.say(f"demo: SIGSTOP {w.name} for {pause_s:.0f}s (zombie)")
+            w = self.rng.choice(self.workers)
+            txn = None
+            for _ in range(200):  # catch it inside a transaction it has not asked to commit yet
+                async with self.lock:
+                    if w.alive() and self.open_txn(w) is not None:
+                        w.signal(signal.SIGSTOP)
+                        w.wait_stopped()
+                        # Stopped, it cannot write its log: is it still before the commit?
+                        if (txn := self.open_txn(w)) is not None:
+                            self.paused.add(w.name)
+                            break
+                        w.signal(signal.SIGCONT)
+                await asyncio.sleep(0.05)
+            if txn is None:
+                continue
+            self.say(f"demo: SIGSTOP {w.name} in txn {txn} for {pause_s:.0f}s (zombie)")
             await asyncio.sleep(pause_s)
             async with self.lock:
                 w.signal(signal.SIGCONT)
                 self.paused.discard(w.name)
-                self.zombies += 1
+                self.zombie_txns.append(txn)
 
     def read_generator(self, proc: subprocess.Popen[bytes]) -> None:
         assert proc.stdout is not None
@@ -318,7 +339,11 @@ def run_demo(opts: Options) -> int:
     print(render_table(result))
     print(f"transactions: {workers.committed} committed, {len(workers.aborted)} aborted "
           f"({workers.refused} commits refused, {workers.orphans} orphans of killed workers ended); "
-          f"zombie pauses {demo.zombies}; kills: {', '.join(demo.kills) or 'none'}")
+          f"kills: {', '.join(demo.kills) or 'none'}")
+    if opts.zombie:
+        outcomes = [f"{t} {workers.last.get(t, 'open')}" for t in demo.zombie_txns]
+        print(f"zombies: {len(demo.zombie_txns)} paused past their txn timeout; their txns: "
+              f"{', '.join(outcomes) or 'none'}")
     print("cpu seconds: " + ", ".join(f"{k} {v:.1f}" for k, v in demo.cpu.items()))
     print(report.render())
     if not demo.caught_up:

@@ -129,7 +129,7 @@ class Worker:
         for line in read_jsonl(self.log_path):
             last[line["txn"]] = line["o"]
         for txn, outcome in last.items():
-            if outcome == "open":
+            if outcome in ("open", "wrote", "committing"):
                 committed = await self._resolve(txn, commit=False)
                 self._log(txn, "committed" if committed else "aborted", n=-1, why="orphan of a previous life")
 
@@ -280,6 +280,8 @@ class Worker:
                     t0 = time.monotonic()
                     await self.write(txn, ready)
                     self.timing["write"] += time.monotonic() - t0
+                    if not taken:
+                        self._log(txn, "wrote", n=len(ready))  # it has done something now
                     taken.extend(ready)
                 remaining = deadline - time.monotonic()
                 if remaining <= 0 or self.stopping or len(taken) >= max_txn_records:
@@ -295,6 +297,7 @@ class Worker:
             committed = await self._resolve(txn, commit=False)
             self._end(txn, committed, taken, why=f"{type(exc).__name__}: {exc}"[:300], outcome="aborted")
             return
+        self._log(txn, "committing")
         t0 = time.monotonic()
         committed = await self._resolve(txn, commit=True)
         self.timing["commit"] += time.monotonic() - t0
