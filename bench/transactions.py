@@ -1,0 +1,296 @@
+"""Benchmark of transactional produce (``make bench-txn``).
+
+1. The whole suite (coordinator, broker, pending-ack store) as processes on
+   the file backend (fsync before every ack). Through the SDK over REST:
+   ``--producers`` concurrent producer tasks (default 16) send 200-byte
+   messages, one per request, each task to its own partition. Two modes with
+   the same client concurrency, alternated in ``--rounds`` rounds of
+   ``--duration`` seconds so that the noise of a shared machine falls on both:
+
+   - plain: non-transactional sends;
+   - txn: every task keeps sending into its current transaction, and a timer
+     every ``--commit-ms`` (500) opens the next transaction, swaps it in,
+     waits for the sends still in flight in the old one and commits it in the
+     background (so sending never stops for a commit).
+
+   A consumer (Exclusive, cumulative acks) records receive time minus the
+   send time carried in each message: the produce-to-visible latency.
+2. The recovery time of a partition whose transaction buffer holds 1,000,000
+   aborted ids in segmented snapshots (built with the broker's own code, then
+   a fresh partition's recovery timed: ``streamtx.broker.tbrecovery``).
+
+The LAST line is the summary:
+``bench transactions: txn_vs_plain=<..> tb_recovery_s_1m_aborted=<..> e2e_p99_ms=<..>``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import contextlib
+import statistics
+import sys
+import tempfile
+import time
+import uuid
+from dataclasses import dataclass, field
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+for sub in ("shared", "services", "."):
+    if str(ROOT / sub) not in sys.path:
+        sys.path.insert(0, str(ROOT / sub))
+
+from tests.support.suite import Suite  # noqa: E402
+
+from streamtx.client import Consumer, OutMessage, Producer, StreamtxClient, Transaction  # noqa: E402
+
+MESSAGE_BYTES = 200
+_STAMP = 20  # the send time, as a zero-padded decimal of ns, at the start of each payload
+
+
+def payload(sent_ns: int) -> bytes:
+    head = str(sent_ns).zfill(_STAMP).encode()
+    return head + b"x" * (MESSAGE_BYTES - len(head))
+
+
+@dataclass
+class RoundResult:
+    mode: str
+    messages: int
+    seconds: float
+    latencies_ms: list[float] = field(default_factory=list)
+    commits: int = 0
+
+    @property
+    def rate(self) -> float:
+        return self.messages / self.seconds
+
+    def line(self) -> str:
+        lat = sorted(self.latencies_ms)
+        p50, p99 = (pct(lat, 50), pct(lat, 99)) if lat else (float("nan"), float("nan"))
+        extra = f"  commits {self.commits}" if self.mode == "txn" else ""
+        return (f"{self.mode:<5} {self.rate:>8.0f} msgs/s  ({self.messages} in {self.seconds:.1f} s)  "
+                f"produce-to-visible p50 {p50:.1f} ms  p99 {p99:.1f} ms  (n={len(lat)}){extra}")
+
+
+def pct(sorted_values: list[float], p: float) -> float:
+    if not sorted_values:
+        return float("nan")
+    i = min(len(sorted_values) - 1, max(0, round(p / 100 * len(sorted_values)) - 1))
+    return sorted_values[i]
+
+
+class TxnSlot:
+    """One producer task's current transaction, rotated by a timer."""
+
+    def __init__(self, client: StreamtxClient, timeout_ms: int) -> None:
+        self.client = client
+        self.timeout_ms = timeout_ms
+        self.current: Transaction | None = None
+        self.in_flight: dict[str, int] = {}
+        self.drained: dict[str, asyncio.Event] = {}
+        self.commits: list[asyncio.Task[None]] = []
+        self.committed = 0
+        self.failed = 0
+
+    async def open(self) -> None:
+        self.current = await self.client.new_transaction(self.timeout_ms)
+
+    def enter(self) -> Transaction:
+        assert self.current is not None
+        txn = self.current
+        self.in_flight[txn.txn_id] = self.in_flight.get(txn.txn_id, 0) + 1
+        return txn
+
+    def leave(self, txn: Transaction) -> None:
+        left = self.in_flight[txn.txn_id] = self.in_flight[txn.txn_id] - 1
+        if left == 0 and txn.txn_id in self.drained:
+            self.drained[txn.txn_id].set()
+
+    async def rotate(self) -> None:
+        """Swap in a new transaction; commit the old one once its sends are done."""
+        nxt = await self.client.new_transaction(self.timeout_ms)
+        old, self.current = self.current, nxt
+        if old is not None:
+            self.commits.append(asyncio.create_task(self._commit(old)))
+
+    async def _commit(self, txn: Transaction) -> None:
+        if self.in_flight.get(txn.txn_id, 0):
+            event = self.drained[txn.txn_id] = asyncio.Event()
+            await event.wait()
+        self.in_flight.pop(txn.txn_id, None)
+        self.drained.pop(txn.txn_id, None)
+        try:
+            await txn.commit()
+            self.committed += 1
+        except Exception as exc:  # counted and reported
+            self.failed += 1
+            print(f"  commit of {txn.txn_id} failed: {exc!r}", file=sys.stderr)
+
+    async def finish(self) -> None:
+        old, self.current = self.current, None
+        if old is not None:
+            self.commits.append(asyncio.create_task(self._commit(old)))
+        await asyncio.gather(*self.commits)
+        self.commits.clear()
+
+
+async def consume(
+    consumer: Consumer, latencies: list[float], stop: asyncio.Event, expected: list[int],
+) -> None:
+    """Record produce-to-visible latencies until stopped and everything expected has arrived."""
+    received = 0
+    while not (stop.is_set() and received >= expected[0]):
+        msgs = await consumer.receive(max=1000, wait_ms=200)
+        now = time.time_ns()
+        if not msgs:
+            continue
+        received += len(msgs)
+        for m in msgs:
+            latencies.append((now - int(m.value[:_STAMP])) / 1e6)
+        last: dict[int | None, str] = {}
+        for m in msgs:
+            last[m.partition] = m.message_id
+        await consumer.ack(list(last.values()), cumulative=True)
+
+
+async def run_round(
+    client: StreamtxClient, mode: str, args: argparse.Namespace, duration: float,
+) -> RoundResult:
+    producers, partitions, commit_ms = args.producers, args.partitions, args.commit_ms
+    topic = f"persistent://bench/txn/{mode}-{uuid.uuid4().hex[:8]}"
+    await client.create_topic(topic, partitions)
+    consumer = await client.consumer(topic, "e2e", "earliest", "Exclusive")
+    prods: list[Producer] = [await client.producer(topic) for _ in range(producers)]
+    n_slots = (1 if args.txn_scope == "shared" else producers) if mode == "txn" else 0
+    slots = [TxnSlot(client, timeout_ms=60_000) for _ in range(n_slots)]
+    for slot in slots:
+        await slot.open()
+    latencies: list[float] = []
+    stop_consumer = asyncio.Event()
+    expected = [0]
+    reader = asyncio.create_task(consume(consumer, latencies, stop_consumer, expected))
+    sent = [0] * producers
+    end_at = time.monotonic() + duration
+
+    async def produce(i: int) -> None:
+        producer = prods[i]
+        while time.monotonic() < end_at:
+            msg = [OutMessage(payload(time.time_ns()), partition=i % partitions)]
+            if mode == "txn":
+                slot = slots[i % len(slots)]
+                txn = slot.enter()
+                try:
+                    await producer.send_many(msg, txn=txn)
+                finally:
+                    slot.leave(txn)
+            else:
+                await producer.send_many(msg)
+            sent[i] += 1
+
+    async def rotator(slot: TxnSlot) -> None:
+        while time.monotonic() < end_at:
+            await asyncio.sleep(commit_ms / 1000)
+            if time.monotonic() < end_at:
+                await slot.rotate()
+
+    t0 = time.monotonic()
+    timers = [asyncio.create_task(rotator(s)) for s in slots]
+    await asyncio.gather(*(produce(i) for i in range(producers)))
+    for t in timers:
+        t.cancel()
+    with contextlib.suppress(asyncio.CancelledError):
+        await asyncio.gather(*timers)
+    for slot in slots:
+        await slot.finish()
+    took = time.monotonic() - t0
+    expected[0] = sum(sent)
+    stop_consumer.set()
+    try:
+        await asyncio.wait_for(reader, timeout=30)
+    except TimeoutError:
+        print(f"  {mode}: consumer saw {len(latencies)} of {sum(sent)} within 30 s", file=sys.stderr)
+    result = RoundResult(mode, sum(sent), took, latencies, sum(s.committed for s in slots))
+    failed = sum(s.failed for s in slots)
+    if failed:
+        print(f"  {mode}: {failed} commits failed", file=sys.stderr)
+    return result
+
+
+async def load(url: str, args: argparse.Namespace) -> dict[str, list[RoundResult]]:
+    results: dict[str, list[RoundResult]] = {"plain": [], "txn": []}
+    async with StreamtxClient(url) as client:
+        # Warm-up: both paths once, short.
+        for mode in ("plain", "txn"):
+            await run_round(client, mode, args, 1.0)
+        for r in range(args.rounds):
+            order = ("plain", "txn") if r % 2 == 0 else ("txn", "plain")
+            for mode in order:
+                res = await run_round(client, mode, args, args.duration)
+                print(f"round {r + 1} {res.line()}", flush=True)
+                results[mode].append(res)
+    return results
+
+
+def recovery(aborted: int, segment_size: int) -> float:
+    from streamtx.broker.tbrecovery import measure
+
+    with tempfile.TemporaryDirectory() as tmp:
+        return asyncio.run(measure(f"file://{tmp}", aborted, segment_size))
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--producers", type=int, default=16, help="concurrent producer tasks")
+    parser.add_argument("--duration", type=float, default=8.0, help="seconds per round and mode")
+    parser.add_argument("--rounds", type=int, default=2)
+    parser.add_argument("--partitions", type=int, default=4,
+                        help="partitions of the topic (task i sends to i %% P)")
+    parser.add_argument("--commit-ms", type=int, default=500, help="transaction rotation period")
+    parser.add_argument("--txn-scope", choices=("shared", "per-producer"), default="shared",
+                        help="one transaction for all tasks, or one per task (all rotated by timers)")
+    parser.add_argument("--aborted", type=int, default=1_000_000)
+    parser.add_argument("--segment-size", type=int, default=1000)
+    parser.add_argument("--skip-load", action="store_true")
+    parser.add_argument("--skip-recovery", action="store_true")
+    args = parser.parse_args()
+
+    ratio = p99 = float("nan")
+    if not args.skip_load:
+        with tempfile.TemporaryDirectory() as tmp:
+            data = Path(tmp)
+            with Suite(f"file://{data / 'ledgers'}", data) as suite:
+                print(f"suite up: {suite.url} (file ledgers, fsync); {args.producers} producers, "
+                      f"{args.partitions} partitions, {MESSAGE_BYTES}-byte messages, "
+                      f"commit every {args.commit_ms} ms ({args.txn_scope} transactions)", flush=True)
+                results = asyncio.run(load(suite.url, args))
+        plain = sum(r.messages for r in results["plain"]) / sum(r.seconds for r in results["plain"])
+        txn = sum(r.messages for r in results["txn"]) / sum(r.seconds for r in results["txn"])
+        ratio = txn / plain
+        lat = sorted(x for r in results["txn"] for x in r.latencies_ms)
+        plain_lat = sorted(x for r in results["plain"] for x in r.latencies_ms)
+        p99 = pct(lat, 99)
+        print(f"plain: {plain:.0f} msgs/s (rounds: {', '.join(f'{r.rate:.0f}' for r in results['plain'])})")
+        print(f"txn:   {txn:.0f} msgs/s (rounds: {', '.join(f'{r.rate:.0f}' for r in results['txn'])})")
+        print(f"txn produce-to-visible: p50 {pct(lat, 50):.1f} ms, p99 {p99:.1f} ms, max {lat[-1]:.1f} ms"
+              if lat else "txn produce-to-visible: no samples")
+        if plain_lat:
+            print(f"plain produce-to-visible: p50 {pct(plain_lat, 50):.1f} ms, "
+                  f"p99 {pct(plain_lat, 99):.1f} ms")
+        per_round = [t.rate / p.rate for t, p in zip(results["txn"], results["plain"], strict=True)]
+        if per_round:
+            print(f"txn_vs_plain {ratio:.3f} (per round: {', '.join(f'{x:.3f}' for x in per_round)}; "
+                  f"median {statistics.median(per_round):.3f})")
+
+    took = float("nan")
+    if not args.skip_recovery:
+        took = recovery(args.aborted, args.segment_size)
+        print(f"TB recovery of a partition with {args.aborted} aborted ids "
+              f"(segments of {args.segment_size}): {took:.3f} s", flush=True)
+    print(f"bench transactions: txn_vs_plain={ratio:.3f} "
+          f"tb_recovery_s_1m_aborted={took:.3f} e2e_p99_ms={p99:.1f}")
+
+
+if __name__ == "__main__":
+    main()
