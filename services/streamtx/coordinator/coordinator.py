@@ -198,8 +198,8 @@ class TransactionCoordinator:
 
     async def add_partitions(self, txn: TxnId, partitions: list[str]) -> TxnMeta:
         """Register partitions (idempotent); 409 unless the transaction is open."""
-        self._participants.check_partitions()
         meta = self._check_serving_txn(txn)
+        self._participants.check_partitions()
         async with meta.get_lock():
             self._check_open(meta)
             new = tuple(p for p in dict.fromkeys(partitions) if not meta.partitions.get(p))
@@ -212,8 +212,8 @@ class TransactionCoordinator:
 
     async def add_subscriptions(self, txn: TxnId, subscriptions: list[Subscription]) -> TxnMeta:
         """Register subscriptions (idempotent); 409 unless the transaction is open."""
-        self._participants.check_subscriptions()
         meta = self._check_serving_txn(txn)
+        self._participants.check_subscriptions()
         async with meta.get_lock():
             self._check_open(meta)
             new = tuple(s for s in dict.fromkeys(subscriptions) if not meta.subscriptions.get(s))
