@@ -271,7 +271,7 @@ class Demo:
                     await asyncio.sleep(0.5)
                     bar.total = max(total, self.gen.written)
                     bar.n = len(self.probe.seen)
-                    bar.set_postfix(written=self.gen.written, kills=len(self.kills), refresh=False)
+                    bar.set_postfix_str(f"written={self.gen.written} kills={len(self.kills)}", refresh=False)
                     bar.refresh()
                     if gen.poll() is not None and not self.gen.done:
                         reader.join(2)
