@@ -27,8 +27,12 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import collections
 import contextlib
+import os
+import shutil
 import statistics
+import subprocess
 import sys
 import tempfile
 import time
@@ -44,6 +48,7 @@ for sub in ("shared", "services", "."):
 from tests.support.suite import Suite  # noqa: E402
 
 from streamtx.client import Consumer, OutMessage, Producer, StreamtxClient, Transaction  # noqa: E402
+from streamtx.client.names import partition_name  # noqa: E402
 
 MESSAGE_BYTES = 200
 _STAMP = 20  # the send time, as a zero-padded decimal of ns, at the start of each payload
@@ -84,8 +89,9 @@ def pct(sorted_values: list[float], p: float) -> float:
 class TxnSlot:
     """One producer task's current transaction, rotated by a timer."""
 
-    def __init__(self, client: StreamtxClient, timeout_ms: int) -> None:
+    def __init__(self, client: StreamtxClient, timeout_ms: int, partitions: list[str]) -> None:
         self.client = client
+        self.partitions = partitions  # registered before the txn is swapped in
         self.timeout_ms = timeout_ms
         self.current: Transaction | None = None
         self.in_flight: dict[str, int] = {}
@@ -94,8 +100,13 @@ class TxnSlot:
         self.committed = 0
         self.failed = 0
 
+    async def _new(self) -> Transaction:
+        txn = await self.client.new_transaction(self.timeout_ms)
+        await txn.add_partitions(self.partitions)  # one TC call, off the senders' path
+        return txn
+
     async def open(self) -> None:
-        self.current = await self.client.new_transaction(self.timeout_ms)
+        self.current = await self._new()
 
     def enter(self) -> Transaction:
         assert self.current is not None
@@ -110,7 +121,7 @@ class TxnSlot:
 
     async def rotate(self) -> None:
         """Swap in a new transaction; commit the old one once its sends are done."""
-        nxt = await self.client.new_transaction(self.timeout_ms)
+        nxt = await self._new()
         old, self.current = self.current, nxt
         if old is not None:
             self.commits.append(asyncio.create_task(self._commit(old)))
@@ -155,6 +166,45 @@ async def consume(
         await consumer.ack(list(last.values()), cumulative=True)
 
 
+def start_profiles(args: argparse.Namespace, mode: str, duration: float) -> list[subprocess.Popen[bytes]]:
+    """py-spy on every service and on this client for one round (``--profile DIR``)."""
+    if not args.profile:
+        return []
+    spy = shutil.which("py-spy") or os.environ.get("PY_SPY", "py-spy")
+    out = Path(args.profile)
+    out.mkdir(parents=True, exist_ok=True)
+    targets = {**{n: p.proc.pid for n, p in args.services.items() if p.proc}, "client": os.getpid()}
+    return [subprocess.Popen([spy, "record", "-p", str(pid), "-d", str(int(duration)), "-r", "100",
+                              "-f", "raw", "--threads", "-o", str(out / f"{mode}-{name}.raw")],
+                             stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+            for name, pid in targets.items()]
+
+
+def summarize_profile(path: Path, top: int = 12) -> None:
+    """The event-loop thread's busiest functions (inclusive %), from a py-spy raw file."""
+    incl: collections.Counter[str] = collections.Counter()
+    total = 0
+    for line in path.read_text().splitlines():
+        stack, _, count = line.rpartition(" ")
+        frames = stack.split(";")
+        if not count.isdigit() or not any("Runner.run" in f or "run_until_complete" in f for f in frames):
+            continue  # not the event loop's thread (idle pool workers, ...)
+        total += int(count)
+        for f in set(frames[1:]):
+            incl[f] += int(count)
+    print(f"  {path.name}: {total} samples of the event-loop thread at 100 Hz")
+    skip = ("Runner.run", "run_until_complete", "run_forever", "_run_once", "Handle._run", "<module>",
+            "main ", "_run_module", "_run_code", "asyncio_run", "serve ", "Server.", "run (uvicorn")
+    shown = 0
+    for f, n in incl.most_common():
+        if any(k in f for k in skip):
+            continue
+        print(f"    {100 * n / max(total, 1):5.1f}%  {f[:120]}")
+        shown += 1
+        if shown >= top:
+            break
+
+
 async def run_round(
     client: StreamtxClient, mode: str, args: argparse.Namespace, duration: float,
 ) -> RoundResult:
@@ -164,7 +214,9 @@ async def run_round(
     consumer = await client.consumer(topic, "e2e", "earliest", "Exclusive")
     prods: list[Producer] = [await client.producer(topic) for _ in range(producers)]
     n_slots = (1 if args.txn_scope == "shared" else producers) if mode == "txn" else 0
-    slots = [TxnSlot(client, timeout_ms=60_000) for _ in range(n_slots)]
+    names = [partition_name(topic, p) for p in range(partitions)]
+    slots = [TxnSlot(client, 60_000, names if n_slots == 1 else [names[i % partitions]])
+             for i in range(n_slots)]
     for slot in slots:
         await slot.open()
     latencies: list[float] = []
@@ -195,6 +247,7 @@ async def run_round(
             if time.monotonic() < end_at:
                 await slot.rotate()
 
+    spies = start_profiles(args, mode, duration) if duration >= 3 else []
     t0 = time.monotonic()
     timers = [asyncio.create_task(rotator(s)) for s in slots]
     await asyncio.gather(*(produce(i) for i in range(producers)))
@@ -211,6 +264,8 @@ async def run_round(
         await asyncio.wait_for(reader, timeout=30)
     except TimeoutError:
         print(f"  {mode}: consumer saw {len(latencies)} of {sum(sent)} within 30 s", file=sys.stderr)
+    for spy in spies:
+        await asyncio.to_thread(spy.wait)
     result = RoundResult(mode, sum(sent), took, latencies, sum(s.committed for s in slots))
     failed = sum(s.failed for s in slots)
     if failed:
@@ -243,8 +298,8 @@ def recovery(aborted: int, segment_size: int) -> float:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--producers", type=int, default=16, help="concurrent producer tasks")
-    parser.add_argument("--duration", type=float, default=8.0, help="seconds per round and mode")
-    parser.add_argument("--rounds", type=int, default=2)
+    parser.add_argument("--duration", type=float, default=3.0, help="seconds per round and mode")
+    parser.add_argument("--rounds", type=int, default=8, help="rounds, modes alternated")
     parser.add_argument("--partitions", type=int, default=4,
                         help="partitions of the topic (task i sends to i %% P)")
     parser.add_argument("--commit-ms", type=int, default=500, help="transaction rotation period")
@@ -253,6 +308,7 @@ def main() -> None:
     parser.add_argument("--aborted", type=int, default=1_000_000)
     parser.add_argument("--segment-size", type=int, default=1000)
     parser.add_argument("--skip-load", action="store_true")
+    parser.add_argument("--profile", metavar="DIR", help="py-spy every process in rounds >= 3 s")
     parser.add_argument("--skip-recovery", action="store_true")
     args = parser.parse_args()
 
@@ -261,10 +317,14 @@ def main() -> None:
         with tempfile.TemporaryDirectory() as tmp:
             data = Path(tmp)
             with Suite(f"file://{data / 'ledgers'}", data) as suite:
+                args.services = suite.procs
                 print(f"suite up: {suite.url} (file ledgers, fsync); {args.producers} producers, "
                       f"{args.partitions} partitions, {MESSAGE_BYTES}-byte messages, "
                       f"commit every {args.commit_ms} ms ({args.txn_scope} transactions)", flush=True)
                 results = asyncio.run(load(suite.url, args))
+        if args.profile:
+            for raw in sorted(Path(args.profile).glob("*.raw")):
+                summarize_profile(raw)
         plain = sum(r.messages for r in results["plain"]) / sum(r.seconds for r in results["plain"])
         txn = sum(r.messages for r in results["txn"]) / sum(r.seconds for r in results["txn"])
         ratio = txn / plain
