@@ -247,8 +247,8 @@ async def build_log(url: str, records: int) -> int:
     return written + 1
 
 
-async def time_replay(url: str) -> tuple[int, float]:
-    """Recover coordinator 0 from the log; (records replayed, seconds)."""
+async def time_replay(url: str) -> tuple[int, float, float]:
+    """Recover coordinator 0 from the log; (records replayed, seconds, CPU seconds of the process)."""
     from prometheus_client import CollectorRegistry
 
     from streamtx.batching.settings import BatchingSettings
@@ -260,18 +260,18 @@ async def time_replay(url: str) -> tuple[int, float]:
 
     store = open_store(url)
     participants = Participants(None, None, backoff_s=0.05, max_backoff_s=1, timeout_s=1, prepare_attempts=1)
-    start = time.perf_counter()
+    start, cpu = time.perf_counter(), time.process_time()
     txn_log = await TransactionLog.open(store, cluster="standalone", coordinator_id=0,
                                         batching=BatchingSettings())
     tc = TransactionCoordinator(0, txn_log, participants, CoordinatorMetrics("bench", 0, CollectorRegistry()),
                                 CoordinatorConfig(finished_retention_ms=3_600_000))
     await tc.recover()
-    elapsed = time.perf_counter() - start
+    elapsed, cpu = time.perf_counter() - start, time.process_time() - cpu
     replayed = tc.table.records
     await tc.close()
     await participants.aclose()
     await store.close()
-    return replayed, elapsed
+    return replayed, elapsed, cpu
 
 
 # --- main --------------------------------------------------------------------------
@@ -315,12 +315,12 @@ def main() -> None:
         url = f"file://{data / 'replay'}"
         written = asyncio.run(build_log(url, args.records))
         runs = [asyncio.run(time_replay(url)) for _ in range(3)]
-        for replayed, _ in runs:
+        for replayed, _, _ in runs:
             assert replayed == written, (replayed, written)
-        seconds = min(s for _, s in runs)
+        seconds, cpu = min((s, c) for _, s, c in runs)
         rate = written / seconds
-        print(f"replay: {written:,} records in {seconds:.2f} s = {rate:,.0f} records/s (best of "
-              f"{', '.join(f'{s:.2f}' for _, s in runs)} s)", flush=True)
+        print(f"replay: {written:,} records in {seconds:.2f} s = {rate:,.0f} records/s, {cpu:.2f} CPU s "
+              f"(best of {', '.join(f'{s:.2f}' for _, s, _ in runs)} s)", flush=True)
         print(
             f"bench coordinator: tc_vs_bare={batched.requests_per_s / bare.requests_per_s:.2f} "
             f"batched_vs_unbatched={batched.requests_per_s / unbatched.requests_per_s:.2f} "
