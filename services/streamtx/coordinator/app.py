@@ -36,7 +36,12 @@ def create_coordinator_app(settings: CoordinatorSettings) -> FastAPI:
             prepare_attempts=settings.prepare_attempts,
             token=settings.admin_token,
         )
-        coordinators = Coordinators(settings, store, participants)
+        def fenced(cid: int) -> None:
+            # Another process writes this coordinator's log now: stop taking traffic.
+            state.ready, state.reason = False, f"coordinator {cid} was fenced by another process"
+            log.error(state.reason)
+
+        coordinators = Coordinators(settings, store, participants, on_fenced=fenced)
         app.state.coordinators = coordinators
         state.reason = "replaying the transaction logs"
 

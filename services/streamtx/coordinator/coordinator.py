@@ -113,6 +113,7 @@ class TransactionCoordinator:
         config: CoordinatorConfig,
         *,
         clock: Callable[[], int] = wall_ms,
+        on_fenced: Callable[[int], None] = lambda _: None,
     ) -> None:
         self.coordinator_id = coordinator_id
         self.log = txn_log
@@ -121,6 +122,7 @@ class TransactionCoordinator:
         self.metrics = metrics
         self._config = config
         self._clock = clock
+        self._on_fenced = on_fenced
         self.status = "Initializing"
         self.recover_started_ms = 0
         self.recover_ended_ms = 0
@@ -438,7 +440,9 @@ class TransactionCoordinator:
         except FencedError as exc:
             # Another process opened this coordinator's log: it owns the
             # transactions now; this one must never write again.
-            self.status = "Fenced"
+            if self.status != "Fenced":
+                self.status = "Fenced"
+                self._on_fenced(self.coordinator_id)
             raise UnavailableError(f"coordinator {self.coordinator_id} lost its log: {exc.message}") from exc
         self.metrics.appends.inc()
         return self.table.apply(ref, record)

@@ -5,7 +5,7 @@ from __future__ import annotations
 import asyncio
 import itertools
 import logging
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 
 from prometheus_client import REGISTRY, CollectorRegistry
 
@@ -51,8 +51,10 @@ class Coordinators:
         participants: Participants,
         *,
         registry: CollectorRegistry = REGISTRY,
+        on_fenced: Callable[[int], None] = lambda _: None,
     ) -> None:
         self.settings = settings
+        self._on_fenced = on_fenced
         self._store = store
         self._participants = participants
         self._registry = registry
@@ -77,6 +79,7 @@ class Coordinators:
                 tc = TransactionCoordinator(
                     cid, txn_log, self._participants,
                     CoordinatorMetrics(s.cluster, cid, registry=self._registry), config_of(s),
+                    on_fenced=self._on_fenced,
                 )
                 await tc.recover()
                 self._by_id[cid] = tc

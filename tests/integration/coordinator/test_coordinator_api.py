@@ -231,12 +231,13 @@ def test_fuzzed_client_input_never_yields_500(file_url: str, tc_factory: TcFacto
         lambda inner: st.lists(inner, max_size=3) | st.dictionaries(st.text(max_size=12), inner, max_size=3),
         max_leaves=8,
     )
+    partition = st.text(max_size=40) | st.just(f"{TOPIC}-partition-0")
+    sub = st.fixed_dictionaries({"topic": st.text(max_size=20) | st.just(TOPIC), "subscription": json_values})
     bodies = st.one_of(
         json_values,
         st.fixed_dictionaries({"timeout_ms": json_values}),
-        st.fixed_dictionaries({"partitions": st.lists(st.text(max_size=40) | st.just(f"{TOPIC}-partition-0"))}),
-        st.fixed_dictionaries({"subscriptions": st.lists(
-            st.fixed_dictionaries({"topic": st.text(max_size=20) | st.just(TOPIC), "subscription": json_values}))}),
+        st.fixed_dictionaries({"partitions": st.lists(partition)}),
+        st.fixed_dictionaries({"subscriptions": st.lists(sub)}),
         st.fixed_dictionaries({"enabled": json_values}),
     )
 

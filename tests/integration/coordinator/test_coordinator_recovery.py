@@ -154,6 +154,8 @@ async def test_a_second_process_fences_the_first(
     err = await first.call("POST", "/v1/transactions", 503, json={})
     assert "lost its log" in err["message"]
     await first.commit(txn, expect=503)
+    assert (await first.http.get("/readyz")).status_code == 503
+    assert (await first.admin("coordinatorStats"))["0"]["state"] == "Fenced"
     assert (await second.commit(txn))["state"] == "COMMITTED"
     assert participant.actions(txn) == {("partition", P0): "commit"}
     new = await second.create()
