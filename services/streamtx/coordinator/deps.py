@@ -7,7 +7,6 @@ from typing import Annotated
 from fastapi import Depends, Request
 
 from streamtx.coordinator.registry import Coordinators
-from streamtx.coordinator.settings import CoordinatorSettings
 from streamtx.coordinator.txnid import TxnId
 
 # Every dependency is async: FastAPI runs a plain `def` one in a worker thread,
@@ -19,16 +18,10 @@ async def get_coordinators(request: Request) -> Coordinators:
     return coordinators
 
 
-async def get_settings(request: Request) -> CoordinatorSettings:
-    settings: CoordinatorSettings = request.app.state.settings
-    return settings
-
-
 async def txn_from_path(txn: str) -> TxnId:
     """The ``{txn}`` path parameter, ``"{most}:{least}"``; 400 when malformed."""
     return TxnId.parse(txn)
 
 
 CoordinatorsDep = Annotated[Coordinators, Depends(get_coordinators)]
-SettingsDep = Annotated[CoordinatorSettings, Depends(get_settings)]
 TxnPath = Annotated[TxnId, Depends(txn_from_path)]
