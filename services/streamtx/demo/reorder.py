@@ -10,6 +10,10 @@ anything below it as stale (already written by a committed transaction).
 The worker's transaction is the unit: ``take_ready`` advances a *tentative*
 next; ``commit`` makes it the committed next and forgets what was taken;
 ``rollback`` puts the taken items back so the next transaction redoes them.
+Pipelined transactions (the next one writes while the previous one commits):
+``seal`` closes what was taken so far as one transaction, ``commit_oldest``
+commits the oldest sealed one, and ``rollback`` undoes everything not committed
+(a transaction after an aborted one builds on it, so it must abort as well).
 The committed next per partition is durable elsewhere (the worker writes it to
 a progress topic in the same transaction), so a restarted worker resumes from it.
 """
@@ -30,6 +34,7 @@ class ReorderBuffer(Generic[T]):
     _tentative: dict[int, int] = field(default_factory=dict)
     _pending: dict[int, dict[int, T]] = field(default_factory=dict)
     _taken: dict[int, dict[int, T]] = field(default_factory=dict)
+    _sealed: list[tuple[dict[int, int], dict[int, dict[int, T]]]] = field(default_factory=list)
 
     def __post_init__(self) -> None:
         self._tentative = dict(self.committed)
@@ -61,15 +66,34 @@ class ReorderBuffer(Generic[T]):
             self._tentative[partition] = nxt
         return out
 
+    def seal(self) -> None:
+        """Close what was taken since the last seal as one transaction."""
+        self._sealed.append((dict(self._tentative), self._taken))
+        self._taken = {}
+
+    def sealed(self) -> int:
+        return len(self._sealed)
+
+    def commit_oldest(self) -> None:
+        """The oldest sealed transaction committed."""
+        nxt, _ = self._sealed.pop(0)
+        self.committed.update(nxt)
+
     def commit(self) -> None:
-        self.committed.update(self._tentative)
-        self._taken.clear()
+        """Everything taken so far committed (one transaction, nothing pipelined)."""
+        self.seal()
+        while self._sealed:
+            self.commit_oldest()
 
     def rollback(self) -> None:
-        """Undo every ``take_ready`` since the last commit; the items become pending again."""
-        for partition, taken in self._taken.items():
-            self._pending.setdefault(partition, {}).update(taken)
-        self._taken.clear()
+        """Undo every ``take_ready`` not committed; the items become pending again."""
+        for _, taken in self._sealed:
+            for partition, items in taken.items():
+                self._pending.setdefault(partition, {}).update(items)
+        for partition, items in self._taken.items():
+            self._pending.setdefault(partition, {}).update(items)
+        self._sealed.clear()
+        self._taken = {}
         self._tentative = dict(self.committed)
 
     def held(self) -> int:

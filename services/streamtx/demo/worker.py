@@ -62,6 +62,16 @@ class Uncertain(Exception):
     """The outcome of a transaction could not be learned."""
 
 
+@dataclass
+class Committing:
+    """A transaction whose commit runs in the background."""
+
+    txn: str
+    taken: list[tuple[int, int, Held]]
+    timing: defaultdict[str, float]
+    task: asyncio.Task[tuple[bool, float]]
+
+
 @dataclass(frozen=True, slots=True)
 class Held:
     """A source message in hand."""
@@ -85,6 +95,7 @@ class Worker:
         self.log: TextIO | None = None
         self.stopping = False
         self.arrived = asyncio.Event()  # the prefetcher offered new records
+        self.committing: Committing | None = None
         self.buf: ReorderBuffer[Held] = ReorderBuffer()
         self.timing: defaultdict[str, float] = defaultdict(float)  # seconds per phase, this transaction
 
@@ -253,10 +264,14 @@ class Worker:
         return ready
 
     async def one_transaction(self) -> None:
-        """Wait for records, then run one transaction over one commit interval."""
+        """Wait for records, then run one transaction over one commit interval. Its commit
+        runs in the background while the next transaction writes (pipelining); a
+        transaction asks to commit only once the one before it has committed."""
         held_since = time.monotonic()
         ready: list[tuple[int, int, Held]] = []
         while not ready:
+            if self.committing is not None and self.committing.task.done():
+                await self.settle()
             if self.stopping:
                 return
             ready = await self.ready(0.5, max_txn_records)
@@ -294,25 +309,50 @@ class Worker:
             ]
             await self.rest.produce(self.cfg.progress_topic, progress, txn)
         except StreamtxError as exc:
-            committed = await self._resolve(txn, commit=False)
-            self._end(txn, committed, taken, why=f"{type(exc).__name__}: {exc}"[:300], outcome="aborted")
+            await self.settle()  # the one before first: its outcome decides what to undo
+            await self.give_up(txn, taken, f"{type(exc).__name__}: {exc}"[:300])
             return
+        if not await self.settle():
+            # The one before aborted; this one builds on its progress: abort it too.
+            await self.give_up(txn, taken, "the transaction before it aborted")
+            return
+        self.buf.seal()
         self._log(txn, "committing")
+        timing, self.timing = self.timing, defaultdict(float)
+        self.committing = Committing(txn, taken, timing, asyncio.create_task(self._commit(txn)))
+
+    async def _commit(self, txn: str) -> tuple[bool, float]:
         t0 = time.monotonic()
         committed = await self._resolve(txn, commit=True)
-        self.timing["commit"] += time.monotonic() - t0
-        self._end(txn, committed, taken, why="commit refused", outcome="refused")
+        return committed, time.monotonic() - t0
 
-    def _end(self, txn: str, committed: bool, taken: list[tuple[int, int, Held]], *, why: str,
-             outcome: str) -> None:
-        timing = {k: round(v * 1000) if k != "fetched" else int(v) for k, v in self.timing.items()}
-        self.timing = defaultdict(float)
+    async def settle(self) -> bool:
+        """Wait for the transaction being committed, if any, and apply its outcome. False
+        when it did not commit: then everything not committed has been rolled back."""
+        c, self.committing = self.committing, None
+        if c is None:
+            return True
+        committed, commit_s = await c.task
+        timing = {k: round(v * 1000) if k != "fetched" else int(v) for k, v in c.timing.items()}
         if committed:
+            self.buf.commit_oldest()
+            self._log(c.txn, "committed", n=len(c.taken), commit=round(commit_s * 1000), **timing)
+            return True
+        self.buf.rollback()
+        self._log(c.txn, "refused", n=len(c.taken), why="commit refused",
+                  r=[[p, s] for p, s, _ in c.taken])
+        return False
+
+    async def give_up(self, txn: str, taken: list[tuple[int, int, Held]], why: str) -> None:
+        """Abort ``txn`` (no commit of it was asked) and undo what it took."""
+        committed = await self._resolve(txn, commit=False)
+        self.timing = defaultdict(float)
+        if committed:  # cannot happen: nobody asked to commit it; trust the coordinator anyway
             self.buf.commit()
-            self._log(txn, "committed", n=len(taken), **timing)
+            self._log(txn, "committed", n=len(taken))
         else:
             self.buf.rollback()
-            self._log(txn, outcome, n=len(taken), why=why, r=[[p, s] for p, s, _ in taken])
+            self._log(txn, "aborted", n=len(taken), why=why, r=[[p, s] for p, s, _ in taken])
 
     async def run(self) -> None:
         with self.log_path.open("a") as self.log:
@@ -324,6 +364,7 @@ class Worker:
             try:
                 while not self.stopping:
                     await self.one_transaction()
+                await self.settle()
             finally:
                 fetching.cancel()
                 with contextlib.suppress(asyncio.CancelledError):

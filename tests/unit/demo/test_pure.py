@@ -95,3 +95,26 @@ def test_table_and_summary_line() -> None:
         "demo reshard: records=1000 mb_per_s=2.00 e2e_p99_ms=1089 kills=2 lost=0 duplicate=0 "
         "aborted_read=0 nonmonotonic=0"
     )
+
+
+def test_reorder_pipelined_transactions() -> None:
+    buf: ReorderBuffer[str] = ReorderBuffer()
+    for seq in range(6):
+        buf.offer(0, seq, f"r{seq}")
+    assert [s for _, s, _ in buf.take_ready(limit=2)] == [0, 1]
+    buf.seal()  # txn A: 0, 1 (committing)
+    assert [s for _, s, _ in buf.take_ready(limit=2)] == [2, 3]  # txn B writes meanwhile
+    assert buf.sealed() == 1
+    buf.commit_oldest()  # A committed
+    assert buf.committed == {0: 2}
+    buf.rollback()  # B aborted: only its records come back
+    assert buf.tentative() == {0: 2}
+    assert [s for _, s, _ in buf.take_ready()] == [2, 3, 4, 5]
+    buf.seal()  # txn C: 2..5
+    buf.offer(0, 6, "r6")
+    buf.take_ready()  # txn D: 6
+    buf.rollback()  # C aborted, so D, built on it, goes too
+    assert buf.committed == {0: 2} and buf.sealed() == 0
+    assert [s for _, s, _ in buf.take_ready()] == [2, 3, 4, 5, 6]
+    buf.commit()
+    assert buf.committed == {0: 7}
