@@ -404,7 +404,10 @@ class TransactionCoordinator:
         if ref is None or (self._reserving is not None and not self._reserving.done()):
             return
         last = self.log.last_position()
-        if last is not None and ref.position != last and self.log.first_live() == ref.position:
+        if (
+            last is not None and ref.position != last and self.log.first_live() == ref.position
+            and self.log.live_records(ref) == 1  # else moving it alone frees nothing
+        ):
             await self._apply(ReserveIds(self.table.reserved))  # the old one becomes garbage
 
     # --- ids -----------------------------------------------------------------------

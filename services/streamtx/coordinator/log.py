@@ -154,6 +154,15 @@ class TransactionLog:
         """The first entry not wholly deleted (maybe past the end)."""
         return self._cursor.first_undeleted()
 
+    def live_records(self, ref: LogRef) -> int:
+        """How many records of ``ref``'s entry are not deleted."""
+        if self._cursor.is_deleted(ref.position):
+            return 0
+        if ref.batch_size <= 1:
+            return 1
+        deleted = self._cursor.deleted_batch_indexes(ref.position)
+        return ref.batch_size - (0 if deleted is None else deleted.bit_count())
+
     def last_position(self) -> Position | None:
         return self._ledger.last_position()
 

@@ -70,3 +70,18 @@ async def test_fully_deleted_entries_are_trimmed() -> None:
     assert [ref for ref, _ in await _replay(log)] == [keep]
     await log.close()
     await store.close()
+
+
+async def test_live_records_of_an_entry() -> None:
+    store = MemoryLedgerStore()
+    log = await _open(store)
+    refs = await asyncio.gather(*(log.append(_new(i)) for i in range(6)))
+    by_entry = [r for r in refs if r.position == refs[0].position]
+    assert len(by_entry) > 2
+    assert log.live_records(by_entry[0]) == len(by_entry)
+    await log.delete(by_entry[:2])
+    assert log.live_records(by_entry[-1]) == len(by_entry) - 2
+    await log.delete(by_entry[2:])
+    assert log.live_records(by_entry[0]) == 0
+    await log.close()
+    await store.close()
