@@ -265,7 +265,9 @@ async def test_broker_kill9_recovers_the_buffer_from_its_snapshot(running: Suite
         after = await everything(client, name)
         assert after == before  # the same messages, in the same order; aborted ones still hidden
         for b, a in zip(stats_before, [await admin.buffer_stats(p) for p in parts], strict=True):
-            for key in ("maxReadPosition", "ongoingTxnSize", "abortedTxnCount", "segmentsSize"):
+            # lastSnapshotTimestamp unchanged and set: the state came from that snapshot.
+            for key in ("maxReadPosition", "ongoingTxnSize", "abortedTxnCount", "segmentsSize",
+                        "lastSnapshotTimestamp"):
                 assert a[key] == b[key], (key, b, a)
         await still_open.commit()  # the recovered buffer still knows the open txn, and releases it
         assert sorted(await everything(client, name)) == sorted([*before, b"still-open", b"behind-open"])
@@ -282,6 +284,8 @@ async def test_pendingack_kill9_keeps_pending_acks(running: Suite) -> None:
         await consumer.ack(msgs[:2], txn=txn)
 
         running.pendingack.restart()
+        stats = await AdminClient(client).pending_ack_stats(src, "s")
+        assert stats["heldMessageCount"] == 2 and stats["ongoingTxnSize"] == 1, stats  # replayed
         other = await client.new_transaction(timeout_ms=60_000)
         for m in msgs[:2]:  # still held by txn after the restart
             with pytest.raises(ConflictError):
@@ -290,8 +294,6 @@ async def test_pendingack_kill9_keeps_pending_acks(running: Suite) -> None:
         await consumer.nack(msgs)
         again = await receive(await client.consumer(src, "s", name="c2"), 4, timeout_s=2.0)
         assert sorted(m.value for m in again) == [b"in2", b"in3"]  # never the held ones
-        stats = await AdminClient(client).pending_ack_stats(src, "s")
-        assert stats, stats
 
         await txn.commit()
         assert await state(client, txn.txn_id) == "COMMITTED"
