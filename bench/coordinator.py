@@ -3,8 +3,10 @@
 1. ``POST /v1/transactions`` on the TC (file backend, fsync before every ack),
    batched transaction-log writes on, then off; and the one POST endpoint of a
    bare FastAPI app returning a small JSON body (the HTTP limit of this stack),
-   served by the same uvicorn runner. Load: wrk, 64 connections, a Lua script
-   that POSTs a JSON body.
+   served by the same uvicorn runner; and, for reference, that endpoint on the
+   service kit's ``create_app`` (HTTP metrics, error handlers). Load: wrk, 64
+   connections, a Lua script that POSTs a JSON body; the four run interleaved
+   for ``--rounds`` rounds and the best run of each counts.
 2. The replay of a 1,000,000-record transaction log (file backend), timed
    through the coordinator's own recovery path (open, replay, recover), best of 3.
 
@@ -281,7 +283,8 @@ def main() -> None:
     parser = argparse.ArgumentParser(
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
     )
-    parser.add_argument("--duration", type=int, default=10, help="seconds of load per run")
+    parser.add_argument("--duration", type=int, default=8, help="seconds of load per run")
+    parser.add_argument("--rounds", type=int, default=2, help="interleaved rounds; the best run counts")
     parser.add_argument("--records", type=int, default=1_000_000, help="records in the replayed log")
     parser.add_argument("--profile", action="store_true", help="cProfile the batched TC run")
     parser.add_argument("--serve-bare", type=int, help=argparse.SUPPRESS)
@@ -297,18 +300,32 @@ def main() -> None:
     try:
         script = data / "post.lua"
         script.write_text(_LUA)
-        print(f"load: wrk, {CONNECTIONS} connections, {args.duration}s per run, POST /v1/transactions",
-              flush=True)
+        print(f"load: wrk, {CONNECTIONS} connections, {args.duration}s per run, {args.rounds} rounds "
+              f"(interleaved, best kept), POST /v1/transactions", flush=True)
         profile = data / "tc.prof" if args.profile else None
-        batched = load_tc("tc batched", data, args.duration, script, True, profile)
-        print(batched.line(), flush=True)
         if profile is not None:
+            load_tc("tc profiled", data, args.duration, script, True, profile)
             print_profile(profile)
-        unbatched = load_tc("tc unbatched", data, args.duration, script, False, None)
-        print(unbatched.line(), flush=True)
-        bare = load_bare(args.duration, script)
-        print(bare.line(), flush=True)
-        kit = load_bare(args.duration, script, kit=True)
+        runs: dict[str, list[LoadResult]] = {}
+        for r in range(args.rounds):
+            # Interleaved rounds, best of each kept: on a shared machine the load
+            # drifts, and one run after the other would compare different moments.
+            for result in (
+                load_tc(f"tc batched {r}", data, args.duration, script, True, None),
+                load_tc(f"tc unbatched {r}", data, args.duration, script, False, None),
+                load_bare(args.duration, script),
+                load_bare(args.duration, script, kit=True),
+            ):
+                name = result.name.rsplit(" ", 1)[0] if result.name.startswith("tc") else result.name
+                result.name = name
+                runs.setdefault(name, []).append(result)
+                print(f"  round {r}: {result.line()}", flush=True)
+        batched, unbatched, bare, kit = (
+            max(runs[n], key=lambda x: x.requests_per_s)
+            for n in ("tc batched", "tc unbatched", "bare fastapi", "kit fastapi")
+        )
+        for result in (batched, unbatched, bare):
+            print(result.line(), flush=True)
         print(f"{kit.line()}  (the bare endpoint on the service kit's create_app: middleware every"
               f" service pays; {kit.requests_per_s / bare.requests_per_s:.2f} of bare)", flush=True)
 
