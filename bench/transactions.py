@@ -66,6 +66,7 @@ class RoundResult:
     seconds: float
     latencies_ms: list[float] = field(default_factory=list)
     commits: int = 0
+    commit_ms: list[float] = field(default_factory=list)
 
     @property
     def rate(self) -> float:
@@ -99,6 +100,7 @@ class TxnSlot:
         self.commits: list[asyncio.Task[None]] = []
         self.committed = 0
         self.failed = 0
+        self.commit_ms: list[float] = []  # the coordinator's commit call alone
 
     async def _new(self) -> Transaction:
         txn = await self.client.new_transaction(self.timeout_ms)
@@ -133,7 +135,9 @@ class TxnSlot:
         self.in_flight.pop(txn.txn_id, None)
         self.drained.pop(txn.txn_id, None)
         try:
+            t0 = time.perf_counter()
             await txn.commit()
+            self.commit_ms.append((time.perf_counter() - t0) * 1000)
             self.committed += 1
         except Exception as exc:  # counted and reported
             self.failed += 1
@@ -152,6 +156,7 @@ async def consume(
 ) -> None:
     """Record produce-to-visible latencies until stopped and everything expected has arrived."""
     received = 0
+    acking: asyncio.Task[None] | None = None  # one ack in flight, off the receive path
     while not (stop.is_set() and received >= expected[0]):
         msgs = await consumer.receive(max=1000, wait_ms=200)
         now = time.time_ns()
@@ -163,7 +168,11 @@ async def consume(
         last: dict[int | None, str] = {}
         for m in msgs:
             last[m.partition] = m.message_id
-        await consumer.ack(list(last.values()), cumulative=True)
+        if acking is not None:
+            await acking
+        acking = asyncio.create_task(consumer.ack(list(last.values()), cumulative=True))
+    if acking is not None:
+        await acking
 
 
 def start_profiles(args: argparse.Namespace, mode: str, duration: float) -> list[subprocess.Popen[bytes]]:
@@ -268,7 +277,8 @@ async def run_round(
         print(f"  {mode}: consumer saw {len(latencies)} of {sum(sent)} within 30 s", file=sys.stderr)
     for spy in spies:
         await asyncio.to_thread(spy.wait)
-    result = RoundResult(mode, sum(sent), took, latencies, sum(s.committed for s in slots))
+    result = RoundResult(mode, sum(sent), took, latencies, sum(s.committed for s in slots),
+                         [x for s in slots for x in s.commit_ms])
     failed = sum(s.failed for s in slots)
     if failed:
         print(f"  {mode}: {failed} commits failed", file=sys.stderr)
@@ -337,6 +347,10 @@ def main() -> None:
         print(f"txn:   {txn:.0f} msgs/s (rounds: {', '.join(f'{r.rate:.0f}' for r in results['txn'])})")
         print(f"txn produce-to-visible: p50 {pct(lat, 50):.1f} ms, p99 {p99:.1f} ms, max {lat[-1]:.1f} ms"
               if lat else "txn produce-to-visible: no samples")
+        commit_ms = sorted(x for r in results["txn"] for x in r.commit_ms)
+        if commit_ms:
+            print(f"txn commit call: p50 {pct(commit_ms, 50):.1f} ms, p99 {pct(commit_ms, 99):.1f} ms "
+                  f"({len(commit_ms)} commits)")
         if plain_lat:
             print(f"plain produce-to-visible: p50 {pct(plain_lat, 50):.1f} ms, "
                   f"p99 {pct(plain_lat, 99):.1f} ms")
