@@ -67,6 +67,7 @@ class RoundResult:
     latencies_ms: list[float] = field(default_factory=list)
     commits: int = 0
     commit_ms: list[float] = field(default_factory=list)
+    cpu_s: dict[str, float] = field(default_factory=dict)  # per process, over the round
 
     @property
     def rate(self) -> float:
@@ -175,6 +176,19 @@ async def consume(
         await acking
 
 
+def cpu_seconds(pids: dict[str, int]) -> dict[str, float]:
+    """user+system CPU seconds of each process so far (Linux /proc)."""
+    tick = os.sysconf("SC_CLK_TCK")
+    out = {}
+    for name, pid in pids.items():
+        try:
+            fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+            out[name] = (int(fields[11]) + int(fields[12])) / tick
+        except (OSError, IndexError, ValueError):
+            out[name] = float("nan")
+    return out
+
+
 def start_profiles(args: argparse.Namespace, mode: str, duration: float) -> list[subprocess.Popen[bytes]]:
     """py-spy on every service and on this client for one round (``--profile DIR``)."""
     if not args.profile:
@@ -257,6 +271,8 @@ async def run_round(
                 await slot.rotate()
 
     spies = start_profiles(args, mode, duration) if duration >= 3 else []
+    pids = {**{n: p.proc.pid for n, p in args.services.items() if p.proc}, "client": os.getpid()}
+    cpu0 = cpu_seconds(pids)
     t0 = time.monotonic()
     timers = [asyncio.create_task(rotator(s)) for s in slots]
     await asyncio.gather(*(produce(i) for i in range(producers)))
@@ -275,10 +291,11 @@ async def run_round(
         await asyncio.wait_for(reader, timeout=30)
     except TimeoutError:
         print(f"  {mode}: consumer saw {len(latencies)} of {sum(sent)} within 30 s", file=sys.stderr)
+    cpu1 = cpu_seconds(pids)
     for spy in spies:
         await asyncio.to_thread(spy.wait)
     result = RoundResult(mode, sum(sent), took, latencies, sum(s.committed for s in slots),
-                         [x for s in slots for x in s.commit_ms])
+                         [x for s in slots for x in s.commit_ms], {n: cpu1[n] - cpu0[n] for n in pids})
     failed = sum(s.failed for s in slots)
     if failed:
         print(f"  {mode}: {failed} commits failed", file=sys.stderr)
@@ -347,6 +364,12 @@ def main() -> None:
         print(f"txn:   {txn:.0f} msgs/s (rounds: {', '.join(f'{r.rate:.0f}' for r in results['txn'])})")
         print(f"txn produce-to-visible: p50 {pct(lat, 50):.1f} ms, p99 {p99:.1f} ms, max {lat[-1]:.1f} ms"
               if lat else "txn produce-to-visible: no samples")
+        for mode in ("plain", "txn"):
+            n = sum(r.messages for r in results[mode])
+            per = {k: sum(r.cpu_s.get(k, 0.0) for r in results[mode]) * 1000 / max(n, 1)
+                   for k in results[mode][0].cpu_s}
+            print(f"{mode} CPU ms per message: " + ", ".join(f"{k} {v:.2f}" for k, v in per.items())
+                  + f", all {sum(per.values()):.2f}")
         commit_ms = sorted(x for r in results["txn"] for x in r.commit_ms)
         if commit_ms:
             print(f"txn commit call: p50 {pct(commit_ms, 50):.1f} ms, p99 {pct(commit_ms, 99):.1f} ms "
