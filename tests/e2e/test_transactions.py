@@ -187,20 +187,24 @@ async def test_zombie_consumers_ack_conflict_and_overlapping_commit(running: Sui
     async with StreamtxClient(running.broker.url) as client:  # any service's URL will do
         await feed(client, src, 3)
         await client.create_topic(out, 1)
-        consumer = await client.consumer(src, "work", "earliest", "Shared", name="zombie")
+        zombie_a = await client.consumer(src, "work", "earliest", "Shared", name="zombie-a")
+        zombie_b = await client.consumer(src, "work", name="zombie-b")
         sink = await client.producer(out)
-        msgs = await receive(consumer, 3)
+        msgs = await receive(zombie_a, 3)
         msgs.sort(key=lambda m: m.value)
         assert len(msgs) == 3
+        await zombie_a.nack(msgs)  # A looks dead: its input goes to B as well
+        again = sorted(await receive(zombie_b, 3), key=lambda m: m.value)
+        assert [m.message_id for m in again] == [m.message_id for m in msgs]
 
         a = await client.new_transaction(timeout_ms=30_000)
         b = await client.new_transaction(timeout_ms=30_000)
         await sink.send(b"from-a", txn=a)
         await sink.send(b"from-b", txn=b)
-        await consumer.ack([msgs[1]], txn=a)
+        await zombie_a.ack([msgs[1]], txn=a)
         with pytest.raises(ConflictError):  # held by A: the ack conflict
-            await consumer.ack([msgs[1]], txn=b)
-        await consumer.ack([msgs[2]], txn=b, cumulative=True)  # B claims everything up to m2
+            await zombie_b.ack([again[1]], txn=b)
+        await zombie_b.ack([again[2]], txn=b, cumulative=True)  # B claims everything up to m2
         await a.commit()
         with pytest.raises(ConflictError):  # m1 was committed by A: the optimistic check
             await b.commit()
@@ -208,7 +212,7 @@ async def test_zombie_consumers_ack_conflict_and_overlapping_commit(running: Sui
         assert await everything(client, out) == [b"from-a"]  # nothing of B visible
         c = await client.new_transaction(timeout_ms=30_000)
         with pytest.raises(ConflictError):  # already acked (by A's commit)
-            await consumer.ack([msgs[1]], txn=c)
+            await zombie_b.ack([again[1]], txn=c)
         await c.abort()
 
 
