@@ -34,6 +34,7 @@ import argparse
 import asyncio
 import contextlib
 import json
+import math
 import os
 import random
 import signal
@@ -41,7 +42,7 @@ import sys
 import time
 import uuid
 from collections import defaultdict
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, TextIO
 
@@ -70,6 +71,7 @@ class Committing:
     taken: list[tuple[int, int, Held]]
     timing: defaultdict[str, float]
     task: asyncio.Task[tuple[bool, float]]
+    started: float = field(default_factory=time.monotonic)
 
 
 @dataclass(frozen=True, slots=True)
@@ -96,6 +98,7 @@ class Worker:
         self.stopping = False
         self.arrived = asyncio.Event()  # the prefetcher offered new records
         self.committing: Committing | None = None
+        self.last_commit_s = math.inf  # how long the last commit took: pipeline only while it is short
         self.buf: ReorderBuffer[Held] = ReorderBuffer()
         self.timing: defaultdict[str, float] = defaultdict(float)  # seconds per phase, this transaction
 
@@ -277,6 +280,13 @@ class Worker:
             ready = await self.ready(0.5, max_txn_records)
             if not ready and self.buf.held() and time.monotonic() - held_since > stall_exit_s:
                 raise Uncertain(f"{self.buf.held()} records held, none in order for {stall_exit_s}s")
+        c = self.committing
+        slow = max(self.last_commit_s, time.monotonic() - c.started if c is not None else 0.0)
+        if c is not None and slow > self.commit_interval_s:
+            # Commits are slow: a transaction opened now would wait for this one past the
+            # point where overlapping helps, and could time out waiting. Settle first.
+            if not await self.settle():
+                return  # rolled back, ``ready`` included: the next transaction takes them again
         txn = await self.begin()
         taken: list[tuple[int, int, Held]] = []
         try:
@@ -333,6 +343,7 @@ class Worker:
         if c is None:
             return True
         committed, commit_s = await c.task
+        self.last_commit_s = commit_s
         timing = {k: round(v * 1000) if k != "fetched" else int(v) for k, v in c.timing.items()}
         if committed:
             self.buf.commit_oldest()
