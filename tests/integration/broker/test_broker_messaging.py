@@ -84,8 +84,8 @@ def test_shared_redelivery_after_ack_timeout_and_nack(broker: BrokerClient) -> N
     assert sorted(values(got)) == ["a", "b"]
     assert broker.fetch("r", "s", consumer="c2", wait_ms=50) == []  # still out with c1
     t0 = time.monotonic()
-    again = broker.fetch("r", "s", consumer="c2", wait_ms=3000)  # ack timeout is 600 ms
-    assert sorted(values(again)) == ["a", "b"] and time.monotonic() - t0 < 2.5
+    again = broker.fetch("r", "s", consumer="c2", wait_ms=30_000)  # ack timeout is 600 ms
+    assert sorted(values(again)) == ["a", "b"] and time.monotonic() - t0 < 15
     broker.ack("r", "s", [again[0]["message_id"]])
     broker.call("POST", "/v1/topics/t/n/r/subscriptions/s/nacks",
                 json={"message_ids": [again[1]["message_id"]]})
@@ -105,8 +105,8 @@ def test_long_poll_wakes_on_produce(broker: BrokerClient) -> None:
     timer = threading.Timer(0.3, lambda: broker.produce("w", ["late"]))
     t0 = time.monotonic()
     timer.start()
-    got = broker.fetch("w", "s", wait_ms=5000)
-    assert values(got) == ["late"] and time.monotonic() - t0 < 2.0
+    got = broker.fetch("w", "s", wait_ms=30_000)
+    assert values(got) == ["late"] and time.monotonic() - t0 < 15  # woken, not timed out
 
 
 def test_bad_input_is_4xx(broker: BrokerClient) -> None:

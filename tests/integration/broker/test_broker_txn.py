@@ -41,8 +41,8 @@ def test_abort_hides_and_reader_stops_at_open_txn(broker: BrokerClient) -> None:
     t0 = time.monotonic()
     import threading
     threading.Timer(0.3, lambda: broker.end("2:1", P0.format("i"), "commit")).start()
-    got = broker.fetch("i", "s", wait_ms=5000)  # the commit wakes the long poll
-    assert time.monotonic() - t0 < 3
+    got = broker.fetch("i", "s", wait_ms=30_000)  # the commit wakes the long poll
+    assert time.monotonic() - t0 < 15  # woken, not timed out (loose: CI machines are noisy)
     got += broker.fetch("i", "s", wait_ms=100)
     assert values(got) == ["open-1", "plain-after", "open-2"]
     stats = broker.tb_stats("i", 0)
