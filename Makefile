@@ -5,7 +5,7 @@ STAMP   := .venv/.stamp-setup
 DATA    ?= data
 export PYTHONPATH := shared:services:.
 
-.PHONY: setup run test lint bench bench-log bench-tc bench-txn demo clean
+.PHONY: setup run test lint bench bench-log bench-tc bench-txn demo demo-long clean
 
 setup: $(STAMP)
 
@@ -28,13 +28,22 @@ lint: setup
 	.venv/bin/ruff check shared services tests bench
 	.venv/bin/mypy shared services
 
-bench: bench-log
+bench: bench-log bench-tc bench-txn
 
 bench-log: setup
 	$(PY) bench/buffered_writer.py
 
 bench-tc: setup
 	$(PY) bench/coordinator.py
+
+bench-txn: setup
+	$(PY) bench/transactions.py
+
+demo: setup
+	$(PY) -m streamtx.cli demo reshard
+
+demo-long: setup
+	$(PY) -m streamtx.cli demo reshard --duration 600 --chaos
 
 clean:
 	rm -rf .venv $(DATA) .pytest_cache .mypy_cache .ruff_cache
