@@ -9,6 +9,7 @@ position. The generator's and the workers' logs come from the run directory.
 from __future__ import annotations
 
 import asyncio
+import functools
 import time
 import uuid
 from collections.abc import Awaitable, Callable
@@ -79,8 +80,7 @@ async def read_destination(rest: Rest, cfg: RunConfig, *, idle_fetches: int = 3,
             seen.setdefault(m.message_id, m)
         if msgs:  # the only consumer, reading in order: one cumulative ack per partition
             ids = last_per_partition(msgs)
-            await _until_ok(lambda ids=ids: rest.ack(cfg.dest_topic, sub, ids, cumulative=True),  # type: ignore[misc]
-                            deadline)
+            await _until_ok(functools.partial(rest.ack, cfg.dest_topic, sub, ids, cumulative=True), deadline)
     ordered = sorted(seen.values(), key=lambda m: (m.partition, position_of(m.message_id)))
     out: list[Observed] = []
     for m in ordered:

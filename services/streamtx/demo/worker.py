@@ -33,6 +33,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import contextlib
+import functools
 import json
 import math
 import os
@@ -162,8 +163,8 @@ class Worker:
                     nxt[d["p"]] = max(nxt[d["p"]], int(d["next"]))
             if msgs:  # the only consumer, reading in order: one cumulative ack per partition
                 ids = last_per_partition(msgs)
-                await _retry(lambda ids=ids: self.rest.ack(  # type: ignore[misc]
-                    self.cfg.progress_topic, sub, ids, cumulative=True))
+                await _retry(functools.partial(self.rest.ack, self.cfg.progress_topic, sub, ids,
+                                               cumulative=True))
         return nxt
 
     # -- the loop -----------------------------------------------------------------------
