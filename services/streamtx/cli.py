@@ -21,7 +21,7 @@ def _demo(args: argparse.Namespace) -> int:
         duration_s=args.duration, rate=args.rate, workers=args.workers,
         commit_interval_ms=args.commit_interval_ms, txn_timeout_ms=args.txn_timeout_ms,
         chaos=args.chaos, kill_every_s=args.kill_every, zombie=args.zombie, run_dir=args.run_dir,
-        keep=args.keep, seed=args.seed, quiet=args.quiet,
+        keep=args.keep, seed=args.seed, quiet=args.quiet, assignment=args.assignment, users=args.users,
     ))
 
 
@@ -64,6 +64,10 @@ def build_parser() -> argparse.ArgumentParser:
                    help="SIGSTOP a worker past its txn timeout, then SIGCONT")
     r.add_argument("--run-dir", type=Path, default=None, help="keep ledgers and histories here (temp dir)")
     r.add_argument("--keep", action="store_true", help="leave the suite running for `streamtx verify`")
+    r.add_argument("--assignment", choices=("owned", "shared"), default="owned",
+                   help="owned: one owner per source partition (default); shared: the naive job, all "
+                   "workers on one Shared subscription (shows the order anomaly the checker catches)")
+    r.add_argument("--users", type=int, default=100_000, help="user ids are drawn from [0, users) (100000)")
     r.add_argument("--seed", type=int, default=1)
     r.add_argument("--quiet", action="store_true", help="no progress bar")
     r.set_defaults(func=_demo)

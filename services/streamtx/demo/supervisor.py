@@ -57,6 +57,8 @@ class Options:
     seed: int = 1
     ack_timeout_ms: int = 5_000
     quiet: bool = False
+    users: int = 100_000  # user ids are drawn from [0, users)
+    assignment: str = "owned"  # "shared": the naive job on one Shared subscription
     spare: tuple[str, ...] = ()  # processes chaos never kills
 
 
@@ -84,7 +86,7 @@ class Demo:
         self.run_dir = opts.run_dir or Path(tempfile.mkdtemp(prefix="streamtx-demo-"))
         self.run_dir.mkdir(parents=True, exist_ok=True)
         (self.run_dir / "logs").mkdir(exist_ok=True)
-        self.cfg = RunConfig.new(uuid.uuid4().hex[:6])
+        self.cfg = RunConfig.new(uuid.uuid4().hex[:6], user_space=opts.users)
         self.cfg.save(self.run_dir)
         self.urls = {name: f"http://127.0.0.1:{free_port()}" for name in services}
         env = {
@@ -105,7 +107,7 @@ class Demo:
                 "--run-dir", str(self.run_dir), "--coordinator", self.urls["coordinator"],
                 "--broker", self.urls["broker"], "--index", str(i), "--workers", str(opts.workers),
                 "--commit-interval-ms", str(opts.commit_interval_ms),
-                "--txn-timeout-ms", str(opts.txn_timeout_ms),
+                "--txn-timeout-ms", str(opts.txn_timeout_ms), "--assignment", opts.assignment,
             ], {}, self.run_dir / "logs" / f"worker-{i}.log")
             for i in range(opts.workers)
         ]

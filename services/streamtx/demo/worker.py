@@ -215,7 +215,7 @@ class Worker:
         self._log(txn, "open")
         return txn
 
-    async def write(self, txn: str, ready: list[tuple[int, int, Held]]) -> None:
+    async def write(self, txn: str, ready: list[tuple[int, int, Held]], *, sub: str | None = None) -> None:
         """Produce the records to their ranges and ack their sources, in ``txn``, in
         requests of at most ``write_chunk`` records."""
         props = {"txn": txn, "w": self.name}
@@ -230,7 +230,7 @@ class Worker:
             # transaction aborts could land after the abort (a late ack).
             results = await asyncio.gather(
                 self.rest.produce(self.cfg.dest_topic, messages, txn),
-                self.rest.ack(self.cfg.source_topic, self.sub, [h.message_id for _, _, h in chunk], txn),
+                self.rest.ack(self.cfg.source_topic, sub or self.sub, [h.message_id for *_, h in chunk], txn),
                 return_exceptions=True,
             )
             for r in results:
@@ -366,9 +366,59 @@ class Worker:
             self.buf.rollback()
             self._log(txn, "aborted", n=len(taken), why=why, r=[[p, s] for p, s, _ in taken])
 
-    async def run(self) -> None:
+    async def run_shared(self) -> None:
+        """The naive job, for contrast (``--assignment shared``): every worker consumes the
+        one Shared subscription ``reshard`` and writes what it gets, in arrival order, in
+        one transaction per interval. Transactions alone keep it free of lost writes and
+        duplicates; the order of a user's records is another matter (the checker reports
+        ``nonmonotonic``)."""
+        sub, cfg = self.cfg.subscription, self.cfg
+        await _retry(lambda: self.rest.subscribe(cfg.source_topic, sub, "earliest"))
+        partitions = [full_name(partition_name(cfg.dest_topic, d)) for d in range(cfg.dest_partitions)]
+        print(f"{self.name}: shares subscription {sub} with the other workers", flush=True)
+        while not self.stopping:
+            msgs = await self.rest_fetch_shared(500)
+            if not msgs:
+                continue
+            txn = await self.begin()
+            taken: list[tuple[int, int, Held]] = []
+            try:
+                await asyncio.gather(self.rest.add_partitions(txn, partitions),
+                                     self.rest.add_subscriptions(txn, [(full_name(cfg.source_topic), sub)]))
+                deadline = time.monotonic() + self.commit_interval_s
+                while msgs:
+                    held = [Held(m.message_id, r, m.value) for m in msgs for r in [decode(m.value)]]
+                    ready = [(h.record.src_partition, h.record.seq, h) for h in held]
+                    await self.write(txn, ready, sub=sub)
+                    taken.extend(ready)
+                    remaining = deadline - time.monotonic()
+                    if remaining <= 0 or self.stopping or len(taken) >= max_txn_records:
+                        break
+                    msgs = await self.rest_fetch_shared(int(min(remaining, 0.2) * 1000))
+            except StreamtxError as exc:
+                committed = await self._resolve(txn, commit=False)
+                self._log(txn, "committed" if committed else "aborted", n=len(taken),
+                          why=f"{type(exc).__name__}: {exc}"[:300], r=[[p, s] for p, s, _ in taken])
+                continue
+            self._log(txn, "committing")
+            committed = await self._resolve(txn, commit=True)
+            self._log(txn, "committed" if committed else "refused", n=len(taken),
+                      **({} if committed else {"r": [[p, s] for p, s, _ in taken]}))
+
+    async def rest_fetch_shared(self, wait_ms: int) -> list[Fetched]:
+        try:
+            cfg = self.cfg
+            return await self.rest.fetch(cfg.source_topic, cfg.subscription, self.name, 1000, wait_ms)
+        except StreamtxError:
+            await asyncio.sleep(0.1)
+            return []
+
+    async def run(self, *, shared: bool = False) -> None:
         with self.log_path.open("a") as self.log:
             await self.resolve_orphans()
+            if shared:
+                await self.run_shared()
+                return
             self.buf = ReorderBuffer(committed=await self.read_progress())
             await _retry(lambda: self.rest.subscribe(self.cfg.source_topic, self.sub, "earliest"))
             print(f"{self.name}: owns {self.owned}, resumes at {self.buf.committed}", flush=True)
@@ -406,6 +456,7 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--workers", type=int, required=True)
     parser.add_argument("--commit-interval-ms", type=int, default=500)
     parser.add_argument("--txn-timeout-ms", type=int, default=10_000)
+    parser.add_argument("--assignment", choices=("owned", "shared"), default="owned")
     args = parser.parse_args(argv)
     cfg = RunConfig.load(args.run_dir)
 
@@ -419,7 +470,7 @@ def main(argv: list[str] | None = None) -> None:
 
         asyncio.get_running_loop().add_signal_handler(signal.SIGTERM, stop)
         try:
-            await worker.run()
+            await worker.run(shared=args.assignment == "shared")
         except Uncertain as exc:
             print(f"{worker.name}: exiting to restart clean: {exc}", file=sys.stderr, flush=True)
             return 3
