@@ -1,0 +1,169 @@
+"""The worker's transaction logic against an in-memory suite: order, aborts, refusals, pipelining."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any, cast
+
+import pytest
+
+from streamtx.demo.layout import RunConfig, read_jsonl, worker_log
+from streamtx.demo.records import SearchRecord, decode, encode
+from streamtx.demo.rest import Fetched, Rest
+from streamtx.demo.worker import Worker
+from streamtx.errors import ConflictError, UnavailableError
+
+
+class FakeSuite:
+    """Just enough coordinator and broker: transactions buffer their writes until commit."""
+
+    def __init__(self) -> None:
+        self.n = 0
+        self.txns: dict[str, dict[str, Any]] = {}
+        self.visible: list[dict[str, Any]] = []  # committed destination messages, in order
+        self.acked: list[str] = []
+        self.refuse: set[str] = set()  # commit of these: 409
+        self.fail_produce = 0  # the next N produce calls fail with 503
+        self.commit_delay_s = 0.0
+
+    async def begin(self, timeout_ms: int) -> str:
+        self.n += 1
+        txn = f"0:{self.n}"
+        self.txns[txn] = {"state": "OPEN", "produced": [], "acked": []}
+        return txn
+
+    async def add_partitions(self, txn: str, partitions: list[str]) -> None:
+        pass
+
+    async def add_subscriptions(self, txn: str, subs: list[tuple[str, str]]) -> None:
+        pass
+
+    async def produce(self, topic: str, messages: list[dict[str, Any]], txn_id: str | None = None,
+                      producer: dict[str, Any] | None = None) -> list[str]:
+        if self.fail_produce:
+            self.fail_produce -= 1
+            raise UnavailableError("broker down")
+        assert txn_id is not None and self.txns[txn_id]["state"] == "OPEN"
+        self.txns[txn_id]["produced"] += [{**m, "topic": topic} for m in messages]
+        return [f"1:{i}" for i in range(len(messages))]
+
+    async def ack(self, topic: str, sub: str, message_ids: list[str], txn_id: str | None = None,
+                  cumulative: bool = False) -> None:
+        if txn_id is None:
+            self.acked += message_ids
+        else:
+            self.txns[txn_id]["acked"] += message_ids
+
+    async def commit(self, txn: str) -> None:
+        await asyncio.sleep(self.commit_delay_s)
+        t = self.txns[txn]
+        if txn in self.refuse:
+            t["state"] = "ABORTED"
+            raise ConflictError("timed out")
+        if t["state"] != "COMMITTED":
+            t["state"] = "COMMITTED"
+            self.visible += t["produced"]
+            self.acked += t["acked"]
+
+    async def abort(self, txn: str) -> None:
+        if self.txns[txn]["state"] == "COMMITTED":
+            raise ConflictError("committed")
+        self.txns[txn]["state"] = "ABORTED"
+
+    async def txn_state(self, txn: str) -> str:
+        return str(self.txns[txn]["state"])
+
+    def destination(self) -> list[tuple[int, int]]:
+        out = []
+        for m in self.visible:
+            if m["topic"].startswith("search-logs-by-range"):
+                r = decode(m["value"])
+                out.append((r.src_partition, r.seq))
+        return out
+
+
+def msgs(*seqs: tuple[int, int], user: int = 8) -> list[Fetched]:
+    """Source messages ``(partition, seq)``; users are chosen so ``user % 8 == partition``."""
+    return [Fetched(f"7:{p * 1000 + s}", p, None, encode(SearchRecord(user + p, p, s, 0, "q")), {})
+            for p, s in seqs]
+
+
+@pytest.fixture
+def worker(tmp_path: Path) -> Iterator[tuple[Worker, FakeSuite]]:
+    cfg = RunConfig.new("t", user_space=1000)
+    suite = FakeSuite()
+    w = Worker(cfg, tmp_path, cast(Rest, suite), index=0, workers=1, commit_interval_ms=20,
+               txn_timeout_ms=1000)
+    w.buf.committed.update({p: 0 for p in range(8)})
+    with worker_log(tmp_path, 0).open("a") as log:
+        w.log = log
+        yield w, suite
+
+
+def outcomes(w: Worker) -> list[str]:
+    return [line["o"] for line in read_jsonl(w.log_path) if line["o"] in ("committed", "aborted", "refused")]
+
+
+async def test_out_of_order_delivery_is_written_in_order_once(worker: tuple[Worker, FakeSuite]) -> None:
+    w, suite = worker
+    w.offer(msgs((0, 2), (0, 1), (1, 0)))
+    await w.one_transaction()  # only partition 1's seq 0 is in order
+    w.offer(msgs((0, 0), (0, 2)))  # the gap fills; seq 2 arrives twice
+    await w.one_transaction()
+    await w.settle()
+    assert suite.destination() == [(1, 0), (0, 0), (0, 1), (0, 2)]
+    progress = [json.loads(m["value"]) for m in suite.visible if m["topic"].startswith("reshard-progress")]
+    assert {"p": 0, "next": 3} in progress and {"p": 1, "next": 1} in progress
+    assert outcomes(w) == ["committed", "committed"]
+
+
+async def test_a_failed_write_aborts_and_the_next_transaction_redoes_it(
+    worker: tuple[Worker, FakeSuite],
+) -> None:
+    w, suite = worker
+    w.offer(msgs((0, 0), (0, 1)))
+    suite.fail_produce = 1
+    await w.one_transaction()
+    assert outcomes(w) == ["aborted"] and suite.destination() == []
+    await w.one_transaction()
+    await w.settle()
+    assert suite.destination() == [(0, 0), (0, 1)]
+    assert suite.txns["0:1"]["state"] == "ABORTED"
+
+
+async def test_a_refused_commit_takes_the_pipelined_one_with_it(worker: tuple[Worker, FakeSuite]) -> None:
+    w, suite = worker
+    w.last_commit_s = 0.0  # commits have been fast: pipeline
+    suite.commit_delay_s = 0.05
+    suite.refuse.add("0:1")
+    w.offer(msgs((0, 0), (0, 1)))
+    await w.one_transaction()  # txn 0:1 commits in the background (and will be refused) ...
+    w.offer(msgs((0, 2)))
+    await w.one_transaction()  # ... while 0:2 writes; 0:2 builds on 0:1, so it aborts too
+    assert outcomes(w) == ["refused", "aborted"]
+    assert suite.destination() == []
+    suite.commit_delay_s = 0.0
+    await w.one_transaction()  # everything is redone, in order
+    await w.settle()
+    assert suite.destination() == [(0, 0), (0, 1), (0, 2)]
+    # Nothing the source delivered was acked outside a transaction.
+    assert suite.acked == ["7:0", "7:1", "7:2"]
+
+
+async def test_copies_of_committed_records_are_acked_outside_the_transaction(
+    worker: tuple[Worker, FakeSuite],
+) -> None:
+    w, suite = worker
+    w.offer(msgs((0, 0)))
+    await w.one_transaction()
+    await w.settle()
+    foreign, stale = w.offer(msgs((0, 0), (1, 0)))  # a redelivered copy; partition 1 is ours too
+    assert stale == ["7:0"] and foreign == []
+    w2 = Worker(w.cfg, w.log_path.parent, cast(Rest, suite), index=1, workers=2, commit_interval_ms=20,
+                txn_timeout_ms=1000)
+    w2.buf.committed.update({1: 0, 3: 0, 5: 0, 7: 0})
+    foreign, stale = w2.offer(msgs((0, 5), (0, 6), (2, 1), (1, 0)))
+    assert foreign == ["7:6", "7:2001"] and stale == []  # the last message of each foreign partition
