@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 
@@ -13,6 +15,7 @@ from streamtx.pendingack.metrics import PendingAckMetrics
 from streamtx.pendingack.routes import acks, admin, txn
 from streamtx.pendingack.settings import PendingAckSettings
 from streamtx.pendingack.stores import PendingAckStores
+from streamtx.pendingack.txnchecker import CoordinatorLookup, StuckTxnChecker
 from streamtx.pendingack.writer import writer_factory
 from streamtx.service import ServiceState, create_app
 
@@ -38,11 +41,25 @@ def build_app(settings: PendingAckSettings | None = None) -> FastAPI:
             writer_factory=writer_factory(settings), metrics=metrics,
         )
         app.state.stores = stores
+        lookup: CoordinatorLookup | None = None
+        checker: asyncio.Task[None] | None = None
+        if settings.coordinator_url:
+            token = settings.admin_token or settings.client_token
+            lookup = CoordinatorLookup(settings.coordinator_url, token=token)
+            checker = asyncio.create_task(StuckTxnChecker(
+                lookup, after_s=settings.stuck_txn_after_s, interval_s=settings.stuck_txn_interval_s,
+            ).run(stores.opened))
         state.ready, state.reason = True, "ready"
         try:
             yield
         finally:
             state.ready, state.reason = False, "stopping"
+            if checker is not None:
+                checker.cancel()
+                with contextlib.suppress(asyncio.CancelledError):
+                    await checker
+            if lookup is not None:
+                await lookup.aclose()
             await stores.close()
             await notifier.aclose()
             await ledgers.close()

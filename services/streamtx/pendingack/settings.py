@@ -32,6 +32,15 @@ class PendingAckSettings(ServiceSettings):
     # 503 so the coordinator retries the (idempotent) end.
     broker_end_timeout_s: float = Field(default=30.0, gt=0, description="budget of one end's broker call, s")
     trim_every_ends: int = Field(default=100, ge=1, description="ends between trims of a pending-ack log")
+    # The stuck-transaction checker (streamtx.pendingack.txnchecker): a
+    # transaction holding acks here longer than stuck_txn_after_s is looked up
+    # at coordinator_url and ended as the coordinator ended it. The default is
+    # twice the coordinator's default transaction timeout (60 s): a transaction
+    # still OPEN then (a longer timeout) is simply asked about again.
+    stuck_txn_after_s: float = Field(
+        default=120.0, gt=0, description="age of a transaction's acks before the coordinator is asked, s",
+    )
+    stuck_txn_interval_s: float = Field(default=10.0, gt=0, description="time between stuck-txn checks, s")
 
     @classmethod
     def from_env(cls) -> PendingAckSettings:

@@ -31,8 +31,9 @@ has not applied the commit yet, and a restart loses nothing the broker needs.
 from __future__ import annotations
 
 import enum
+import time
 from collections import OrderedDict
-from collections.abc import Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field
 
 from streamtx.errors import ConflictError
@@ -69,6 +70,10 @@ class TxnAcks:
     cumulative: MessageId | None = None
     phase: TxnPhase = TxnPhase.OPEN
     slots: list[LogSlot] = field(default_factory=list)
+    # When this process first saw the transaction hold something here (its
+    # clock; a replayed transaction counts from the replay): the stuck-txn
+    # checker's age.
+    since: float = 0.0
 
     def message_ids(self) -> list[MessageId]:
         """Every id this transaction acked, the cumulative one last."""
@@ -140,8 +145,12 @@ class _Index:
 class SubscriptionState:
     """Open transactions' acks and recently committed positions of one subscription."""
 
-    def __init__(self, *, max_committed_ids: int = 100_000, max_ended_txns: int = 10_000) -> None:
+    def __init__(
+        self, *, max_committed_ids: int = 100_000, max_ended_txns: int = 10_000,
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
         self.max_committed_ids = max_committed_ids
+        self._clock = clock
         self.max_ended_txns = max_ended_txns
         self.txns: dict[TxnId, TxnAcks] = {}
         self._held = _Index()  # individual ids of open transactions
@@ -150,6 +159,9 @@ class SubscriptionState:
         self.committed_cumulative: MessageId | None = None
         # Recently ended transactions: an ack racing the end (a broker retry,
         # a TC timeout) must not reopen a transaction nobody will end again.
+        # Ends of transactions that held nothing here are remembered too (the
+        # coordinator's abort may arrive before the client's first ack).
+        # Memory only: after a restart the stuck-txn checker covers it.
         self._ended: OrderedDict[TxnId, RecordKind] = OrderedDict()
 
     # --- reads -----------------------------------------------------------------
@@ -167,6 +179,15 @@ class SubscriptionState:
     def ended(self, txn: TxnId) -> RecordKind | None:
         """COMMITTED or ABORTED if ``txn`` ended here recently, else None."""
         return self._ended.get(txn)
+
+    def stuck_txns(self, older_than_s: float) -> list[TxnId]:
+        """Transactions holding acks here for longer than ``older_than_s``.
+
+        Ending ones too: an end that failed (broker down) leaves its transaction
+        ENDING until someone repeats the end.
+        """
+        now = self._clock()
+        return [t.txn for t in self.txns.values() if now - t.since > older_than_s]
 
     # --- ack time --------------------------------------------------------------
 
@@ -199,7 +220,7 @@ class SubscriptionState:
         """Hold ``ids`` for ``txn`` (no checks: call :meth:`check_ack` first, or replay)."""
         acks = self.txns.get(txn)
         if acks is None:
-            acks = self.txns[txn] = TxnAcks(txn)
+            acks = self.txns[txn] = TxnAcks(txn, since=self._clock())
         for mid in ids:
             if cumulative:
                 if acks.cumulative is None or acks.cumulative < mid:
@@ -288,7 +309,11 @@ class SubscriptionState:
         return acks
 
     def finish_end(self, txn: TxnId, kind: RecordKind) -> TxnAcks | None:
-        """Release ``txn``'s holds; on COMMITTED remember its positions (bounded)."""
+        """Release ``txn``'s holds; on COMMITTED remember its positions (bounded).
+
+        The end is remembered (bounded) even when ``txn`` holds nothing here, so
+        a late ack of it is refused.
+        """
         acks = self.txns.pop(txn, None)
         self._ended[txn] = kind
         self._ended.move_to_end(txn)

@@ -234,8 +234,16 @@ class PendingAckStore:
             raise
         acks.slots.append(LogSlot(result.position, result.batch_index, result.batch_size))
 
+    def ending_now(self, txn: TxnId) -> bool:
+        """Whether an end of ``txn`` is running (or waiting for one that is)."""
+        return txn in self._end_locks
+
     async def end(self, txn: TxnId, commit: bool) -> None:
-        """Commit or abort ``txn``'s acks here; idempotent, a no-op for an unknown transaction."""
+        """Commit or abort ``txn``'s acks here; idempotent.
+
+        For a transaction holding nothing here only the end is remembered (in
+        memory, bounded by ``max_ended_txns``): later acks of it get 409.
+        """
         # One end at a time per transaction (the coordinator may retry while
         # the first attempt still waits for the broker); the lock is dropped
         # when its last user leaves.
@@ -260,6 +268,10 @@ class PendingAckStore:
             return
         acks = self.state.begin_end(txn)
         if acks is None:
+            # Nothing held here (yet): remember the end, so that an ack the
+            # client sends after it (or racing it) is refused instead of
+            # holding its messages for a transaction nobody will end again.
+            self.state.finish_end(txn, kind)
             return
         async with self._inflight_done:
             await self._inflight_done.wait_for(lambda: txn not in self._inflight)

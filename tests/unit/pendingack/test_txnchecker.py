@@ -1,0 +1,178 @@
+"""Late acks of ended transactions: remembered ends, and the stuck-transaction checker."""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator
+
+import httpx
+import pytest
+
+from streamtx.errors import ConflictError
+from streamtx.ledger import LedgerStore, open_store
+from streamtx.pendingack.records import RecordKind, TxnId
+from streamtx.pendingack.state import SubscriptionState, TxnPhase
+from streamtx.pendingack.txnchecker import CoordinatorLookup, StuckTxnChecker, Verdict, verdict_of
+from tests.unit.pendingack.test_store import A, B, RecordingBroker, ids, open_store_
+
+C = TxnId(0, 3)
+
+
+@pytest.fixture
+async def ledgers() -> AsyncIterator[LedgerStore]:
+    store = open_store("memory://")
+    yield store
+    await store.close()
+
+
+class Clock:
+    def __init__(self) -> None:
+        self.now = 100.0
+
+    def __call__(self) -> float:
+        return self.now
+
+
+# --- the state ----------------------------------------------------------------
+
+
+def test_end_of_an_unknown_txn_refuses_its_late_acks() -> None:
+    state = SubscriptionState()
+    assert state.finish_end(A, RecordKind.ABORTED) is None
+    assert state.ended(A) is RecordKind.ABORTED
+    with pytest.raises(ConflictError, match="ABORTED"):
+        state.check_ack(A, ids("1:1"), False)
+    state.check_ack(B, ids("1:1"), False)  # others are not affected
+
+
+def test_remembered_unknown_ends_are_bounded() -> None:
+    state = SubscriptionState(max_ended_txns=2)
+    for least in range(1, 4):
+        state.finish_end(TxnId(0, least), RecordKind.ABORTED)
+    assert state.ended(TxnId(0, 1)) is None
+    assert state.ended(TxnId(0, 3)) is RecordKind.ABORTED
+
+
+def test_stuck_txns_are_the_old_ones() -> None:
+    clock = Clock()
+    state = SubscriptionState(clock=clock)
+    state.add_ack(A, ids("1:1"), False)
+    clock.now += 5
+    state.add_ack(B, ids("1:2"), False)
+    state.add_ack(A, ids("1:3"), False)  # a later ack does not make A younger
+    assert state.stuck_txns(1.0) == [A]
+    clock.now += 5
+    assert state.stuck_txns(1.0) == [A, B]
+    state.prepare(B)
+    assert state.txns[B].phase is TxnPhase.PREPARED
+    assert state.stuck_txns(1.0) == [A, B]
+    state.begin_end(A)  # ending (maybe a failed end nobody repeats): still listed
+    assert state.stuck_txns(1.0) == [A, B]
+    state.finish_end(A, RecordKind.ABORTED)
+    assert state.stuck_txns(1.0) == [B]
+    assert state.stuck_txns(20.0) == []
+
+
+# --- the store ----------------------------------------------------------------
+
+
+async def test_store_remembers_the_end_of_a_txn_it_never_saw(ledgers: LedgerStore) -> None:
+    broker = RecordingBroker()
+    store = await open_store_(ledgers, broker)
+    await store.end(A, commit=False)  # the coordinator's abort before any ack: 200, no broker call
+    assert broker.calls == []
+    with pytest.raises(ConflictError):
+        await store.ack(A, ids("1:1"), False)
+    assert store.held() == []
+    await store.end(A, commit=False)  # repeats are still fine
+    with pytest.raises(ConflictError):
+        await store.end(A, commit=True)
+    await store.close()
+
+
+# --- the checker ----------------------------------------------------------------
+
+
+def test_verdicts() -> None:
+    assert verdict_of("COMMITTED") is True
+    assert verdict_of("ABORTED") is False
+    assert verdict_of("TIMEOUT") is False
+    for state in ("OPEN", "COMMITTING", "ABORTING", None, "???"):
+        assert verdict_of(state) is None
+
+
+async def test_checker_ends_stuck_txns_as_the_coordinator_did(ledgers: LedgerStore) -> None:
+    broker = RecordingBroker()
+    store = await open_store_(ledgers, broker)
+    clock = Clock()
+    store.state._clock = clock
+    await store.ack(A, ids("1:1"), False)
+    await store.ack(B, ids("1:2"), False)
+    await store.ack(C, ids("1:3"), False)
+    answers: dict[TxnId, Verdict] = {A: False, B: True, C: None}
+    asked: list[TxnId] = []
+
+    async def lookup(txn: TxnId) -> Verdict:
+        asked.append(txn)
+        return answers[txn]
+
+    checker = StuckTxnChecker(lookup, after_s=10, interval_s=1)
+    assert await checker.check([store]) == 0  # nothing old enough: the coordinator is not asked
+    assert asked == []
+    clock.now += 11
+    assert await checker.check([store]) == 2
+    assert sorted(asked) == [A, B, C]
+    assert {(c["txn_id"], c["action"]) for c in broker.calls} == {("0:1", "abort"), ("0:2", "commit")}
+    assert list(store.state.txns) == [C]  # still open at the coordinator: left alone
+    assert store.held() == ["1:3"]
+    with pytest.raises(ConflictError):
+        await store.ack(A, ids("1:4"), False)
+    await store.close()
+
+
+async def test_checker_survives_a_failing_end(ledgers: LedgerStore) -> None:
+    broker = RecordingBroker()
+    store = await open_store_(ledgers, broker)
+    await store.ack(A, ids("1:1"), False)
+
+    async def abort(txn: TxnId) -> Verdict:
+        return False
+
+    checker = StuckTxnChecker(abort, after_s=0, interval_s=1)
+    broker.fail = 1
+    assert await checker.check([store]) == 0  # broker down: the next round retries
+    assert store.held() == ["1:1"]
+    assert await checker.check([store]) == 1
+    assert store.held() == []
+    await store.close()
+
+
+def _lookup_with(handler: httpx.MockTransport) -> CoordinatorLookup:
+    lookup = CoordinatorLookup("http://tc", token=None)
+    lookup._client._client = httpx.AsyncClient(base_url="http://tc", transport=handler)
+    return lookup
+
+
+@pytest.mark.parametrize(("status", "body", "expected"), [
+    (200, {"txn_id": "0:1", "state": "COMMITTED"}, True),
+    (200, {"txn_id": "0:1", "state": "ABORTED"}, False),
+    (200, {"txn_id": "0:1", "state": "TIMEOUT"}, False),
+    (200, {"txn_id": "0:1", "state": "OPEN"}, None),
+    (200, {"txn_id": "0:1", "state": "ABORTING"}, None),
+    (404, {"error": "not_found", "message": "transaction 0:1 not found"}, False),
+    (404, {"error": "not_found",
+           "message": "transaction 0:1 belongs to coordinator 0, not served here"}, None),
+    (503, {"error": "unavailable", "message": "replaying"}, None),
+])
+async def test_coordinator_lookup(status: int, body: dict[str, str], expected: Verdict) -> None:
+    seen: list[str] = []
+
+    def handle(request: httpx.Request) -> httpx.Response:
+        seen.append(request.url.path)
+        return httpx.Response(status, json=body)
+
+    lookup = _lookup_with(httpx.MockTransport(handle))
+    try:
+        assert await lookup(A) is expected
+    finally:
+        await lookup.aclose()
+    assert seen == ["/v1/transactions/0:1"]
