@@ -1,0 +1,154 @@
+"""Acks that arrive after their transaction ended must not hold messages forever.
+
+The real coordinator, broker and pending-ack store. The client begins a
+transaction, registers the subscription, ends it, and only then acks a
+message with it through the broker. Either the store remembers the end and
+refuses the ack (409), or - after a store restart lost that memory - its
+stuck-transaction checker asks the coordinator and ends the transaction the
+way the coordinator did. Either way the message is deliverable again (abort)
+or gone (commit).
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Awaitable, Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+import httpx
+import pytest
+
+from streamtx.client import Consumer, Message, StreamtxClient
+from tests.support.suite import Suite
+
+TOPIC = "persistent://t/n/late"
+ACKS = "/v1/topics/t/n/late/subscriptions/s/acks"
+
+
+@pytest.fixture
+def suite(tmp_path: Path) -> Iterator[Suite]:
+    with Suite(
+        f"file://{tmp_path / 'ledgers'}", tmp_path,
+        broker_env={"STREAMTX_ACK_TIMEOUT_MS": "60000"},
+        pendingack_env={"STREAMTX_BROKER_END_TIMEOUT_S": "3", "STREAMTX_STUCK_TXN_AFTER_S": "1",
+                        "STREAMTX_STUCK_TXN_INTERVAL_S": "0.2"},
+        coordinator_env={"STREAMTX_FANOUT_MAX_BACKOFF_MS": "300"},
+    ) as running:
+        yield running
+
+
+async def eventually(check: Callable[[], Awaitable[bool]], timeout_s: float = 15.0, what: str = "") -> None:
+    loop = asyncio.get_running_loop()
+    deadline = loop.time() + timeout_s
+    while not await check():
+        if loop.time() > deadline:
+            raise AssertionError(f"not within {timeout_s}s: {what}")
+        await asyncio.sleep(0.1)
+
+
+async def receive(consumer: Consumer, n: int, timeout_s: float = 10.0) -> list[Message]:
+    loop = asyncio.get_running_loop()
+    out: list[Message] = []
+    deadline = loop.time() + timeout_s
+    while len(out) < n and loop.time() < deadline:
+        out += await consumer.receive(max=n - len(out), wait_ms=300)
+    return out
+
+
+async def setup(client: StreamtxClient) -> tuple[Consumer, Consumer, Message]:
+    """A topic with one message, received (not acked) by consumer c1; c2 waits on the same Shared sub."""
+    await client.create_topic(TOPIC, 1)
+    c1 = await client.consumer(TOPIC, "s", "earliest", "Shared", name="c1")
+    c2 = await client.consumer(TOPIC, "s", name="c2")
+    producer = await client.producer(TOPIC, name="p")
+    await producer.send(b"m0")
+    got = await receive(c1, 1)
+    assert [m.value for m in got] == [b"m0"]
+    return c1, c2, got[0]
+
+
+async def late_ack(suite: Suite, txn_id: str, message: Message) -> httpx.Response:
+    async with httpx.AsyncClient(timeout=30) as http:
+        return await http.post(f"{suite.broker.url}{ACKS}",
+                               json={"message_ids": [message.message_id], "txn_id": txn_id})
+
+
+async def stats(client: StreamtxClient) -> Any:
+    return await client.endpoint("pendingack").call(
+        "GET", "/admin/v3/transactions/pendingAckStats/t/n/late/s")
+
+
+async def redelivered(c1: Consumer, c2: Consumer, message: Message) -> bool:
+    """The message comes back to another consumer once c1 gives it up."""
+    await c1.nack([message])
+    return [m.message_id for m in await receive(c2, 1, timeout_s=5)] == [message.message_id]
+
+
+async def test_ack_after_abort_is_refused_and_the_message_stays_deliverable(suite: Suite) -> None:
+    async with StreamtxClient(suite.url) as client:
+        c1, c2, message = await setup(client)
+        txn = await client.new_transaction()
+        await txn.add_subscription(TOPIC, "s")
+        await txn.abort()  # the store hears the end before any ack of the transaction
+
+        r = await late_ack(suite, txn.txn_id, message)
+        assert r.status_code == 409, r.text
+        assert (await stats(client))["ongoingTxnSize"] == 0
+        assert await redelivered(c1, c2, message)
+
+
+async def test_ack_after_abort_and_store_restart_is_released_by_the_checker(suite: Suite) -> None:
+    async with StreamtxClient(suite.url) as client:
+        c1, c2, message = await setup(client)
+        txn = await client.new_transaction()
+        await txn.add_subscription(TOPIC, "s")
+        await txn.abort()
+        suite.pendingack.restart()  # the remembered end is lost
+
+        r = await late_ack(suite, txn.txn_id, message)
+        assert r.status_code == 200, r.text  # held by an aborted transaction...
+        assert (await stats(client))["ongoingTxnSize"] == 1
+
+        async def released() -> bool:
+            return bool((await stats(client))["ongoingTxnSize"] == 0)
+
+        await eventually(released, what="the checker aborts the transaction")  # ...until the checker
+        assert await redelivered(c1, c2, message)
+        # Aborting again changes nothing; a new transaction may take the message.
+        await txn.abort()
+        other = await client.new_transaction()
+        await c2.ack([message], txn=other)
+        await other.commit()
+
+
+async def test_ack_of_a_txn_the_coordinator_never_knew_is_aborted_by_the_checker(suite: Suite) -> None:
+    async with StreamtxClient(suite.url) as client:
+        c1, c2, message = await setup(client)
+        r = await late_ack(suite, "0:987654", message)
+        assert r.status_code == 200, r.text
+
+        async def released() -> bool:
+            return bool((await stats(client))["ongoingTxnSize"] == 0)
+
+        await eventually(released, what="the checker aborts the unknown transaction")
+        assert await redelivered(c1, c2, message)
+
+
+async def test_ack_after_commit_and_store_restart_is_committed_by_the_checker(suite: Suite) -> None:
+    async with StreamtxClient(suite.url) as client:
+        c1, c2, message = await setup(client)
+        txn = await client.new_transaction()
+        await txn.add_subscription(TOPIC, "s")
+        await txn.commit()
+        suite.pendingack.restart()
+
+        r = await late_ack(suite, txn.txn_id, message)
+        assert r.status_code == 200, r.text
+
+        async def released() -> bool:
+            return bool((await stats(client))["ongoingTxnSize"] == 0)
+
+        await eventually(released, what="the checker commits the transaction")
+        await c1.nack([message])
+        assert await receive(c2, 1, timeout_s=2) == []  # acked for good
