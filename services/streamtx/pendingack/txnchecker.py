@@ -21,7 +21,8 @@ the coordinator did:
 A transaction whose end is running right now is skipped; one whose end failed
 (the broker was down) and nobody repeats it is ended by a later round.
 
-Without a coordinator URL nothing is checked. The broker has its own checker
+Only the subscriptions opened since this process started are checked (see
+:mod:`.stores`). Without a coordinator URL nothing is checked. The broker has its own checker
 for transaction buffers (``streamtx.broker.txnchecker``), with the same verdicts.
 """
 
