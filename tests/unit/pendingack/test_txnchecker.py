@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import AsyncIterator
+from typing import Any
 
 import httpx
 import pytest
@@ -176,3 +178,32 @@ async def test_coordinator_lookup(status: int, body: dict[str, str], expected: V
     finally:
         await lookup.aclose()
     assert seen == ["/v1/transactions/0:1"]
+
+
+async def test_checker_skips_a_txn_whose_end_is_running(ledgers: LedgerStore) -> None:
+    broker = RecordingBroker()
+    store = await open_store_(ledgers, broker)
+    await store.ack(A, ids("1:1"), False)
+    release = asyncio.Event()
+    original = broker.end
+
+    async def slow_end(*args: Any, **kw: Any) -> None:
+        await release.wait()
+        await original(*args, **kw)
+
+    broker.end = slow_end  # type: ignore[method-assign]
+    ending = asyncio.create_task(store.end(A, commit=False))  # the coordinator's end, waiting for the broker
+    await asyncio.sleep(0)
+    assert store.ending_now(A)
+    asked: list[TxnId] = []
+
+    async def lookup(txn: TxnId) -> Verdict:
+        asked.append(txn)
+        return False
+
+    assert await StuckTxnChecker(lookup, after_s=0, interval_s=1).check([store]) == 0
+    assert asked == []
+    release.set()
+    await ending
+    assert not store.ending_now(A) and store.held() == []
+    await store.close()
