@@ -23,7 +23,10 @@ A transaction whose end is running right now is skipped; one whose end failed
 
 Only the subscriptions opened since this process started are checked (see
 :mod:`.stores`). Without a coordinator URL nothing is checked. The broker has its own checker
-for transaction buffers (``streamtx.broker.txnchecker``), with the same verdicts.
+for transaction buffers (``streamtx.broker.txnchecker``), with the same verdicts
+except that it reads every 404 as "abort", the foreign-coordinator one too; the
+two could share :class:`CoordinatorLookup` (not done here: the broker is being
+changed elsewhere).
 """
 
 from __future__ import annotations
