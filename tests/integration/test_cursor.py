@@ -7,7 +7,13 @@ import asyncio
 import pytest
 
 from streamtx.cursor import Cursor, cursor_ledger_name
-from streamtx.errors import FencedError, InvalidPositionError, LedgerClosedError, LedgerUnavailableError
+from streamtx.errors import (
+    FencedError,
+    InvalidPositionError,
+    LedgerClosedError,
+    LedgerUnavailableError,
+    MalformedError,
+)
 from streamtx.ledger import Ledger, LedgerStore, Position, open_store
 from streamtx.ledger.memory import MemoryLedgerStore
 
@@ -225,3 +231,45 @@ async def test_a_failed_persist_is_carried_by_the_next(ledger_store: LedgerStore
     await cursor.close()
     again = await Cursor.open(ledger_store, ledger, "sub")
     assert [again.is_deleted(p) for p in positions] == [True, False, True, False]
+
+
+async def test_apply_mixed_batch_is_one_snapshot_and_same_as_one_by_one(ledger_store: LedgerStore) -> None:
+    ledger = await ledger_store.open("cur/apply")
+    positions = await fill(ledger, 40)
+    one = await Cursor.open(ledger_store, ledger, "one")
+    many = await Cursor.open(ledger_store, ledger, "many")
+    await one.mark_delete(positions[2])
+    await one.delete([positions[5], positions[6], positions[7], positions[30]])
+    for i in range(batch_size):  # the whole batch: the entry becomes deleted
+        await one.delete_batch_index(positions[3], i, batch_size)
+    await one.delete_batch_index(positions[10], 2, batch_size)
+    before = many.stats().snapshots_written
+    await many.apply(
+        [positions[30], positions[5], positions[7], positions[6]],
+        [(positions[3], i, batch_size) for i in range(batch_size)] + [(positions[10], 2, batch_size)],
+        mark_delete=positions[2],
+    )
+    assert many.stats().snapshots_written == before + 1
+    assert snapshot_of(many, positions) == snapshot_of(one, positions)
+    assert many.mark_delete_position == positions[3]
+    await many.close()
+    again = await Cursor.open(ledger_store, ledger, "many")
+    assert snapshot_of(again, positions) == snapshot_of(one, positions)
+    await again.close()
+    await one.close()
+
+
+async def test_apply_checks_everything_before_applying(ledger_store: LedgerStore) -> None:
+    ledger = await ledger_store.open("cur/apply-bad")
+    positions = await fill(ledger, 5)
+    cursor = await Cursor.open(ledger_store, ledger, "sub")
+    await cursor.delete_batch_index(positions[1], 0, batch_size)
+    before = snapshot_of(cursor, positions)
+    with pytest.raises(MalformedError):
+        await cursor.apply([positions[0]], [(positions[1], 1, batch_size + 1)])
+    with pytest.raises(MalformedError):
+        await cursor.apply([positions[0]], [(positions[2], batch_size, batch_size)])
+    with pytest.raises(InvalidPositionError):
+        await cursor.apply([positions[0], Position(positions[0].ledger_id + 99, 0)])
+    assert snapshot_of(cursor, positions) == before
+    await cursor.close()

@@ -99,6 +99,46 @@ class CursorStateMachine(RuleBasedStateMachine):
         self.mark = max(self.mark, entry_id)
         self.settle()
 
+    @rule(data=st.data())
+    def apply_mixed_batch(self, data: st.DataObject) -> None:
+        """``apply`` does what its parts do one by one: mark, then entries, then records."""
+        entries = data.draw(st.lists(st.sampled_from(self.live), max_size=8))
+        records = []
+        for entry_id in data.draw(st.lists(st.sampled_from(self.live), max_size=8)):
+            size = batch_size_of(entry_id)
+            records.append((entry_id, data.draw(st.integers(0, size - 1)), size))
+        mark = data.draw(st.none() | st.integers(-1, universe + 2))
+        if mark is not None:
+            self.mark = max(self.mark, mark)
+            self.settle()
+        for entry_id in entries:
+            if entry_id > self.mark:
+                self.deleted.add(entry_id)
+                self.bits.pop(entry_id, None)
+            self.settle()
+        for entry_id, index, size in records:
+            if not self.model_deleted(entry_id):
+                bits = self.bits.get(entry_id, 0) | 1 << index
+                if bits == (1 << size) - 1:
+                    self.deleted.add(entry_id)
+                    self.bits.pop(entry_id, None)
+                else:
+                    self.bits[entry_id] = bits
+            self.settle()
+        version = self.state.version
+        changed = self.state.apply(entries, records, mark)
+        assert changed == (self.state.version != version)
+
+    @precondition(lambda self: bool(self.bits))
+    @rule(data=st.data())
+    def apply_refuses_a_bad_record_before_applying_anything(self, data: st.DataObject) -> None:
+        entry_id = data.draw(st.sampled_from(sorted(self.bits)))
+        others = [e for e in self.live if e != entry_id]
+        version = self.state.version
+        with pytest.raises(MalformedError):
+            self.state.apply(others[:3], [(entry_id, 0, batch_size_of(entry_id) + 1)], self.mark)
+        assert self.state.version == version
+
     @invariant()
     def agrees_with_model(self) -> None:
         state = self.state

@@ -19,7 +19,7 @@ from __future__ import annotations
 import asyncio
 import enum
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 from streamtx.broker import codec, metrics
@@ -146,39 +146,50 @@ class Subscription:
     async def ack(self, ids: list[str], cumulative: bool) -> None:
         resolved = self._resolve_all(ids)
         self._check_not_held(resolved)
-        for part, (pos, bi) in resolved:
-            if cumulative:
-                await self._ack_cumulative(part, pos, bi)
-            else:
-                await self._delete(part, pos, bi)
-                part.forget([(pos, bi)])
+        batch = _CursorBatch()
+        if cumulative:
+            for part, (pos, bi) in resolved:
+                await self._add_cumulative(batch, part, pos, bi)
+        else:
+            for part, (pos, bi) in resolved:
+                await self._add_delete(batch, part, pos, bi)
+        await batch.apply()
+        if cumulative:
+            for part, (pos, bi) in resolved:
+                part.forget_through(pos, bi)
+        else:
+            for part, unit in resolved:
+                part.forget([unit])
         self.notifier.changed()
 
-    async def _delete(self, part: PartitionDispatch, pos: Position, bi: int | None) -> None:
+    async def _add_delete(self, batch: _CursorBatch, part: PartitionDispatch, pos: Position,
+                          bi: int | None) -> None:
+        """Add one message's delete to ``batch`` (checked now, applied with the batch)."""
         if bi is None:
-            await part.cursor.delete([pos])
+            batch.of(part).entries.append(pos)
         else:
             size = await part.batch_size(pos, bi)
             if bi >= size:
                 raise MalformedError(f"batch index {bi} is not within the batch of {size} at {pos}")
-            await part.cursor.delete_batch_index(pos, bi, size)
+            batch.of(part).records.append((pos, bi, size))
 
-    async def _ack_cumulative(self, part: PartitionDispatch, pos: Position, bi: int | None,
-                              *, check_held: bool = True) -> None:
-        held_before = [u for u in part.held if u[0] < pos or (u[0] == pos and (bi is None or
-                                                                                (u[1] or 0) <= bi))]
-        if held_before and check_held:
-            raise ConflictError(f"cumulative ack to {pos} covers {unit_id(held_before[0])}, held by "
-                                "an open transaction")
+    async def _add_cumulative(self, batch: _CursorBatch, part: PartitionDispatch, pos: Position,
+                              bi: int | None, *, check_held: bool = True) -> None:
+        """Add a cumulative ack through ``(pos, bi)`` to ``batch``."""
+        if check_held:
+            held_before = [u for u in part.held if u[0] < pos or (u[0] == pos and (bi is None or
+                                                                                    (u[1] or 0) <= bi))]
+            if held_before:
+                raise ConflictError(f"cumulative ack to {pos} covers {unit_id(held_before[0])}, held "
+                                    "by an open transaction")
         size = 1 if bi is None else await part.batch_size(pos, bi)
+        ops = batch.of(part)
         if bi is None or bi == size - 1:
-            await part.cursor.mark_delete(pos)
+            ops.mark(pos)
         else:
             if pos.entry_id > 0:
-                await part.cursor.mark_delete(Position(pos.ledger_id, pos.entry_id - 1))
-            for i in range(bi + 1):
-                await part.cursor.delete_batch_index(pos, i, size)
-        part.forget_through(pos, bi)
+                ops.mark(Position(pos.ledger_id, pos.entry_id - 1))
+            ops.records += [(pos, i, size) for i in range(bi + 1)]
 
     async def nack(self, ids: list[str]) -> None:
         by_part: dict[int, list[Unit]] = {}
@@ -237,22 +248,27 @@ class Subscription:
         """
         resolved = self._resolve_all(ids)
         cumulative = self.resolve(cumulative_id) if cumulative_id else None
+        batch = _CursorBatch()
         if commit:
             for part, unit in resolved:
                 if not part.is_gone(unit):
-                    await self._delete(part, unit[0], unit[1])
+                    await self._add_delete(batch, part, unit[0], unit[1])
+            if cumulative is not None:
+                part, (pos, bi) = cumulative
+                # The pending-ack store already ruled on conflicts: apply, never refuse.
+                await self._add_cumulative(batch, part, pos, bi, check_held=False)
         released: list[tuple[PartitionDispatch, Unit]] = list(resolved)
         for part in self.parts:
             mine = [u for u, holder in part.held.items() if holder == txn]
             released += [(part, u) for u in mine]
+        await batch.apply()
         for part, unit in released:
             holder = part.held.get(unit)
             if txn is None or holder in (txn, _unknown_txn):
                 part.held.pop(unit, None)
         if commit and cumulative is not None:
             part, (pos, bi) = cumulative
-            # The pending-ack store already ruled on conflicts: apply, never refuse.
-            await self._ack_cumulative(part, pos, bi, check_held=False)
+            part.forget_through(pos, bi)
         for part, unit in released:
             if commit:
                 part.forget([unit])
@@ -287,3 +303,39 @@ class Subscription:
     async def close(self) -> None:
         for p in self.parts:
             await p.cursor.close()
+
+
+@dataclass(slots=True)
+class _CursorOps:
+    entries: list[Position] = field(default_factory=list)
+    records: list[tuple[Position, int, int]] = field(default_factory=list)
+    mark_delete: Position | None = None
+
+    def mark(self, pos: Position) -> None:
+        if self.mark_delete is None or pos > self.mark_delete:
+            self.mark_delete = pos
+
+
+class _CursorBatch:
+    """The cursor changes of one request, per partition: applied at once, one persist each."""
+
+    __slots__ = ("_ops",)
+
+    def __init__(self) -> None:
+        self._ops: dict[int, tuple[PartitionDispatch, _CursorOps]] = {}
+
+    def of(self, part: PartitionDispatch) -> _CursorOps:
+        got = self._ops.get(part.index)
+        if got is None:
+            got = self._ops[part.index] = (part, _CursorOps())
+        return got[1]
+
+    async def apply(self) -> None:
+        """Apply every partition's changes in memory now, then await their snapshots together."""
+        waits = [part.cursor.apply(ops.entries, ops.records, ops.mark_delete)
+                 for part, ops in self._ops.values()
+                 if ops.entries or ops.records or ops.mark_delete is not None]
+        if len(waits) == 1:
+            await waits[0]
+        elif waits:
+            await asyncio.gather(*waits)

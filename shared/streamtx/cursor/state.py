@@ -46,7 +46,7 @@ from __future__ import annotations
 
 import struct
 from bisect import bisect_left, bisect_right
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 
 from streamtx.cursor.ranges import RangeSet
 from streamtx.errors import CorruptEntryError, MalformedError
@@ -170,6 +170,69 @@ class CursorState:
         self._batches[entry_id] = (size, new_bits)
         self.version += 1
         return False
+
+    def apply(
+        self,
+        entries: Iterable[int] = (),
+        batch_indexes: Iterable[tuple[int, int, int]] = (),
+        mark_delete: int | None = None,
+    ) -> bool:
+        """Apply a mixed batch of deletes in one step; True if that changed anything.
+
+        ``entries`` are whole-entry deletes, ``batch_indexes`` are ``(entry_id,
+        index, size)`` record deletes, ``mark_delete`` (if given) moves the
+        mark-delete id. Everything is checked before anything applies, so a
+        malformed batch index leaves the state untouched.
+        """
+        entry_ids = sorted(set(entries))
+        whole = set(entry_ids)
+        mark = self._mark if mark_delete is None else max(self._mark, mark_delete)
+        records = list(batch_indexes)
+        sizes: dict[int, int] = {}
+        for entry_id, index, size in records:
+            if size < 1 or not 0 <= index < size:
+                raise MalformedError(f"batch index {index} is not within a batch of {size}")
+            if entry_id <= mark or entry_id in whole or entry_id in self._ranges:
+                continue  # deleted once this applies: the size is not checked, as delete_batch_index
+            known = sizes.setdefault(entry_id, self._batches.get(entry_id, (size, 0))[0])
+            if known != size:
+                raise MalformedError(f"entry {entry_id} has {known} records, not {size}")
+        before = self.version
+        if mark_delete is not None and mark_delete > self._mark:
+            self._mark = mark_delete
+            self.version += 1
+        # Whole entries as merged runs of consecutive ids: one range insert each.
+        i = 0
+        while i < len(entry_ids):
+            j = i
+            while j + 1 < len(entry_ids) and entry_ids[j + 1] == entry_ids[j] + 1:
+                j += 1
+            first, last = max(entry_ids[i], self._mark + 1), entry_ids[j]
+            if first <= last:
+                self._drop_batches(first, last)
+                if self._ranges.add(first, last):
+                    self.version += 1
+            i = j + 1
+        changed_ranges = self.version != before
+        for entry_id, index, size in records:
+            if self.is_deleted(entry_id):
+                continue
+            _size, bits = self._batches.get(entry_id, (size, 0))
+            new_bits = bits | 1 << index
+            if new_bits == bits:
+                continue
+            if new_bits == (1 << size) - 1:
+                self._drop_batches(entry_id, entry_id)
+                self._ranges.add(entry_id, entry_id)
+                changed_ranges = True
+            else:
+                if entry_id not in self._batches:
+                    self._batch_ids.insert(bisect_left(self._batch_ids, entry_id), entry_id)
+                self._batches[entry_id] = (size, new_bits)
+            self.version += 1
+        if changed_ranges:
+            self._changed()
+        return self.version != before
 
     def mark_delete(self, entry_id: int) -> bool:
         """Delete every entry ``<= entry_id`` (it never moves back); True if it moved."""
