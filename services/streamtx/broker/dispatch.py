@@ -24,6 +24,8 @@ from streamtx.ledger import Position
 
 Unit = tuple[Position, int | None]
 
+_min_size_cache = 4096  # batch sizes remembered before the first prune
+
 
 @dataclass(slots=True)
 class Delivery:
@@ -50,6 +52,10 @@ class PartitionDispatch:
         self.held: dict[Unit, tuple[int, int]] = {}  # unit → txn holding it
         self.lock = asyncio.Lock()
         self.delivered = 0
+        # Batch sizes of entries handed out (or read for an ack): acks of held units,
+        # forgotten by ``pending``, need them without reading the entry again.
+        self._sizes: dict[Position, int] = {}
+        self._prune_sizes_at = _min_size_cache
 
     def _next(self, pos: Position) -> Position:
         return Position(pos.ledger_id, self.partition.ledger.next_entry_id(pos.entry_id))
@@ -130,6 +136,8 @@ class PartitionDispatch:
             return True
         msgs = codec.decode_messages(data, h)
         size = len(msgs)
+        if size > 1:
+            self._remember_size(pos, size)
         for bi, m in enumerate(msgs):
             unit: Unit = (pos, bi if size > 1 else None)
             if unit in self.pending or unit in self.held or unit in self.redeliver or self.is_gone(unit):
@@ -153,11 +161,24 @@ class PartitionDispatch:
         d = self.pending.get((pos, batch_index)) or self.redeliver.get((pos, batch_index))
         if d is not None:
             return d.batch_size
+        size = self._sizes.get(pos)
+        if size is not None:
+            return size
         entries = await self.partition.ledger.read(pos, 1)
         if not entries or entries[0].position != pos:
             return 1
         h = codec.decode_header(entries[0].data)
-        return max(h.count, 1)
+        size = max(h.count, 1)
+        if size > 1:
+            self._remember_size(pos, size)
+        return size
+
+    def _remember_size(self, pos: Position, size: int) -> None:
+        self._sizes[pos] = size
+        if len(self._sizes) >= self._prune_sizes_at:
+            # Amortised: forget the entries the cursor deleted wholly.
+            self._sizes = {p: n for p, n in self._sizes.items() if not self.cursor.is_deleted(p)}
+            self._prune_sizes_at = max(_min_size_cache, 2 * len(self._sizes))
 
     def forget(self, units: list[Unit]) -> None:
         for u in units:
