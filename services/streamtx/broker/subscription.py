@@ -91,7 +91,15 @@ class Subscription:
         info = self.consumers.setdefault(consumer, ConsumerInfo(consumer, now))
         info.last_seen = now
 
-    async def fetch(self, consumer: str, max_messages: int, wait_ms: int) -> list[dict[str, Any]]:
+    async def fetch(self, consumer: str, max_messages: int, wait_ms: int,
+                    partitions: list[int] | None = None) -> list[dict[str, Any]]:
+        """Long-poll for messages; ``partitions`` limits the fetch to those partitions."""
+        parts = self.parts
+        if partitions is not None:
+            bad = [i for i in partitions if not 0 <= i < len(self.parts)]
+            if bad:
+                raise MalformedError(f"{self.topic} has no partition {bad[0]}")
+            parts = [self.parts[i] for i in sorted(set(partitions))]
         loop = asyncio.get_running_loop()
         end = loop.time() + wait_ms / 1000
         self._admit(consumer, loop.time())
@@ -104,7 +112,7 @@ class Subscription:
                 except TimeoutError:
                     return []
                 continue
-            out = await self._fetch_once(consumer, max_messages, loop.time())
+            out = await self._fetch_once(consumer, max_messages, loop.time(), parts)
             if out or remaining <= 0:
                 self.consumers[consumer].delivered += len(out)
                 self.consumers[consumer].last_seen = loop.time()
@@ -114,7 +122,8 @@ class Subscription:
             timeout = remaining if wake is None else min(remaining, max(wake - loop.time(), 0.001))
             await self.notifier.wait(timeout)
 
-    async def _fetch_once(self, consumer: str, limit: int, now: float) -> list[dict[str, Any]]:
+    async def _fetch_once(self, consumer: str, limit: int, now: float,
+                          parts: list[PartitionDispatch]) -> list[dict[str, Any]]:
         ack_deadline = math.inf
         if self.type is SubscriptionType.SHARED:
             ack_deadline = now + self.settings.ack_timeout_ms / 1000
@@ -122,12 +131,12 @@ class Subscription:
             if expired:
                 metrics.redeliveries.labels(*self._labels).inc(expired)
         out: list[dict[str, Any]] = []
-        n = len(self.parts)
-        start, self._rr = self._rr, (self._rr + 1) % max(n, 1)
+        n = len(parts)
+        start, self._rr = self._rr % max(n, 1), self._rr + 1
         for k in range(n):  # rotate so no partition starves the others
             if len(out) >= limit:
                 break
-            part = self.parts[(start + k) % n]
+            part = parts[(start + k) % n]
             out += await part.fetch(consumer, limit - len(out), ack_deadline)
         return out
 

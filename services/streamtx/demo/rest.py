@@ -116,9 +116,11 @@ class Rest:
         await self._call(self._br, "PUT", path, json={"initial_position": initial_position, "type": sub_type})
 
     async def fetch(self, topic: str, sub: str, consumer: str, max_messages: int = 500,
-                    wait_ms: int = 200) -> list[Fetched]:
+                    wait_ms: int = 200, partitions: list[int] | None = None) -> list[Fetched]:
         path = f"/v1/topics/{tenant}/{namespace}/{topic}/subscriptions/{sub}/messages"
-        params = {"max": max_messages, "wait_ms": wait_ms, "consumer": consumer}
+        params: dict[str, Any] = {"max": max_messages, "wait_ms": wait_ms, "consumer": consumer}
+        if partitions is not None:
+            params["partitions"] = ",".join(map(str, partitions))
         out = await self._call(self._br, "GET", path, params=params, timeout=self._timeout_s + wait_ms / 1000)
         return [
             Fetched(m["message_id"], int(m.get("partition") or 0), m.get("key"),

@@ -171,7 +171,10 @@ class Worker:
     async def fetch(self, wait_ms: int) -> list[Fetched]:
         t0 = time.monotonic()
         try:
-            got = await self.rest.fetch(self.cfg.source_topic, self.sub, self.name, 1000, wait_ms)
+            # Only the partitions we own: the broker need not hand out (nor we decode and
+            # ack) the other workers' records; our subscription's cursor on those is unused.
+            got = await self.rest.fetch(self.cfg.source_topic, self.sub, self.name, 1000, wait_ms,
+                                        partitions=self.owned)
             self.timing["fetch"] += time.monotonic() - t0 - (wait_ms / 1000 if not got else 0)
             self.timing["fetched"] += len(got)
             return got

@@ -37,6 +37,22 @@ def test_messages_in_order_per_partition_and_cumulative_ack(broker: BrokerClient
     assert values(broker.fetch("o", "s", max=100)) == [f"{i}-{j}" for i in range(5) for j in range(3)][8:]
 
 
+def test_fetch_limited_to_partitions(broker: BrokerClient) -> None:
+    broker.create_topic("pf", 3)
+    broker.subscribe("pf", "s", "Exclusive")
+    for p in range(3):
+        for i in range(4):
+            broker.produce("pf", [f"{p}-{i}"], msg={"partition": p})
+    path = "/v1/topics/t/n/pf/subscriptions/s/messages"
+    got = broker.call("GET", path, params={"max": 100, "wait_ms": 50, "partitions": "2,0",
+                                          "consumer": "c1"})["messages"]
+    assert sorted(values(got)) == sorted(f"{p}-{i}" for p in (0, 2) for i in range(4))
+    assert {m["partition"] for m in got} == {0, 2}
+    assert values(broker.fetch("pf", "s", max=100)) == [f"1-{i}" for i in range(4)]
+    broker.call("GET", path, 400, params={"partitions": "3"})
+    broker.call("GET", path, 400, params={"partitions": "a"})
+
+
 def test_keyed_routing(broker: BrokerClient) -> None:
     broker.create_topic("k", 4)
     broker.subscribe("k", "s")

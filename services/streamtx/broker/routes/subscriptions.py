@@ -67,10 +67,12 @@ async def create_subscription(tenant: str, namespace: str, topic: str, sub: str,
 @router.get("/messages")
 async def fetch(tenant: str, namespace: str, topic: str, sub: str, broker: BrokerDep,
                 settings: SettingsDep, max: int = Query(100, ge=1),
-                wait_ms: int = Query(500, ge=0), consumer: str = Query("default", min_length=1)
-                ) -> MessagesPublic:
+                wait_ms: int = Query(500, ge=0), consumer: str = Query("default", min_length=1),
+                partitions: str | None = Query(None, pattern=r"^\d+(,\d+)*$")) -> MessagesPublic:
     s = broker.topic(topic_name(tenant, namespace, topic)).subscription(sub)
-    got = await s.fetch(consumer, min(max, settings.max_fetch_messages), min(wait_ms, settings.max_wait_ms))
+    only = None if partitions is None else [int(p) for p in partitions.split(",")]
+    got = await s.fetch(consumer, min(max, settings.max_fetch_messages), min(wait_ms, settings.max_wait_ms),
+                        only)
     return MessagesPublic(messages=got)
 
 
