@@ -39,6 +39,8 @@ for sub in ("shared", "services", "."):
 
 from tests.support.procs import free_port, wait_for_port  # noqa: E402
 
+from streamtx.service.readiness import wait_ready  # noqa: E402
+
 CONNECTIONS = 64
 _LUA = """
 wrk.method = "POST"
@@ -138,22 +140,6 @@ def _pythonpath() -> str:
     return os.pathsep.join(str(ROOT / p) for p in ("shared", "services", "."))
 
 
-def _wait_ready(url: str, proc: subprocess.Popen[bytes], timeout_s: float = 60) -> None:
-    import httpx
-
-    deadline = time.monotonic() + timeout_s
-    while time.monotonic() < deadline:
-        if proc.poll() is not None:
-            raise RuntimeError(f"{url}: exited with {proc.returncode}")
-        try:
-            if httpx.get(f"{url}/readyz", timeout=1).status_code == 200:
-                return
-        except httpx.HTTPError:
-            pass
-        time.sleep(0.1)
-    raise TimeoutError(f"{url} not ready")
-
-
 def load_tc(
     name: str, data: Path, duration: int, script: Path, batching: bool, profile: Path | None
 ) -> LoadResult:
@@ -174,7 +160,7 @@ def load_tc(
         proc = subprocess.Popen(cmd, env=env, stdout=log, stderr=log)
     url = f"http://127.0.0.1:{port}"
     try:
-        _wait_ready(url, proc)
+        wait_ready(url, proc, timeout_s=60)
         return run_wrk(name, f"{url}/v1/transactions", duration, script)
     finally:
         # SIGINT: uvicorn shuts down and re-raises it as KeyboardInterrupt, so

@@ -15,7 +15,7 @@ import sys
 import time
 from pathlib import Path
 
-import httpx
+from streamtx.service.readiness import wait_ready
 
 # Start order matters: participants before the coordinator that recovers into them.
 SERVICES = [("broker", 8082), ("pendingack", 8083), ("coordinator", 8081)]
@@ -23,20 +23,6 @@ SERVICES = [("broker", 8082), ("pendingack", 8083), ("coordinator", 8081)]
 
 def _available() -> list[tuple[str, int]]:
     return [(n, p) for n, p in SERVICES if importlib.util.find_spec(f"streamtx.{n}.__main__")]
-
-
-def _wait_ready(url: str, proc: subprocess.Popen[bytes], timeout: float = 30.0) -> None:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if proc.poll() is not None:
-            raise SystemExit(f"{url}: exited with {proc.returncode}")
-        try:
-            if httpx.get(f"{url}/readyz", timeout=1.0).status_code == 200:
-                return
-        except httpx.HTTPError:
-            pass
-        time.sleep(0.2)
-    raise SystemExit(f"{url}: not ready after {timeout}s")
 
 
 def main(argv: list[str] | None = None) -> None:
@@ -74,7 +60,11 @@ def main(argv: list[str] | None = None) -> None:
         env = {**os.environ, **common, "STREAMTX_HOST": args.host, "STREAMTX_PORT": str(port)}
         proc = subprocess.Popen([sys.executable, "-m", f"streamtx.{name}"], env=env)
         procs.append(proc)
-        _wait_ready(urls[name], proc)
+        try:
+            wait_ready(urls[name], proc, timeout_s=30)
+        except (RuntimeError, TimeoutError) as exc:
+            print(f"streamtx: {name}: {exc}", flush=True)
+            stop_all()
         print(f"streamtx: {name:<12} {urls[name]}  (docs: {urls[name]}/docs)", flush=True)
     print(f"streamtx: ledgers in {common['STREAMTX_LEDGER_URL']}; Ctrl-C stops", flush=True)
     while True:

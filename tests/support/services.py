@@ -6,11 +6,9 @@ import os
 import signal
 import subprocess
 import sys
-import time
 from pathlib import Path
 
-import httpx
-
+from streamtx.service.readiness import wait_ready
 from tests.support.procs import free_port, stop
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -47,20 +45,8 @@ class ServiceProcess:
         return self
 
     def wait_ready(self, timeout: float = 30.0) -> None:
-        deadline = time.monotonic() + timeout
-        while time.monotonic() < deadline:
-            assert self.proc is not None
-            if self.proc.poll() is not None:
-                raise RuntimeError(
-                    f"{self.module} exited with {self.proc.returncode}; log:\n{self.log_tail()}"
-                )
-            try:
-                if httpx.get(f"{self.url}/readyz", timeout=1.0).status_code == 200:
-                    return
-            except httpx.HTTPError:
-                pass
-            time.sleep(0.1)
-        raise TimeoutError(f"{self.module} not ready after {timeout}s; log:\n{self.log_tail()}")
+        wait_ready(self.url, self.proc, timeout_s=timeout,
+                   details=lambda: f"{self.module} log:\n{self.log_tail()}")
 
     def log_tail(self, lines: int = 40) -> str:
         try:
