@@ -58,6 +58,7 @@ stall_exit_s = 30.0  # records held, none ready this long: exit and re-read the 
 write_chunk = 2_000  # records per produce / ack request (the broker takes at most 10,000)
 max_txn_records = 10_000  # a backlog is worked off in bounded transactions (well within the timeout)
 max_held = 50_000  # records in hand beyond which prefetching pauses
+max_write_gap_s = 0.1  # within a transaction, write at most this often (a quarter interval if shorter)
 
 
 class Uncertain(Exception):
@@ -282,6 +283,7 @@ class Worker:
             if self.stopping:
                 return
             ready = await self.ready(0.5, max_txn_records)
+            first_ready_at = time.monotonic()
             if not ready and self.buf.held() and time.monotonic() - held_since > stall_exit_s:
                 raise Uncertain(f"{self.buf.held()} records held, none in order for {stall_exit_s}s")
         c = self.committing
@@ -303,10 +305,13 @@ class Worker:
             await asyncio.gather(
                 self.rest.add_partitions(txn, partitions), self.rest.add_subscriptions(txn, subs)
             )
-            deadline = time.monotonic() + self.commit_interval_s
+            # The interval counts from when the first records were in hand, not from after
+            # begin and the registrations: it bounds how long a record waits for its commit.
+            deadline = first_ready_at + self.commit_interval_s
+            write_gap_s = min(max_write_gap_s, self.commit_interval_s / 4)
             while True:
+                t0 = time.monotonic()
                 if ready:
-                    t0 = time.monotonic()
                     await self.write(txn, ready)
                     self.timing["write"] += time.monotonic() - t0
                     if not taken:
@@ -315,7 +320,14 @@ class Worker:
                 remaining = deadline - time.monotonic()
                 if remaining <= 0 or self.stopping or len(taken) >= max_txn_records:
                     break
-                ready = await self.ready(remaining, max_txn_records - len(taken))
+                # A few larger writes, not one per fetch: every request costs the broker
+                # (and, for the acks, the pending-ack store) far more than a record does.
+                # The last write happens at the deadline, so nothing waits for the next txn.
+                pause = min(t0 + write_gap_s, deadline) - time.monotonic()
+                if ready and pause > 0 and self.buf.held() < write_chunk:
+                    await asyncio.sleep(pause)
+                    remaining = deadline - time.monotonic()
+                ready = await self.ready(max(remaining, 0.0), max_txn_records - len(taken))
             progress = [
                 {"key": f"p{p}", "value": json.dumps({"p": p, "next": n}).encode(),
                  "properties": {"txn": txn}, "partition": p}
