@@ -39,6 +39,7 @@ from streamtx.demo.verify import load_workers, load_written, verify
 from streamtx.errors import StreamtxError
 
 services = ("broker", "pendingack", "coordinator")  # start order: participants first
+workers_ready_timeout_s = 30.0  # the generator starts once the workers are up, or after this
 
 
 @dataclass
@@ -135,8 +136,17 @@ class Demo:
         await rest.create_topic(cfg.dest_topic, cfg.dest_partitions)
         await rest.create_topic(cfg.progress_topic, cfg.source_partitions)
         await rest.subscribe(cfg.dest_topic, "e2e-probe", "earliest")
+        offsets = [w.log_path.stat().st_size if w.log_path.exists() else 0 for w in self.workers]
         for w in self.workers:
             w.start()
+        # The load starts once the job is up (each worker says what it owns): end-to-end
+        # latency measures the pipeline, not how long the workers take to start.
+        deadline = time.monotonic() + workers_ready_timeout_s
+        waiting = list(zip(self.workers, offsets, strict=True))
+        while waiting and time.monotonic() < deadline:
+            waiting = [(w, off) for w, off in waiting if w.alive() and not _said_owns(w, off)]
+            if waiting:
+                await asyncio.sleep(0.05)
 
     # -- background tasks -----------------------------------------------------------
     async def follow(self, rest: Rest) -> None:
@@ -361,3 +371,13 @@ def run_demo(opts: Options) -> int:
     if report.ok:
         demo.cleanup()
     return 0 if report.ok else 1
+
+
+def _said_owns(w: Child, offset: int) -> bool:
+    """Whether worker ``w`` logged, past ``offset``, that it is up (``<name>: owns ...``)."""
+    try:
+        with w.log_path.open("rb") as f:
+            f.seek(offset)
+            return f"{w.name}: owns ".encode() in f.read()
+    except OSError:
+        return False
