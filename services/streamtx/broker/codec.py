@@ -208,9 +208,12 @@ def message_id(ledger_id: int, entry_id: int, batch_index: int, batch_size: int)
 
 def parse_message_id(text: str) -> tuple[int, int, int | None]:
     """``(ledger_id, entry_id, batch_index or None)``; ValueError when malformed."""
-    parts = [int(p) for p in text.split(":")]
-    if len(parts) == 2:
-        return parts[0], parts[1], None
-    if len(parts) == 3 and parts[2] >= 0:
-        return parts[0], parts[1], parts[2]
-    raise ValueError(f"bad message id {text!r}")
+    # partition, not split + list: this runs for every id of every ack and txn end.
+    lid, _, rest = text.partition(":")
+    eid, sep, bi = rest.partition(":")
+    if not sep:
+        return int(lid), int(eid), None
+    index = int(bi)  # a fourth part makes this fail too
+    if index < 0:
+        raise ValueError(f"bad message id {text!r}")
+    return int(lid), int(eid), index

@@ -156,6 +156,11 @@ class PartitionDispatch:
             out.append(message)
         return True
 
+    def known_batch_size(self, pos: Position, batch_index: int) -> int | None:
+        """The batch size of the entry at ``pos`` if known without reading it, else None."""
+        d = self.pending.get((pos, batch_index)) or self.redeliver.get((pos, batch_index))
+        return d.batch_size if d is not None else self._sizes.get(pos)
+
     async def batch_size(self, pos: Position, batch_index: int) -> int:
         """How many messages the entry at ``pos`` holds (read it if not out with a consumer)."""
         d = self.pending.get((pos, batch_index)) or self.redeliver.get((pos, batch_index))

@@ -160,8 +160,7 @@ class Subscription:
             for part, (pos, bi) in resolved:
                 await self._add_cumulative(batch, part, pos, bi)
         else:
-            for part, (pos, bi) in resolved:
-                await self._add_delete(batch, part, pos, bi)
+            await self._add_deletes(batch, resolved)
         await batch.apply()
         if cumulative:
             for part, (pos, bi) in resolved:
@@ -171,16 +170,17 @@ class Subscription:
                 part.forget([unit])
         self.notifier.changed()
 
-    async def _add_delete(self, batch: _CursorBatch, part: PartitionDispatch, pos: Position,
-                          bi: int | None) -> None:
-        """Add one message's delete to ``batch`` (checked now, applied with the batch)."""
-        if bi is None:
-            batch.of(part).entries.append(pos)
-        else:
-            size = await part.batch_size(pos, bi)
+    async def _add_deletes(self, batch: _CursorBatch, units: list[tuple[PartitionDispatch, Unit]]) -> None:
+        """Add these messages' deletes to ``batch`` (checked now, applied with the batch)."""
+        for part, (pos, bi) in units:
+            ops = batch.of(part)
+            if bi is None:
+                ops.entries.append(pos)
+                continue
+            size = part.known_batch_size(pos, bi) or await part.batch_size(pos, bi)
             if bi >= size:
                 raise MalformedError(f"batch index {bi} is not within the batch of {size} at {pos}")
-            batch.of(part).records.append((pos, bi, size))
+            ops.records.append((pos, bi, size))
 
     async def _add_cumulative(self, batch: _CursorBatch, part: PartitionDispatch, pos: Position,
                               bi: int | None, *, check_held: bool = True) -> None:
@@ -259,9 +259,7 @@ class Subscription:
         cumulative = self.resolve(cumulative_id) if cumulative_id else None
         batch = _CursorBatch()
         if commit:
-            for part, unit in resolved:
-                if not part.is_gone(unit):
-                    await self._add_delete(batch, part, unit[0], unit[1])
+            await self._add_deletes(batch, [(p, u) for p, u in resolved if not p.is_gone(u)])
             if cumulative is not None:
                 part, (pos, bi) = cumulative
                 # The pending-ack store already ruled on conflicts: apply, never refuse.
