@@ -10,9 +10,8 @@ import sys
 import time
 from pathlib import Path
 
-import httpx
-
 import streamtx
+from streamtx.service.readiness import wait_ready
 
 
 def child_env(extra: dict[str, str]) -> dict[str, str]:
@@ -61,17 +60,8 @@ class Child:
         return self
 
     def wait_ready(self, timeout_s: float) -> None:
-        deadline = time.monotonic() + timeout_s
-        while time.monotonic() < deadline:
-            if not self.alive():
-                raise RuntimeError(f"{self.name} exited ({self.returncode()}); log:\n{self.log_tail()}")
-            try:
-                if httpx.get(f"{self.ready_url}/readyz", timeout=1.0).status_code == 200:
-                    return
-            except httpx.HTTPError:
-                pass
-            time.sleep(0.1)
-        raise TimeoutError(f"{self.name} not ready after {timeout_s}s; log:\n{self.log_tail()}")
+        wait_ready(self.ready_url or "", self.proc, timeout_s=timeout_s,
+                   details=lambda: f"{self.name} log:\n{self.log_tail()}")
 
     def alive(self) -> bool:
         return self.proc is not None and self.proc.poll() is None
