@@ -15,25 +15,15 @@ from typing import Any
 
 import pytest
 
-from streamtx.client import AdminClient, Consumer, Message, StreamtxClient
+from streamtx.client import AdminClient, StreamtxClient
 from streamtx.client.names import path_of
 from streamtx.errors import ConflictError, StreamtxError
-from tests.support.suite import Suite
+from tests.support.suite import Suite, receive
 
 
 def topic(stem: str) -> str:
     """A topic of its own for each test (the suite is shared by the module)."""
     return f"persistent://t/n/{stem}-{uuid.uuid4().hex[:8]}"
-
-
-async def receive(consumer: Consumer, n: int, timeout_s: float = 10.0) -> list[Message]:
-    """Up to ``n`` messages, waiting up to ``timeout_s`` for them."""
-    loop = asyncio.get_running_loop()
-    out: list[Message] = []
-    deadline = loop.time() + timeout_s
-    while len(out) < n and loop.time() < deadline:
-        out += await consumer.receive(max=n - len(out), wait_ms=300)
-    return out
 
 
 async def everything(client: StreamtxClient, name: str) -> list[bytes]:

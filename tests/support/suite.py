@@ -11,26 +11,30 @@ them. ``env`` adds settings for every service, ``<service>_env`` for one.
 
 from __future__ import annotations
 
+import asyncio
 from pathlib import Path
 from types import TracebackType
 
+from streamtx.client import Consumer, Message
 from tests.support.services import ServiceProcess
 
 ORDER = ("broker", "pendingack", "coordinator")  # participants before the coordinator
 
 
 class Suite:
-    """Three service processes sharing one ledger URL (their ledger names are distinct)."""
+    """Service processes (all three unless told) sharing one ledger URL (their ledger names are distinct)."""
 
     def __init__(
         self, ledger_url: str, log_dir: Path, *, env: dict[str, str] | None = None,
         broker_env: dict[str, str] | None = None, pendingack_env: dict[str, str] | None = None,
-        coordinator_env: dict[str, str] | None = None,
+        coordinator_env: dict[str, str] | None = None, services: tuple[str, ...] = ORDER,
     ) -> None:
         self.ledger_url = ledger_url
         common = {"STREAMTX_LEDGER_URL": ledger_url, "STREAMTX_TEST_LOG_DIR": str(log_dir), **(env or {})}
         own = {"broker": broker_env, "pendingack": pendingack_env, "coordinator": coordinator_env}
-        self.procs = {name: ServiceProcess(name, {**common, **(own[name] or {})}) for name in ORDER}
+        # Only ``services`` run; the others are absent from /v1/cluster.
+        self.procs = {name: ServiceProcess(name, {**common, **(own[name] or {})})
+                      for name in ORDER if name in services}
         urls = {f"STREAMTX_{name.upper()}_URL": p.url for name, p in self.procs.items()}
         for p in self.procs.values():
             p.env.update(urls)
@@ -55,8 +59,8 @@ class Suite:
 
     def start(self, timeout: float = 60.0) -> Suite:
         try:
-            for name in ORDER:
-                self._started.append(self.procs[name].start(timeout))
+            for proc in self.procs.values():
+                self._started.append(proc.start(timeout))
         except BaseException:
             self.stop()
             raise
@@ -64,8 +68,7 @@ class Suite:
 
     def ensure_running(self) -> None:
         """Start again any service that is not running (a test that failed mid-crash)."""
-        for name in ORDER:
-            proc = self.procs[name]
+        for proc in self.procs.values():
             if proc in self._started and (proc.proc is None or proc.proc.poll() is not None):
                 proc.start()
 
@@ -81,3 +84,13 @@ class Suite:
         self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None,
     ) -> None:
         self.stop()
+
+
+async def receive(consumer: Consumer, n: int, timeout_s: float = 10.0) -> list[Message]:
+    """Up to ``n`` messages, long-polling for at most ``timeout_s``."""
+    loop = asyncio.get_running_loop()
+    out: list[Message] = []
+    deadline = loop.time() + timeout_s
+    while len(out) < n and loop.time() < deadline:
+        out += await consumer.receive(max=n - len(out), wait_ms=300)
+    return out

@@ -14,25 +14,16 @@ import pytest
 
 from tests.integration.broker.conftest import BrokerClient
 from tests.support.services import ServiceProcess
+from tests.support.suite import Suite
 
 TOPIC = "persistent://t/n/ta"
 
 
 @pytest.fixture
 def suite(tmp_path: Path) -> Iterator[tuple[BrokerClient, ServiceProcess]]:
-    common = {"STREAMTX_LEDGER_URL": f"file://{tmp_path / 'ledgers'}",
-              "STREAMTX_TEST_LOG_DIR": str(tmp_path)}
-    broker = ServiceProcess("broker", dict(common))
-    pendingack = ServiceProcess("pendingack", dict(common))
-    urls = {"STREAMTX_BROKER_URL": broker.url, "STREAMTX_PENDINGACK_URL": pendingack.url,
-            "STREAMTX_ACK_TIMEOUT_MS": "60000"}
-    broker.env.update(urls)
-    pendingack.env.update(urls)
-    pendingack.start()
-    broker.start()
-    yield BrokerClient(broker), pendingack
-    broker.stop()
-    pendingack.stop()
+    with Suite(f"file://{tmp_path / 'ledgers'}", tmp_path, services=("broker", "pendingack"),
+               env={"STREAMTX_ACK_TIMEOUT_MS": "60000"}) as suite:
+        yield BrokerClient(suite.broker), suite.pendingack
 
 
 def end(pendingack: ServiceProcess, txn: str, action: str) -> None:

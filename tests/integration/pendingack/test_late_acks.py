@@ -20,7 +20,7 @@ import httpx
 import pytest
 
 from streamtx.client import Consumer, Message, StreamtxClient
-from tests.support.suite import Suite
+from tests.support.suite import Suite, receive
 
 TOPIC = "persistent://t/n/late"
 ACKS = "/v1/topics/t/n/late/subscriptions/s/acks"
@@ -45,15 +45,6 @@ async def eventually(check: Callable[[], Awaitable[bool]], timeout_s: float = 15
         if loop.time() > deadline:
             raise AssertionError(f"not within {timeout_s}s: {what}")
         await asyncio.sleep(0.1)
-
-
-async def receive(consumer: Consumer, n: int, timeout_s: float = 10.0) -> list[Message]:
-    loop = asyncio.get_running_loop()
-    out: list[Message] = []
-    deadline = loop.time() + timeout_s
-    while len(out) < n and loop.time() < deadline:
-        out += await consumer.receive(max=n - len(out), wait_ms=300)
-    return out
 
 
 async def setup(client: StreamtxClient) -> tuple[Consumer, Consumer, Message]:

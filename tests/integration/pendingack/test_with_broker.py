@@ -15,24 +15,16 @@ import pytest
 
 from streamtx.client import StreamtxClient
 from tests.support.services import ServiceProcess
+from tests.support.suite import Suite
 
 TOPIC = "persistent://t/n/pa"
 
 
 @pytest.fixture
 def suite(tmp_path: Path) -> Iterator[tuple[ServiceProcess, ServiceProcess]]:
-    common = {"STREAMTX_LEDGER_URL": f"file://{tmp_path / 'ledgers'}", "STREAMTX_TEST_LOG_DIR": str(tmp_path)}
-    broker = ServiceProcess("broker", dict(common))
-    pendingack = ServiceProcess("pendingack", dict(common))
-    urls = {"STREAMTX_BROKER_URL": broker.url, "STREAMTX_PENDINGACK_URL": pendingack.url,
-            "STREAMTX_ACK_TIMEOUT_MS": "60000"}
-    broker.env.update(urls)
-    pendingack.env.update(urls)
-    pendingack.start()
-    broker.start()
-    yield broker, pendingack
-    broker.stop()
-    pendingack.stop()
+    with Suite(f"file://{tmp_path / 'ledgers'}", tmp_path, services=("broker", "pendingack"),
+               env={"STREAMTX_ACK_TIMEOUT_MS": "60000"}) as suite:
+        yield suite.broker, suite.pendingack
 
 
 async def end(pendingack: ServiceProcess, what: str, txn: str, sub: str, **extra: str) -> httpx.Response:
