@@ -11,7 +11,7 @@ mark-delete position (and the backlog) moves over them. A unit is one message:
 from __future__ import annotations
 
 import asyncio
-import base64
+from binascii import b2a_base64
 from collections import OrderedDict
 from dataclasses import dataclass
 from typing import Any
@@ -148,8 +148,8 @@ class PartitionDispatch:
                 "message_id": codec.message_id(pos.ledger_id, pos.entry_id, bi, size),
                 "partition": self.index,
                 "key": m.key,
-                "value": base64.b64encode(m.value).decode(),
-                "properties": dict(m.properties),
+                "value": b2a_base64(m.value, newline=False).decode("ascii"),
+                "properties": m.properties,  # a fresh dict per decoded message
                 "publish_time": h.publish_time_ms,
             }
             self.pending[unit] = Delivery(consumer, deadline, message, size)

@@ -2,10 +2,10 @@
 
 from __future__ import annotations
 
-from fastapi import APIRouter
+from fastapi import APIRouter, Request, Response
 from pydantic import BaseModel, Field
 
-from streamtx.broker.deps import BrokerDep
+from streamtx.broker.deps import BrokerDep, body_schema, get_broker, json_response, parse_body
 from streamtx.broker.routes.messages import parse_txn
 from streamtx.broker.txnbuffer import TxnAction
 
@@ -46,10 +46,13 @@ async def end_partition(body: PartitionEnd, broker: BrokerDep) -> PartitionEndPu
                               marker=marker)
 
 
-@router.post("/subscriptions/end")
-async def end_subscription(body: SubscriptionEnd, broker: BrokerDep) -> dict[str, object]:
+@router.post("/subscriptions/end", openapi_extra=body_schema(SubscriptionEnd))
+async def end_subscription(request: Request) -> Response:
+    # Body from bytes and bytes out: these carry thousands of message ids (hot at load).
+    broker = await get_broker(request)
+    body = await parse_body(request, SubscriptionEnd)
     txn = parse_txn(body.txn_id)
     sub = broker.topic(body.topic).subscription(body.subscription)
     await sub.end_txn(body.message_ids, txn, body.action is TxnAction.COMMIT, body.cumulative_message_id)
-    return {"topic": body.topic, "subscription": body.subscription, "txn_id": body.txn_id,
-            "action": body.action.value, "message_ids": body.message_ids}
+    return json_response({"topic": body.topic, "subscription": body.subscription, "txn_id": body.txn_id,
+                          "action": body.action.value, "message_ids": body.message_ids})
