@@ -134,23 +134,25 @@ class PartitionDispatch:
             return True
         if self.cursor.is_deleted(pos):
             return True
-        msgs = codec.decode_messages(data, h)
+        msgs = codec.decode_fields(data, h)
         size = len(msgs)
         if size > 1:
             self._remember_size(pos, size)
-        for bi, m in enumerate(msgs):
+        base_id = f"{pos.ledger_id}:{pos.entry_id}"
+        index, publish = self.index, h.publish_time_ms
+        for bi, (value, key, props, _) in enumerate(msgs):
             unit: Unit = (pos, bi if size > 1 else None)
             if unit in self.pending or unit in self.held or unit in self.redeliver or self.is_gone(unit):
                 continue
             if len(out) >= limit:
                 return False
             message = {
-                "message_id": codec.message_id(pos.ledger_id, pos.entry_id, bi, size),
-                "partition": self.index,
-                "key": m.key,
-                "value": b2a_base64(m.value, newline=False).decode("ascii"),
-                "properties": m.properties,  # a fresh dict per decoded message
-                "publish_time": h.publish_time_ms,
+                "message_id": f"{base_id}:{bi}" if size > 1 else base_id,  # codec.message_id
+                "partition": index,
+                "key": key,
+                "value": b2a_base64(value, newline=False).decode("ascii"),
+                "properties": props,  # a fresh dict per decoded message
+                "publish_time": publish,
             }
             self.pending[unit] = Delivery(consumer, deadline, message, size)
             out.append(message)
