@@ -11,13 +11,17 @@ is kept to the handful of calls below so the swap is local.
 
 from __future__ import annotations
 
+import asyncio
 import base64
+import random
+import time
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, TypeVar
 
 import httpx
 
-from streamtx.errors import UnavailableError
+from streamtx.errors import StreamtxError, UnavailableError
 from streamtx.service.http import error_from_response
 
 tenant, namespace = "public", "demo"
@@ -159,3 +163,20 @@ class Rest:
 
     async def txn_state(self, txn_id: str) -> str:
         return str((await self._call(self._tc, "GET", f"/v1/transactions/{txn_id}"))["state"])
+
+
+T = TypeVar("T")
+
+
+async def retry_retriable(call: Callable[[], Awaitable[T]], *, give_up_s: float = 120.0) -> T:
+    """Retry ``call`` while the service is away (retriable errors only), with jittered backoff."""
+    deadline = time.monotonic() + give_up_s
+    delay = 0.05
+    while True:
+        try:
+            return await call()
+        except StreamtxError as exc:
+            if not exc.retriable or time.monotonic() > deadline:
+                raise
+        await asyncio.sleep(delay * (0.5 + random.random()))
+        delay = min(delay * 2, 1.0)

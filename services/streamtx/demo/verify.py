@@ -8,11 +8,9 @@ position. The generator's and the workers' logs come from the run directory.
 
 from __future__ import annotations
 
-import asyncio
 import functools
 import time
 import uuid
-from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TypeVar
@@ -20,8 +18,7 @@ from typing import TypeVar
 from streamtx.demo.checker import Observed, Report, Written, check
 from streamtx.demo.layout import RunConfig, generator_log, read_jsonl, worker_logs
 from streamtx.demo.records import decode
-from streamtx.demo.rest import Fetched, Rest, last_per_partition, position_of
-from streamtx.errors import StreamtxError
+from streamtx.demo.rest import Fetched, Rest, last_per_partition, position_of, retry_retriable
 
 T = TypeVar("T")
 
@@ -69,18 +66,23 @@ async def read_destination(rest: Rest, cfg: RunConfig, *, idle_fetches: int = 3,
     """Every committed message of the destination, in order per partition."""
     sub = f"verify-{uuid.uuid4().hex[:8]}"
     deadline = time.monotonic() + give_up_s
-    await _until_ok(lambda: rest.subscribe(cfg.dest_topic, sub, "earliest"), deadline)
+
+    def left() -> float:
+        return deadline - time.monotonic()
+
+    await retry_retriable(lambda: rest.subscribe(cfg.dest_topic, sub, "earliest"), give_up_s=left())
     seen: dict[str, Fetched] = {}
     empty = 0
     while empty < idle_fetches:
-        msgs: list[Fetched] = await _until_ok(lambda: rest.fetch(cfg.dest_topic, sub, "verify", 1000, 500),
-                                              deadline)
+        msgs: list[Fetched] = await retry_retriable(
+            lambda: rest.fetch(cfg.dest_topic, sub, "verify", 1000, 500), give_up_s=left())
         empty = 0 if msgs else empty + 1
         for m in msgs:
             seen.setdefault(m.message_id, m)
         if msgs:  # the only consumer, reading in order: one cumulative ack per partition
             ids = last_per_partition(msgs)
-            await _until_ok(functools.partial(rest.ack, cfg.dest_topic, sub, ids, cumulative=True), deadline)
+            await retry_retriable(functools.partial(rest.ack, cfg.dest_topic, sub, ids, cumulative=True),
+                                  give_up_s=left())
     ordered = sorted(seen.values(), key=lambda m: (m.partition, position_of(m.message_id)))
     out: list[Observed] = []
     for m in ordered:
@@ -88,18 +90,6 @@ async def read_destination(rest: Rest, cfg: RunConfig, *, idle_fetches: int = 3,
         out.append(Observed(m.partition, m.message_id, rec.src_partition, rec.seq, rec.user_id,
                             m.properties.get("txn")))
     return out
-
-
-async def _until_ok(call: Callable[[], Awaitable[T]], deadline: float) -> T:
-    delay = 0.1
-    while True:
-        try:
-            return await call()
-        except StreamtxError as exc:
-            if not exc.retriable or time.monotonic() > deadline:
-                raise
-        await asyncio.sleep(delay)
-        delay = min(delay * 2, 2.0)
 
 
 async def verify(rest: Rest, run_dir: Path) -> Report:

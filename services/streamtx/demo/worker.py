@@ -50,7 +50,15 @@ from typing import Any, TextIO
 from streamtx.demo.layout import RunConfig, read_jsonl, worker_log
 from streamtx.demo.records import SearchRecord, decode
 from streamtx.demo.reorder import ReorderBuffer
-from streamtx.demo.rest import Fetched, Rest, full_name, last_per_partition, partition_name, position_of
+from streamtx.demo.rest import (
+    Fetched,
+    Rest,
+    full_name,
+    last_per_partition,
+    partition_name,
+    position_of,
+    retry_retriable,
+)
 from streamtx.errors import ConflictError, NotFoundError, StreamtxError
 
 resolve_give_up_s = 90.0  # a coordinator down longer than this: exit, the restart resolves it
@@ -153,10 +161,11 @@ class Worker:
     async def read_progress(self) -> dict[int, int]:
         sub = f"progress-{self.name}-{uuid.uuid4().hex[:8]}"
         nxt = {p: 0 for p in self.owned}
-        await _retry(lambda: self.rest.subscribe(self.cfg.progress_topic, sub, "earliest"))
+        await retry_retriable(lambda: self.rest.subscribe(self.cfg.progress_topic, sub, "earliest"))
         empty = 0
         while empty < 2:
-            msgs = await _retry(lambda: self.rest.fetch(self.cfg.progress_topic, sub, self.name, 1000, 300))
+            msgs = await retry_retriable(
+                lambda: self.rest.fetch(self.cfg.progress_topic, sub, self.name, 1000, 300))
             empty = 0 if msgs else empty + 1
             for m in msgs:
                 d = json.loads(m.value)
@@ -164,7 +173,7 @@ class Worker:
                     nxt[d["p"]] = max(nxt[d["p"]], int(d["next"]))
             if msgs:  # the only consumer, reading in order: one cumulative ack per partition
                 ids = last_per_partition(msgs)
-                await _retry(functools.partial(self.rest.ack, self.cfg.progress_topic, sub, ids,
+                await retry_retriable(functools.partial(self.rest.ack, self.cfg.progress_topic, sub, ids,
                                                cumulative=True))
         return nxt
 
@@ -215,7 +224,8 @@ class Worker:
         self.timing["ack_other"] += time.monotonic() - t0
 
     async def begin(self) -> str:
-        txn = str(await _retry(lambda: self.rest.begin(self.txn_timeout_ms), give_up_s=resolve_give_up_s))
+        txn = str(await retry_retriable(lambda: self.rest.begin(self.txn_timeout_ms),
+                                        give_up_s=resolve_give_up_s))
         self._log(txn, "open")
         return txn
 
@@ -388,7 +398,7 @@ class Worker:
         duplicates; the order of a user's records is another matter (the checker reports
         ``nonmonotonic``)."""
         sub, cfg = self.cfg.subscription, self.cfg
-        await _retry(lambda: self.rest.subscribe(cfg.source_topic, sub, "earliest"))
+        await retry_retriable(lambda: self.rest.subscribe(cfg.source_topic, sub, "earliest"))
         partitions = [full_name(partition_name(cfg.dest_topic, d)) for d in range(cfg.dest_partitions)]
         print(f"{self.name}: shares subscription {sub} with the other workers", flush=True)
         while not self.stopping:
@@ -435,7 +445,7 @@ class Worker:
                 await self.run_shared()
                 return
             self.buf = ReorderBuffer(committed=await self.read_progress())
-            await _retry(lambda: self.rest.subscribe(self.cfg.source_topic, self.sub, "earliest"))
+            await retry_retriable(lambda: self.rest.subscribe(self.cfg.source_topic, self.sub, "earliest"))
             print(f"{self.name}: owns {self.owned}, resumes at {self.buf.committed}", flush=True)
             fetching = asyncio.create_task(self.prefetch())
             try:
@@ -446,20 +456,6 @@ class Worker:
                 fetching.cancel()
                 with contextlib.suppress(asyncio.CancelledError):
                     await fetching
-
-
-async def _retry(call: Any, give_up_s: float = 120.0) -> Any:
-    """Retry a call while the service is away (retriable errors only)."""
-    deadline = time.monotonic() + give_up_s
-    delay = 0.05
-    while True:
-        try:
-            return await call()
-        except StreamtxError as exc:
-            if not exc.retriable or time.monotonic() > deadline:
-                raise
-        await asyncio.sleep(delay * (0.5 + random.random()))
-        delay = min(delay * 2, 1.0)
 
 
 def main(argv: list[str] | None = None) -> None:
