@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import asyncio
 import uuid
-from collections.abc import Awaitable, Callable
 from typing import Any
 
 import pytest
@@ -18,7 +17,7 @@ import pytest
 from streamtx.client import AdminClient, StreamtxClient
 from streamtx.client.names import path_of
 from streamtx.errors import ConflictError, StreamtxError
-from tests.support.suite import Suite, receive
+from tests.support.suite import Suite, eventually, receive
 
 
 def topic(stem: str) -> str:
@@ -37,15 +36,6 @@ async def everything(client: StreamtxClient, name: str) -> list[bytes]:
 
 async def sub_stats(client: StreamtxClient, name: str, sub: str) -> Any:
     return await client.broker.call("GET", f"/v1/topics/{path_of(name)}/subscriptions/{sub}/stats")
-
-
-async def eventually(check: Callable[[], Awaitable[bool]], timeout_s: float = 15.0, what: str = "") -> None:
-    loop = asyncio.get_running_loop()
-    deadline = loop.time() + timeout_s
-    while not await check():
-        if loop.time() > deadline:
-            raise AssertionError(f"not within {timeout_s}s: {what}")
-        await asyncio.sleep(0.1)
 
 
 async def state(client: StreamtxClient, txn_id: str) -> str:

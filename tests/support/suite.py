@@ -12,6 +12,7 @@ them. ``env`` adds settings for every service, ``<service>_env`` for one.
 from __future__ import annotations
 
 import asyncio
+from collections.abc import Awaitable, Callable
 from pathlib import Path
 from types import TracebackType
 
@@ -94,3 +95,13 @@ async def receive(consumer: Consumer, n: int, timeout_s: float = 10.0) -> list[M
     while len(out) < n and loop.time() < deadline:
         out += await consumer.receive(max=n - len(out), wait_ms=300)
     return out
+
+
+async def eventually(check: Callable[[], Awaitable[bool]], timeout_s: float = 15.0, what: str = "") -> None:
+    """Wait until ``check()`` holds; fail the test after ``timeout_s``."""
+    loop = asyncio.get_running_loop()
+    deadline = loop.time() + timeout_s
+    while not await check():
+        if loop.time() > deadline:
+            raise AssertionError(f"not within {timeout_s}s: {what}")
+        await asyncio.sleep(0.1)

@@ -11,8 +11,7 @@ or gone (commit).
 
 from __future__ import annotations
 
-import asyncio
-from collections.abc import Awaitable, Callable, Iterator
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -20,7 +19,7 @@ import httpx
 import pytest
 
 from streamtx.client import Consumer, Message, StreamtxClient
-from tests.support.suite import Suite, receive
+from tests.support.suite import Suite, eventually, receive
 
 TOPIC = "persistent://t/n/late"
 ACKS = "/v1/topics/t/n/late/subscriptions/s/acks"
@@ -36,15 +35,6 @@ def suite(tmp_path: Path) -> Iterator[Suite]:
         coordinator_env={"STREAMTX_FANOUT_MAX_BACKOFF_MS": "300"},
     ) as running:
         yield running
-
-
-async def eventually(check: Callable[[], Awaitable[bool]], timeout_s: float = 15.0, what: str = "") -> None:
-    loop = asyncio.get_running_loop()
-    deadline = loop.time() + timeout_s
-    while not await check():
-        if loop.time() > deadline:
-            raise AssertionError(f"not within {timeout_s}s: {what}")
-        await asyncio.sleep(0.1)
 
 
 async def setup(client: StreamtxClient) -> tuple[Consumer, Consumer, Message]:
