@@ -12,7 +12,7 @@ from streamtx.broker.pendingack_client import PendingAckClient
 from streamtx.broker.routes import admin, messages, subscriptions, topics, txn
 from streamtx.broker.settings import BrokerSettings
 from streamtx.ledger import open_store
-from streamtx.service import ServiceState, create_app
+from streamtx.service import ServiceState, create_app, include_hot
 
 
 def build_app(settings: BrokerSettings | None = None) -> FastAPI:
@@ -36,6 +36,8 @@ def build_app(settings: BrokerSettings | None = None) -> FastAPI:
             await store.close()
 
     app = create_app(title="streamtx partition broker", settings=settings, lifespan=lifespan, state=state)
-    for module in (topics, messages, subscriptions, txn, admin):
-        app.include_router(module.router)
+    app.include_router(topics.router)
+    for hot in (messages.hot, subscriptions.hot, txn.hot):
+        include_hot(app, hot)
+    app.include_router(admin.router)
     return app

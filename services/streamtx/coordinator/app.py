@@ -14,7 +14,7 @@ from streamtx.coordinator.registry import Coordinators
 from streamtx.coordinator.routes import admin, transactions
 from streamtx.coordinator.settings import CoordinatorSettings
 from streamtx.ledger import open_store
-from streamtx.service import ServiceState, create_app
+from streamtx.service import ServiceState, create_app, include_hot
 
 log = logging.getLogger(__name__)
 
@@ -66,6 +66,6 @@ def create_coordinator_app(settings: CoordinatorSettings) -> FastAPI:
     app = create_app(
         title="streamtx transaction coordinator", settings=settings, lifespan=lifespan, state=state
     )
-    app.include_router(transactions.router)
+    include_hot(app, transactions.hot)
     app.include_router(admin.router)
     return app

@@ -95,6 +95,13 @@ class Demo:
             "STREAMTX_CLUSTER": "demo",
             "STREAMTX_ACK_TIMEOUT_MS": str(opts.ack_timeout_ms),
             "STREAMTX_TIMEOUT_CHECK_INTERVAL_MS": "200",
+            # Acks that reach the pending-ack store after the coordinator ended
+            # their transaction (a zombie worker resumed while the broker was
+            # down) hold their messages until the stuck-txn checkers ask the
+            # coordinator. Their defaults suit 60 s transactions; the workers' are
+            # shorter, and a hold of minutes reads as lost records here.
+            "STREAMTX_STUCK_TXN_AFTER_S": str(max(5.0, 3 * opts.txn_timeout_ms / 1000)),
+            "STREAMTX_STUCK_TXN_INTERVAL_S": "2",
             **{f"STREAMTX_{n.upper()}_URL": u for n, u in self.urls.items()},
         }
         self.services = {

@@ -17,7 +17,7 @@ from streamtx.pendingack.settings import PendingAckSettings
 from streamtx.pendingack.stores import PendingAckStores
 from streamtx.pendingack.txnchecker import CoordinatorLookup, StuckTxnChecker
 from streamtx.pendingack.writer import writer_factory
-from streamtx.service import ServiceState, create_app
+from streamtx.service import ServiceState, create_app, include_hot
 
 
 def build_app(settings: PendingAckSettings | None = None) -> FastAPI:
@@ -65,6 +65,7 @@ def build_app(settings: PendingAckSettings | None = None) -> FastAPI:
             await ledgers.close()
 
     app = create_app(title="streamtx pending-ack store", settings=settings, lifespan=lifespan, state=state)
-    for module in (acks, txn, admin):
-        app.include_router(module.router)
+    include_hot(app, acks.hot)
+    include_hot(app, txn.hot)
+    app.include_router(admin.router)
     return app

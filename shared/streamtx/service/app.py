@@ -1,4 +1,4 @@
-"""The FastAPI app every service starts from: errors, health, cluster, metrics, auth."""
+"""The FastAPI app every service starts from: errors, health, cluster, metrics, auth, fast lane."""
 
 from __future__ import annotations
 
@@ -13,7 +13,9 @@ from prometheus_client.exposition import CONTENT_TYPE_LATEST
 from prometheus_fastapi_instrumentator import Instrumentator
 from prometheus_fastapi_instrumentator import metrics as http_metrics
 
+from streamtx.service.auth import Authorize, authorizer
 from streamtx.service.errors import error_response, install_error_handlers
+from streamtx.service.fastlane import FastLane, HotRoutes, LaneTable, observer
 from streamtx.service.settings import ServiceSettings
 
 
@@ -43,7 +45,8 @@ def create_app(
     app.state.settings = settings
     app.state.service = state
     install_error_handlers(app)
-    _install_auth(app, settings)
+    authorize = authorizer(settings)
+    _install_auth(app, authorize)
 
     # HTTP metrics go to a registry of this app so several apps can share a
     # process (tests); domain metrics live in the default registry. Only request
@@ -54,6 +57,10 @@ def create_app(
     instrumentator.add(http_metrics.requests(registry=http_registry))
     instrumentator.add(http_metrics.latency(registry=http_registry))
     instrumentator.instrument(app)
+    # Added last, so it runs first: hot routes skip the layers above (fastlane.py).
+    app.state.fast_lane = LaneTable(enabled=settings.fast_lane)
+    app.add_middleware(FastLane, table=app.state.fast_lane, state=app.state,
+                       observe=observer(instrumentator), authorize=authorize)
 
     @app.get("/metrics", include_in_schema=False)
     async def metrics() -> Response:
@@ -77,27 +84,20 @@ def create_app(
     return app
 
 
-def _install_auth(app: FastAPI, settings: ServiceSettings) -> None:
-    """Bearer tokens: admin paths need the admin token, the others the client token."""
-    if not settings.admin_token and not settings.client_token:
+def _install_auth(app: FastAPI, authorize: Authorize | None) -> None:
+    if authorize is None:
         return
-    open_paths = {"/healthz", "/readyz", "/metrics", "/openapi.json", "/docs", "/v1/cluster"}
 
     @app.middleware("http")
     async def auth(request: Request, call_next: Callable[[Request], Any]) -> Any:
-        path = request.url.path
-        if path in open_paths:
-            return await call_next(request)
-        header = request.headers.get("authorization", "")
-        token = header[7:] if header.lower().startswith("bearer ") else None
-        is_admin = path.startswith("/admin/")
-        needed = settings.admin_token if is_admin else settings.client_token
-        allowed = {t for t in (needed, settings.admin_token) if t}
-        if not allowed:
-            return await call_next(request)
-        if token is None:
-            return error_response(401, "unauthorized", "missing bearer token")
-        if token not in allowed:
-            return error_response(403, "forbidden", "token not allowed here")
+        denied = authorize(request.url.path, request.headers.get("authorization", ""))
+        if denied is not None:
+            return error_response(*denied)
         return await call_next(request)
 
+
+def include_hot(app: FastAPI, routes: HotRoutes) -> None:
+    """Include the hot routes' router (FastAPI serves and documents them) and put them in the fast lane."""
+    app.include_router(routes.router)
+    table: LaneTable = app.state.fast_lane
+    table.add(routes)

@@ -21,6 +21,7 @@ class ServiceSettings(BaseSettings):
     replication_url: str | None = Field(None, description="base URL of the replication controller")
     admin_token: str | None = Field(None, description="when set, admin paths need this bearer token")
     client_token: str | None = Field(None, description="when set, data paths need this bearer token")
+    fast_lane: bool = Field(True, description="serve the hot routes ahead of FastAPI's stack (fastlane.py)")
 
     def services(self) -> dict[str, str]:
         """The URLs `/v1/cluster` advertises (services not deployed are absent)."""

@@ -5,24 +5,20 @@ from __future__ import annotations
 from typing import Any
 
 import orjson
-from fastapi import APIRouter, Query, Request, Response
+from fastapi import APIRouter
 from pydantic import BaseModel, Field
 
 from streamtx.broker import codec
-from streamtx.broker.deps import (
-    BrokerDep,
-    SettingsDep,
-    body_schema,
-    get_broker,
-    json_response,
-    parse_body,
-    topic_name,
-)
+from streamtx.broker.broker import Broker
+from streamtx.broker.deps import BrokerDep, broker_of, topic_name
 from streamtx.broker.routes.messages import parse_txn
-from streamtx.broker.subscription import SubscriptionType
+from streamtx.broker.settings import BrokerSettings
+from streamtx.broker.subscription import Subscription, SubscriptionType
+from streamtx.service import HotRequest, HotRoutes
 
 router = APIRouter(prefix="/v1/topics/{tenant}/{namespace}/{topic}/subscriptions/{sub}",
                    tags=["subscriptions"])
+hot = HotRoutes(router)
 
 
 class SubscriptionCreate(BaseModel):
@@ -73,26 +69,37 @@ async def create_subscription(tenant: str, namespace: str, topic: str, sub: str,
                               initial_position=body.initial_position)
 
 
-@router.get("/messages", response_model=MessagesPublic)
-async def fetch(tenant: str, namespace: str, topic: str, sub: str, broker: BrokerDep,
-                settings: SettingsDep, max: int = Query(100, ge=1),
-                wait_ms: int = Query(500, ge=0), consumer: str = Query("default", min_length=1),
-                partitions: str | None = Query(None, pattern=r"^\d+(,\d+)*$")) -> Response:
-    s = broker.topic(topic_name(tenant, namespace, topic)).subscription(sub)
-    only = None if partitions is None else [int(p) for p in partitions.split(",")]
-    got = await s.fetch(consumer, min(max, settings.max_fetch_messages), min(wait_ms, settings.max_wait_ms),
-                        only)
+class FetchQuery(BaseModel):
+    """Query of a fetch: how many, how long to wait, who asks, which partitions."""
+
+    max: int = Field(100, ge=1)
+    wait_ms: int = Field(500, ge=0)
+    consumer: str = Field("default", min_length=1)
+    partitions: str | None = Field(None, pattern=r"^\d+(,\d+)*$")
+
+
+@hot.get("/messages", query=FetchQuery, response_model=MessagesPublic)
+async def fetch(request: HotRequest) -> bytes:
+    """Messages for this consumer, waiting up to ``wait_ms`` for the first (long poll)."""
+    broker = broker_of(request.state)
+    settings: BrokerSettings = request.state.settings
+    q = request.query(FetchQuery)
+    s = _subscription(broker, request.params)
+    only = None if q.partitions is None else [int(p) for p in q.partitions.split(",")]
+    got = await s.fetch(q.consumer, min(q.max, settings.max_fetch_messages),
+                        min(q.wait_ms, settings.max_wait_ms), only)
     # Bytes straight from orjson: pydantic serializing list[dict[str, Any]] cost more.
-    return Response(orjson.dumps({"messages": got}), media_type="application/json")
+    return orjson.dumps({"messages": got})
 
 
-@router.post("/acks", openapi_extra=body_schema(AckRequest))
-async def ack(tenant: str, namespace: str, topic: str, sub: str, request: Request) -> Response:
-    # Body from bytes (pydantic's JSON parser) and bytes out: acks carry thousands of ids.
-    broker = await get_broker(request)
-    body = await parse_body(request, AckRequest)
-    name = topic_name(tenant, namespace, topic)
-    s = broker.topic(name).subscription(sub)
+@hot.post("/acks", body=AckRequest)
+async def ack(request: HotRequest) -> bytes:
+    """Acknowledge messages; in a transaction they are held until it ends."""
+    broker = broker_of(request.state)
+    body = request.json(AckRequest)
+    p = request.params
+    name = topic_name(p["tenant"], p["namespace"], p["topic"])
+    s = broker.topic(name).subscription(p["sub"])
     txn = parse_txn(body.txn_id)
     if txn is None:
         await s.ack(body.message_ids, body.cumulative)
@@ -101,12 +108,16 @@ async def ack(tenant: str, namespace: str, topic: str, sub: str, request: Reques
         # Held before the call, so no redelivery hands them out meanwhile.
         newly = s.hold(resolved, txn, body.cumulative)
         try:
-            await broker.pendingack.ack(name, sub, codec.txn_str(txn), body.message_ids,
+            await broker.pendingack.ack(name, p["sub"], codec.txn_str(txn), body.message_ids,
                                         body.cumulative)
         except BaseException:
             s.unhold(newly, txn)
             raise
-    return json_response({"acked": len(body.message_ids)})
+    return b'{"acked":%d}' % len(body.message_ids)
+
+
+def _subscription(broker: Broker, p: dict[str, str]) -> Subscription:
+    return broker.topic(topic_name(p["tenant"], p["namespace"], p["topic"])).subscription(p["sub"])
 
 
 @router.post("/nacks")

@@ -2,14 +2,17 @@
 
 from __future__ import annotations
 
-from fastapi import APIRouter, Request, Response
+import orjson
+from fastapi import APIRouter
 from pydantic import BaseModel, Field
 
-from streamtx.broker.deps import BrokerDep, body_schema, get_broker, json_response, parse_body
+from streamtx.broker.deps import broker_of
 from streamtx.broker.routes.messages import parse_txn
 from streamtx.broker.txnbuffer import TxnAction
+from streamtx.service import HotRequest, HotRoutes
 
 router = APIRouter(prefix="/v1/txn", tags=["transactions"])
+hot = HotRoutes(router)
 
 
 class PartitionEnd(BaseModel):
@@ -37,22 +40,26 @@ class SubscriptionEnd(BaseModel):
     cumulative_message_id: str | None = None
 
 
-@router.post("/partitions/end")
-async def end_partition(body: PartitionEnd, broker: BrokerDep) -> PartitionEndPublic:
+@hot.post("/partitions/end", body=PartitionEnd, response_model=PartitionEndPublic)
+async def end_partition(request: HotRequest) -> bytes:
+    """Write the transaction's commit or abort marker on one partition (idempotent)."""
+    broker = broker_of(request.state)
+    body = request.json(PartitionEnd)
     txn = parse_txn(body.txn_id)
     assert txn is not None
     marker = await broker.resolve_partition(body.partition).end_txn(txn, body.action)
-    return PartitionEndPublic(txn_id=body.txn_id, partition=body.partition, action=body.action,
-                              marker=marker)
+    return orjson.dumps({"txn_id": body.txn_id, "partition": body.partition,
+                         "action": body.action.value, "marker": marker})
 
 
-@router.post("/subscriptions/end", openapi_extra=body_schema(SubscriptionEnd))
-async def end_subscription(request: Request) -> Response:
-    # Body from bytes and bytes out: these carry thousands of message ids (hot at load).
-    broker = await get_broker(request)
-    body = await parse_body(request, SubscriptionEnd)
+@hot.post("/subscriptions/end", body=SubscriptionEnd)
+async def end_subscription(request: HotRequest) -> bytes:
+    """Delete (commit) or redeliver (abort) a transaction's acked messages on one subscription."""
+    # Bytes in and out: these carry thousands of message ids (hot at load).
+    broker = broker_of(request.state)
+    body = request.json(SubscriptionEnd)
     txn = parse_txn(body.txn_id)
     sub = broker.topic(body.topic).subscription(body.subscription)
     await sub.end_txn(body.message_ids, txn, body.action is TxnAction.COMMIT, body.cumulative_message_id)
-    return json_response({"topic": body.topic, "subscription": body.subscription, "txn_id": body.txn_id,
-                          "action": body.action.value, "message_ids": body.message_ids})
+    return orjson.dumps({"topic": body.topic, "subscription": body.subscription, "txn_id": body.txn_id,
+                         "action": body.action.value, "message_ids": body.message_ids})

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Annotated
 
-from fastapi import APIRouter, Request, Response
+from fastapi import APIRouter
 from pydantic import BaseModel, Field, StringConstraints, ValidationError
 
 from streamtx.coordinator.deps import CoordinatorsDep, TxnPath
@@ -14,8 +14,10 @@ from streamtx.coordinator.settings import CoordinatorSettings
 from streamtx.coordinator.state import Action
 from streamtx.coordinator.store import TxnMeta
 from streamtx.errors import MalformedError
+from streamtx.service import HotRequest, HotRoutes
 
 router = APIRouter(prefix="/v1/transactions", tags=["transactions"])
+hot = HotRoutes(router)  # served by the fast lane too (streamtx.service.fastlane)
 
 # persistent://tenant/namespace/topic (a partition is topic-partition-N).
 TopicName = Annotated[
@@ -30,8 +32,6 @@ class TxnCreate(BaseModel):
 
     timeout_ms: int | None = Field(None, ge=1, description="abort the transaction this long after opening")
 
-
-_create_schema = TxnCreate.model_json_schema()
 
 
 class TxnCreated(BaseModel):
@@ -92,27 +92,21 @@ def public(meta: TxnMeta) -> TxnPublic:
     )
 
 
-@router.post(
-    "", response_model=TxnCreated,
-    openapi_extra={"requestBody": {"content": {"application/json": {"schema": _create_schema}}}},
-)
-async def create_transaction(request: Request) -> Response:
+@hot.post("", body=TxnCreate, body_required=False, response_model=TxnCreated)
+async def create_transaction(request: HotRequest) -> bytes:
     """Open a transaction (durable when answered); no body or no timeout_ms: the default."""
-    # The hottest route does FastAPI's work itself: reading app state instead of
-    # Depends, validating the body with pydantic directly, answering with bytes.
-    # Measured, that is a third less CPU per request than the idiomatic route.
-    raw = await request.body()
+    raw = request.body
     try:
         body = TxnCreate.model_validate_json(raw) if raw.strip() else None
     except ValidationError as exc:
         raise MalformedError(f"body: {_first_error(exc)}") from None
-    coordinators: Coordinators = request.app.state.coordinators
-    settings: CoordinatorSettings = request.app.state.settings
+    coordinators: Coordinators = request.state.coordinators
+    settings: CoordinatorSettings = request.state.settings
     timeout_ms = settings.default_timeout_ms if body is None or body.timeout_ms is None else body.timeout_ms
     if timeout_ms > settings.max_timeout_ms:
         raise MalformedError(f"timeout_ms {timeout_ms} exceeds the maximum {settings.max_timeout_ms}")
     meta = await coordinators.pick().create(timeout_ms)
-    return Response(b'{"txn_id":"%d:%d"}' % meta.txn, media_type="application/json")
+    return b'{"txn_id":"%d:%d"}' % meta.txn
 
 
 def _first_error(exc: ValidationError) -> str:

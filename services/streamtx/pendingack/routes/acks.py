@@ -4,21 +4,24 @@ from __future__ import annotations
 
 from fastapi import APIRouter, Query
 
-from streamtx.pendingack.deps import Stores
+from streamtx.pendingack.deps import OK, Stores, stores_of
 from streamtx.pendingack.models import AckCreate, HeldPublic
 from streamtx.pendingack.records import MessageId, TxnId
+from streamtx.service import HotRequest, HotRoutes
 
 router = APIRouter(prefix="/v1/pendingack", tags=["pending acks"])
+hot = HotRoutes(router)
 
 
-@router.post("/acks")
-async def ack(body: AckCreate, stores: Stores) -> dict[str, str]:
+@hot.post("/acks", body=AckCreate)
+async def ack(request: HotRequest) -> bytes:
     """Hold the messages for the transaction; 200 once durable, 409 on a conflict."""
+    body = request.json(AckCreate)
     txn = TxnId.parse(body.txn_id)
     ids = [MessageId.parse(m) for m in body.message_ids]
-    store = await stores.get(body.topic, body.subscription)
+    store = await stores_of(request.state).get(body.topic, body.subscription)
     await store.ack(txn, ids, body.cumulative)
-    return {"status": "ok"}
+    return OK
 
 
 @router.get("/held")

@@ -4,26 +4,30 @@ from __future__ import annotations
 
 from fastapi import APIRouter
 
-from streamtx.pendingack.deps import Stores
+from streamtx.pendingack.deps import OK, stores_of
 from streamtx.pendingack.models import SubscriptionTxn, SubscriptionTxnEnd
 from streamtx.pendingack.records import TxnId
+from streamtx.service import HotRequest, HotRoutes
 
 router = APIRouter(prefix="/v1/txn/subscriptions", tags=["transactions"])
+hot = HotRoutes(router)
 
 
-@router.post("/prepare")
-async def prepare(body: SubscriptionTxn, stores: Stores) -> dict[str, str]:
+@hot.post("/prepare", body=SubscriptionTxn)
+async def prepare(request: HotRequest) -> bytes:
     """200 when the transaction may commit here; 409 when it overlaps another's commit."""
+    body = request.json(SubscriptionTxn)
     txn = TxnId.parse(body.txn_id)
-    store = await stores.get(body.topic, body.subscription)
+    store = await stores_of(request.state).get(body.topic, body.subscription)
     await store.prepare(txn)
-    return {"status": "ok"}
+    return OK
 
 
-@router.post("/end")
-async def end(body: SubscriptionTxnEnd, stores: Stores) -> dict[str, str]:
+@hot.post("/end", body=SubscriptionTxnEnd)
+async def end(request: HotRequest) -> bytes:
     """Commit or abort the transaction's acks; idempotent, 200 for an unknown transaction."""
+    body = request.json(SubscriptionTxnEnd)
     txn = TxnId.parse(body.txn_id)
-    store = await stores.get(body.topic, body.subscription)
+    store = await stores_of(request.state).get(body.topic, body.subscription)
     await store.end(txn, body.action == "commit")
-    return {"status": "ok"}
+    return OK

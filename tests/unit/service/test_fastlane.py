@@ -1,0 +1,143 @@
+"""The fast lane answers hot routes exactly as FastAPI would: bodies, errors, metrics, auth, docs."""
+
+from __future__ import annotations
+
+import contextlib
+from collections.abc import AsyncIterator
+
+import httpx
+import orjson
+import pytest
+from fastapi import APIRouter, FastAPI
+from pydantic import BaseModel, Field
+
+from streamtx.errors import ConflictError
+from streamtx.service import HotRequest, HotRoutes, ServiceSettings, ServiceState, create_app, include_hot
+from streamtx.service.fastlane import compile_template
+
+
+class Item(BaseModel):
+    """Body of the test's hot POST."""
+
+    size: int = Field(ge=0)
+
+
+class Listing(BaseModel):
+    """Query of the test's hot GET."""
+
+    limit: int = Field(10, ge=1)
+    name: str | None = None
+
+
+def build(lane: bool, **tokens: str) -> tuple[FastAPI, list[str]]:
+    """A service app with two hot routes; the list records which path served each call."""
+    served: list[str] = []
+    router = APIRouter(prefix="/v1/shelves/{shelf}")
+    hot = HotRoutes(router)
+
+    @hot.post("/items", body=Item)
+    async def put_item(request: HotRequest) -> bytes:
+        """Store an item."""
+        served.append(request.params["shelf"])
+        item = request.json(Item)
+        if item.size == 13:
+            raise ConflictError("unlucky size")
+        if item.size == 666:
+            raise RuntimeError("boom")
+        return orjson.dumps({"shelf": request.params["shelf"], "size": item.size,
+                             "cluster": request.state.settings.cluster})
+
+    @hot.get("/items", query=Listing)
+    async def list_items(request: HotRequest) -> bytes:
+        q = request.query(Listing)
+        return orjson.dumps({"limit": q.limit, "name": q.name})
+
+    @contextlib.asynccontextmanager
+    async def lifespan(_: FastAPI) -> AsyncIterator[None]:
+        yield
+
+    settings = ServiceSettings(fast_lane=lane, cluster="c1", **tokens)  # type: ignore[arg-type]
+    app = create_app(title="t", settings=settings, lifespan=lifespan, state=ServiceState())
+    include_hot(app, hot)
+    return app, served
+
+
+def client(app: FastAPI, token: str | None = None) -> httpx.AsyncClient:
+    headers = {"authorization": f"Bearer {token}"} if token else {}
+    return httpx.AsyncClient(transport=httpx.ASGITransport(app=app, raise_app_exceptions=False),
+                             base_url="http://t", headers=headers)
+
+
+def test_templates_match_one_segment_per_parameter() -> None:
+    pattern = compile_template("/v1/topics/{tenant}/{ns}/x.y")
+    m = pattern.match("/v1/topics/a/b/x.y")
+    assert m is not None and m.groupdict() == {"tenant": "a", "ns": "b"}
+    assert pattern.match("/v1/topics/a/b/c/x.y") is None
+    assert pattern.match("/v1/topics/a/b/xzy") is None  # the dot is literal
+    assert pattern.match("/v1/topics/a/b/x.y/more") is None
+
+
+CASES = [
+    ("POST", "/v1/shelves/s1/items", {"size": 3}, 200, {"shelf": "s1", "size": 3, "cluster": "c1"}),
+    ("POST", "/v1/shelves/s1/items", {"size": -1}, 400, None),
+    ("POST", "/v1/shelves/s1/items", {"size": 13}, 409, {"error": "conflict", "message": "unlucky size"}),
+    ("POST", "/v1/shelves/s1/items", {"size": 666}, 500,
+     {"error": "internal", "message": "internal error: RuntimeError"}),
+    ("GET", "/v1/shelves/s1/items?limit=5&name=a%20b", None, 200, {"limit": 5, "name": "a b"}),
+    ("GET", "/v1/shelves/s1/items", None, 200, {"limit": 10, "name": None}),
+    ("GET", "/v1/shelves/s1/items?limit=0", None, 400, None),
+    ("DELETE", "/v1/shelves/s1/items", None, 405, None),
+]
+
+
+@pytest.mark.parametrize(("method", "path", "body", "status", "expected"), CASES)
+async def test_lane_and_fastapi_answer_alike(method: str, path: str, body: dict[str, int] | None,
+                                             status: int, expected: dict[str, object] | None) -> None:
+    answers = []
+    for lane in (True, False):
+        app, _ = build(lane)
+        async with client(app) as c:
+            r = await c.request(method, path, json=body)
+        answers.append((r.status_code, r.headers["content-type"], r.json()))
+    assert answers[0] == answers[1]
+    code, content_type, got = answers[0]
+    assert (code, content_type) == (status, "application/json")
+    if expected is not None:
+        assert got == expected
+    elif status == 400:
+        assert got["error"] == "malformed" and ("size" in got["message"] or "limit" in got["message"])
+
+
+async def test_lane_serves_hot_routes_and_counts_them_in_http_metrics() -> None:
+    app, served = build(lane=True)
+    async with client(app) as c:
+        assert (await c.post("/v1/shelves/x/items", json={"size": 1})).status_code == 200
+        assert (await c.post("/v1/shelves/x/items", json={"size": 13})).status_code == 409
+        metrics = (await c.get("/metrics")).text
+    assert served == ["x", "x"]
+    assert 'http_requests_total{handler="/v1/shelves/{shelf}/items",method="POST",status="2xx"} 1.0' in metrics
+    assert 'http_requests_total{handler="/v1/shelves/{shelf}/items",method="POST",status="4xx"} 1.0' in metrics
+    assert 'http_request_duration_seconds_count{handler="/v1/shelves/{shelf}/items",method="POST"' in metrics
+
+
+@pytest.mark.parametrize("lane", [True, False])
+async def test_tokens_are_checked_on_hot_routes(lane: bool) -> None:
+    app, served = build(lane, client_token="c-secret", admin_token="a-secret")
+    for token, status in ((None, 401), ("wrong", 403), ("c-secret", 200), ("a-secret", 200)):
+        async with client(app, token) as c:
+            r = await c.post("/v1/shelves/x/items", json={"size": 1})
+        assert r.status_code == status, (token, r.text)
+    assert len(served) == 2  # refused calls never reach the handler
+
+
+async def test_hot_routes_are_documented() -> None:
+    app, _ = build(lane=True)
+    async with client(app) as c:
+        doc = (await c.get("/openapi.json")).json()
+    post = doc["paths"]["/v1/shelves/{shelf}/items"]["post"]
+    assert post["requestBody"]["content"]["application/json"]["schema"]["properties"]["size"]["minimum"] == 0
+    assert post["description"] == "Store an item."
+    params = {p["name"]: p for p in doc["paths"]["/v1/shelves/{shelf}/items"]["get"]["parameters"]}
+    assert params["limit"]["in"] == "query" and params["limit"]["required"] is False
+    assert params["shelf"]["in"] == "path" and params["shelf"]["required"] is True
+    assert [p["name"] for p in post["parameters"]] == ["shelf"]
