@@ -76,7 +76,27 @@ class Subscription:
         return part, (_new_tuple(Position, (lid, eid)), bi)
 
     def _resolve_all(self, ids: list[str]) -> list[tuple[PartitionDispatch, Unit]]:
-        return [self.resolve(m) for m in ids]
+        # Acks and ends list thousands of ids of a few entries: "ledger:entry" is parsed
+        # and looked up once per entry, then only the batch index per id.
+        out: list[tuple[PartitionDispatch, Unit]] = []
+        entries: dict[str, tuple[PartitionDispatch, Position]] = {}
+        for m in ids:
+            head, _, tail = m.rpartition(":")
+            hit = entries.get(head)
+            if hit is None:
+                part, (pos, bi) = self.resolve(m)
+                if bi is not None:  # then head is "ledger:entry"
+                    entries[head] = (part, pos)
+                out.append((part, (pos, bi)))
+                continue
+            try:
+                index = int(tail)
+            except ValueError:
+                index = -1
+            if index < 0:
+                raise MalformedError(f"bad message id {m!r}")
+            out.append((hit[0], (hit[1], index)))
+        return out
 
     # --- consumers ------------------------------------------------------------
 

@@ -82,6 +82,7 @@ class Committing:
     timing: defaultdict[str, float]
     task: asyncio.Task[tuple[bool, float]]
     started: float = field(default_factory=time.monotonic)
+    started_wall_ms: float = field(default_factory=lambda: time.time() * 1000)
 
 
 @dataclass(frozen=True, slots=True)
@@ -107,6 +108,8 @@ class Worker:
         self.log: TextIO | None = None
         self.stopping = False
         self.arrived = asyncio.Event()  # the prefetcher offered new records
+        self.arrived_at = time.monotonic()  # when it first did since the event was cleared
+        self.ready_since = time.monotonic()  # when what the last take returned had arrived
         self.committing: Committing | None = None
         self.last_commit_s = math.inf  # how long the last commit took: pipeline only while it is short
         self.buf: ReorderBuffer[Held] = ReorderBuffer()
@@ -251,6 +254,28 @@ class Worker:
                 if isinstance(r, BaseException):
                     raise r
 
+    async def ack_inputs(self, txn: str, ready: list[tuple[int, int, Held]]) -> None:
+        """Ack the records' sources in ``txn``, in requests of at most ``write_chunk`` ids."""
+        for i in range(0, len(ready), write_chunk):
+            ids = [h.message_id for *_, h in ready[i:i + write_chunk]]
+            await self.rest.ack(self.cfg.source_topic, self.sub, ids, txn)
+
+    async def produce_outputs(self, txn: str, taken: list[tuple[int, int, Held]]) -> None:
+        """Produce every record of ``txn`` to its range's partition: one request per
+        destination partition, in parallel (a partition's records stay in order)."""
+        props = {"txn": txn, "w": self.name}
+        by_dest: defaultdict[int, list[dict[str, Any]]] = defaultdict(list)
+        for _, _, h in taken:
+            d = self.ranges.partition_of(h.record.user_id)
+            by_dest[d].append({"key": h.record.key, "value": h.value, "properties": props, "partition": d})
+        results = await asyncio.gather(
+            *(self.rest.produce(self.cfg.dest_topic, msgs, txn) for msgs in by_dest.values()),
+            return_exceptions=True,
+        )
+        for r in results:
+            if isinstance(r, BaseException):
+                raise r
+
     async def prefetch(self) -> None:
         """Fetch all the time, so reading overlaps writing: offer what comes to the buffer,
         ack what is not ours in the background, wake the transaction loop."""
@@ -269,16 +294,21 @@ class Worker:
                 task = asyncio.create_task(self.ack_other((foreign, stale)))
                 acking.add(task)
                 task.add_done_callback(acking.discard)
-            self.arrived.set()
+            if not self.arrived.is_set():
+                self.arrived_at = time.monotonic()
+                self.arrived.set()
 
     async def ready(self, timeout_s: float, limit: int) -> list[tuple[int, int, Held]]:
         """What can be written in order now (at most ``limit``), waiting up to ``timeout_s``."""
+        since = self.arrived_at if self.arrived.is_set() else time.monotonic()
         self.arrived.clear()
         ready = self.buf.take_ready(limit)
         if not ready and timeout_s > 0 and limit > 0:
             with contextlib.suppress(TimeoutError):
                 await asyncio.wait_for(self.arrived.wait(), timeout_s)
+            since = self.arrived_at if self.arrived.is_set() else time.monotonic()
             ready = self.buf.take_ready(limit)
+        self.ready_since = since
         return ready
 
     async def one_transaction(self) -> None:
@@ -293,7 +323,8 @@ class Worker:
             if self.stopping:
                 return
             ready = await self.ready(0.5, max_txn_records)
-            first_ready_at = time.monotonic()
+            # Records that came while no transaction took them have waited since then.
+            first_ready_at = self.ready_since
             if not ready and self.buf.held() and time.monotonic() - held_since > stall_exit_s:
                 raise Uncertain(f"{self.buf.held()} records held, none in order for {stall_exit_s}s")
         c = self.committing
@@ -321,14 +352,28 @@ class Worker:
             write_gap_s = min(max_write_gap_s, self.commit_interval_s / 4)
             while True:
                 t0 = time.monotonic()
+                final = (deadline <= t0 or self.stopping
+                         or len(taken) + len(ready) >= max_txn_records)
+                writes = [self.ack_inputs(txn, ready)] if ready else []
+                taken.extend(ready)
+                if final:
+                    # The outputs go at the end, with the progress: a destination
+                    # partition's readers see nothing past the first record of a
+                    # transaction still open there (read-committed), so outputs written
+                    # all through the interval would hold back the other workers'
+                    # committed records too, by up to an interval.
+                    writes += [self.produce_outputs(txn, taken), self.write_progress(txn)]
+                # Both finish before we go on, failed or not: an ack still in flight when
+                # the transaction aborts could land after the abort (a late ack).
+                results = await asyncio.gather(*writes, return_exceptions=True)
+                for r in results:
+                    if isinstance(r, BaseException):
+                        raise r
                 if ready:
-                    await self.write(txn, ready)
                     self.timing["write"] += time.monotonic() - t0
-                    if not taken:
+                    if len(taken) == len(ready):
                         self._log(txn, "wrote", n=len(ready))  # it has done something now
-                    taken.extend(ready)
-                remaining = deadline - time.monotonic()
-                if remaining <= 0 or self.stopping or len(taken) >= max_txn_records:
+                if final:
                     break
                 # A few larger writes, not one per fetch: every request costs the broker
                 # (and, for the acks, the pending-ack store) far more than a record does.
@@ -336,14 +381,8 @@ class Worker:
                 pause = min(t0 + write_gap_s, deadline) - time.monotonic()
                 if ready and pause > 0 and self.buf.held() < write_chunk:
                     await asyncio.sleep(pause)
-                    remaining = deadline - time.monotonic()
+                remaining = deadline - time.monotonic()
                 ready = await self.ready(max(remaining, 0.0), max_txn_records - len(taken))
-            progress = [
-                {"key": f"p{p}", "value": json.dumps({"p": p, "next": n}).encode(),
-                 "properties": {"txn": txn}, "partition": p}
-                for p, n in self.buf.tentative().items() if n != self.buf.committed.get(p)
-            ]
-            await self.rest.produce(self.cfg.progress_topic, progress, txn)
         except StreamtxError as exc:
             await self.settle()  # the one before first: its outcome decides what to undo
             await self.give_up(txn, taken, f"{type(exc).__name__}: {exc}"[:300])
@@ -356,6 +395,16 @@ class Worker:
         self._log(txn, "committing")
         timing, self.timing = self.timing, defaultdict(float)
         self.committing = Committing(txn, taken, timing, asyncio.create_task(self._commit(txn)))
+
+    async def write_progress(self, txn: str) -> None:
+        """The next sequence number of every partition this transaction advanced, to the progress topic."""
+        progress = [
+            {"key": f"p{p}", "value": json.dumps({"p": p, "next": n}).encode(),
+             "properties": {"txn": txn}, "partition": p}
+            for p, n in self.buf.tentative().items() if n != self.buf.committed.get(p)
+        ]
+        if progress:
+            await self.rest.produce(self.cfg.progress_topic, progress, txn)
 
     async def _commit(self, txn: str) -> tuple[bool, float]:
         t0 = time.monotonic()
@@ -373,7 +422,12 @@ class Worker:
         timing = {k: round(v * 1000) if k != "fetched" else int(v) for k, v in c.timing.items()}
         if committed:
             self.buf.commit_oldest()
-            self._log(c.txn, "committed", n=len(c.taken), commit=round(commit_s * 1000), **timing)
+            # How old its records were when the commit was asked: the rest of their
+            # end-to-end latency is the commit and the reader.
+            sent = [h.record.sent_at_ms for *_, h in c.taken]
+            at = c.started_wall_ms
+            ages = {"age_max": round(at - min(sent)), "age_min": round(at - max(sent))} if sent else {}
+            self._log(c.txn, "committed", n=len(c.taken), commit=round(commit_s * 1000), **timing, **ages)
             return True
         self.buf.rollback()
         self._log(c.txn, "refused", n=len(c.taken), why="commit refused",

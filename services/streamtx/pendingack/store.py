@@ -113,6 +113,7 @@ class PendingAckStore:
         self._inflight: dict[TxnId, int] = {}  # ack writes not yet answered, per transaction
         self._inflight_done = asyncio.Condition()
         self._end_locks: dict[TxnId, tuple[asyncio.Lock, int]] = {}
+        self._cleanups: set[asyncio.Task[None]] = set()  # deletes of ended transactions' records
 
     @classmethod
     async def open(
@@ -284,7 +285,13 @@ class PendingAckStore:
         result = await self._write(TxnMarker(kind, txn))
         self.state.finish_end(txn, kind)
         self._metrics.ended(commit)
-        await self._delete([*acks.slots, LogSlot(result.position, result.batch_index, result.batch_size)])
+        # The clean-up is not part of the end (a lost delete is redone by the next
+        # replay): off the commit's path, which waits for this end.
+        task = asyncio.create_task(
+            self._delete([*acks.slots, LogSlot(result.position, result.batch_index, result.batch_size)])
+        )
+        self._cleanups.add(task)
+        task.add_done_callback(self._cleanups.discard)
 
     async def _delete(self, slots: list[LogSlot]) -> None:
         """Delete finished records at batch-index level; trim the log now and then.
@@ -356,7 +363,13 @@ class PendingAckStore:
             }
         }
 
+    async def cleaned_up(self) -> None:
+        """Wait for the deletes of the transactions ended so far."""
+        while self._cleanups:
+            await asyncio.gather(*self._cleanups, return_exceptions=True)
+
     async def close(self) -> None:
+        await self.cleaned_up()
         close = getattr(self._writer, "close", None)
         if close is not None:
             await close()

@@ -11,6 +11,7 @@ import random
 from typing import Any
 
 import httpx
+import orjson
 
 from streamtx.errors import (
     ConflictError,
@@ -21,6 +22,7 @@ from streamtx.errors import (
     UnavailableError,
 )
 
+_json_headers = {"content-type": "application/json"}
 _by_status: dict[int, type[StreamtxError]] = {
     400: MalformedError, 404: NotFoundError, 409: ConflictError, 413: TooLargeError,
 }
@@ -67,14 +69,18 @@ class ServiceClient:
         """Send, retrying transport errors and 5xx; return the decoded JSON body."""
         tries = attempts or self.attempts
         delay = self.backoff_s
+        # orjson, not httpx's stdlib json: ack and end bodies carry thousands of ids.
+        content = None if json is None else orjson.dumps(json)
+        headers = None if json is None else _json_headers
         for attempt in range(tries):
             try:
-                response = await self._client.request(method, path, json=json, params=params)
+                response = await self._client.request(method, path, content=content, params=params,
+                                                      headers=headers)
             except httpx.HTTPError as exc:
                 error: StreamtxError = UnavailableError(f"{method} {path}: {exc!r}")
             else:
                 if response.status_code < 400:
-                    return response.json() if response.content else None
+                    return orjson.loads(response.content) if response.content else None
                 error = error_from_response(response)
                 if not error.retriable:
                     raise error

@@ -178,6 +178,7 @@ async def test_finished_records_are_deleted_and_the_log_trimmed(ledgers: LedgerS
         txns = [TxnId(round_, i) for i in range(10)]
         await asyncio.gather(*(store.ack(t, ids(f"1:{round_ * 100 + t.least}"), False) for t in txns))
         await asyncio.gather(*(store.end(t, commit=bool(t.least % 2)) for t in txns))
+    await store.cleaned_up()  # the deletes run after the ends answer
     assert store.cursor.stats().individually_deleted_ranges == 0
     assert store.ledger.first_position() is None  # every entry finished, and trimmed
     await store.close()
