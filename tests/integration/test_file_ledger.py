@@ -346,10 +346,12 @@ async def test_reopen_keeps_entries_positions_and_stats(tmp_path: Path) -> None:
 async def test_read_raw_uses_one_pread_per_run(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
+    writer = await FileRawLog.open(str(tmp_path / "pread"))
+    frames = [b"frame %d" % i for i in range(500)]
+    await writer.append_batch(frames)
+    # A second handle: the writer's own appends come from its frame cache (below).
     raw = await FileRawLog.open(str(tmp_path / "pread"))
     try:
-        frames = [b"frame %d" % i for i in range(500)]
-        await raw.append_batch(frames)
         calls = 0
         real = os.pread
 
@@ -361,8 +363,17 @@ async def test_read_raw_uses_one_pread_per_run(
         monkeypatch.setattr(os, "pread", counting)
         assert await raw.read_raw(100, 300) == list(enumerate(frames))[100:400]
         assert calls == 1
+        # The writer serves its tail from memory, and reads past the cache from disk.
+        assert await writer.read_raw(100, 300) == list(enumerate(frames))[100:400]
+        assert calls == 1
+        await raw.append_batch([b"by the other handle"])
+        assert await writer.read_raw(499, 5) == [(499, frames[499])]
+        assert calls == 1
+        assert await writer.read_raw(500, 5) == [(500, b"by the other handle")]
+        assert calls > 1  # not in its cache: read from the files
     finally:
         await raw.close()
+        await writer.close()
 
 
 async def test_an_open_writer_cuts_a_torn_tail_another_process_left(tmp_path: Path) -> None:

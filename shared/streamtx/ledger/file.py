@@ -68,6 +68,7 @@ from streamtx.errors import (
 )
 from streamtx.ledger import segment
 from streamtx.ledger.base import Ledger, LedgerStore, SegmentStats
+from streamtx.ledger.framecache import FrameCache
 from streamtx.ledger.framed import FramedLedger
 from streamtx.ledger.framing import FenceState
 from streamtx.ledger.raw import RawLog
@@ -111,6 +112,8 @@ class FileRawLog(RawLog):
         self._lock_fd = -1
         self._closed = False
         self._pool = ThreadPoolExecutor(max_workers=1, thread_name_prefix="ledger-file")
+        # What this handle appended, so tail readers skip the I/O thread (framecache.py).
+        self._cache = FrameCache()
 
     @classmethod
     async def open(cls, directory: str, *, segment_bytes: int = 64 << 20) -> FileRawLog:
@@ -138,9 +141,13 @@ class FileRawLog(RawLog):
             raise TooLargeError(f"a ledger entry is limited to {segment.max_entry_bytes} bytes")
         if not frames:
             return []
-        return await self._run(self._append_sync, list(frames))
+        offsets = await self._run(self._append_sync, list(frames))
+        self._cache.remember(list(zip(offsets, frames, strict=True)), self._start)
+        return offsets
 
     async def read_raw(self, start: int, max_frames: int) -> list[tuple[int, bytes]]:
+        if max_frames > 0 and (cached := self._cache.run(max(start, self._start), max_frames)):
+            return cached
         return await self._run(self._read_sync, start, max_frames)
 
     def start_offset(self) -> int:
@@ -152,6 +159,7 @@ class FileRawLog(RawLog):
 
     async def trim_raw(self, before: int, state: FenceState) -> None:
         await self._run(self._trim_sync, before, state.encode())
+        self._cache.drop_below(before)
 
     async def trim_state(self) -> tuple[int, FenceState]:
         start, state = await self._run(self._read_trim)

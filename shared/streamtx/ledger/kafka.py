@@ -47,7 +47,7 @@ it), so a reader that stops at the reported end misses acknowledged entries.
 fetch returns nothing new, and a fetch that returns nothing below the largest
 end ever seen is retried. :meth:`KafkaRawLog.end_offset` is ``max(reported end,
 last offset seen + 1)`` after reading to the end. Frames read or appended are
-kept in a small per-log cache (the log is immutable; :mod:`.kafka_cache`), so a
+kept in a small per-log cache (the log is immutable; :mod:`.framecache`), so a
 writer reading its own tail does not fetch.
 
 Trimming
@@ -84,10 +84,10 @@ from aiokafka.errors import (
 
 from streamtx.errors import LedgerClosedError, LedgerError, LedgerUnavailableError
 from streamtx.ledger.base import Ledger, LedgerStore, SegmentStats
+from streamtx.ledger.framecache import FrameCache
 from streamtx.ledger.framed import FramedLedger
 from streamtx.ledger.framing import FenceState
-from streamtx.ledger.kafka_cache import FrameCache
-from streamtx.ledger.kafka_fetch import EARLIEST, FETCH_MAX_BYTES, LATEST, PartitionFetcher
+from streamtx.ledger.kafka_fetch import EARLIEST, FETCH_MAX_BYTES, LATEST, PartitionFetcher, fetch_bytes
 from streamtx.ledger.kafka_naming import TOPIC_MAX, TRIM_SUFFIX, check_topic_prefix, topic_for
 from streamtx.ledger.kafka_produce import (
     MAX_BATCH_BYTES,
@@ -192,7 +192,7 @@ class KafkaRawLog(RawLog):
         async with self._store.op(f"read {self.topic}"):
             while True:
                 frames, _, out_of_range = await self._read_through(
-                    self._tp, start, self._cache.fetch_bytes(max_frames)
+                    self._tp, start, fetch_bytes(self._cache.average_size(256.0), max_frames)
                 )
                 if frames:
                     self._remember(frames)

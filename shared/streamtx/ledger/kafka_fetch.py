@@ -24,6 +24,13 @@ from aiokafka.record.memory_records import MemoryRecords
 from streamtx.errors import LedgerClosedError
 
 FETCH_MAX_BYTES = 1024 * 1024
+_FETCH_MIN_BYTES = 64 * 1024
+
+
+def fetch_bytes(average_frame_bytes: float, max_frames: int) -> int:
+    """Fetch about twice what ``max_frames`` frames take, so the rest fits the frame cache."""
+    want = int(max_frames * (average_frame_bytes + 32) * 2)
+    return max(_FETCH_MIN_BYTES, min(FETCH_MAX_BYTES, want))
 EARLIEST, LATEST = -2, -1  # ListOffsets timestamps
 _METADATA_RETRIES = 3
 _ERR_OFFSET_OUT_OF_RANGE = 1

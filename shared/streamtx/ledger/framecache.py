@@ -1,17 +1,16 @@
-"""The Kafka backend's per-log cache of frames read or appended.
+"""A raw log's cache of recent frames, read or appended (Pulsar's entry cache, in small).
 
-The log is immutable, so a frame seen once at an offset stays valid: a writer
-reading its own tail is served from here and does not fetch. The cache also
-keeps the running average frame size, for the byte stats and fetch sizing.
+The log is immutable, so a frame seen once at an offset stays valid: readers
+at the tail (a partition's consumers, a writer reading its own appends) are
+served from memory, without a Kafka fetch or a file read on the log's I/O
+thread, where they would queue in front of appends. The cache also keeps the
+running average frame size, for the byte stats and Kafka's fetch sizing.
 """
 
 from __future__ import annotations
 
 from collections.abc import Sequence
 
-from streamtx.ledger.kafka_fetch import FETCH_MAX_BYTES
-
-_FETCH_MIN_BYTES = 64 * 1024
 _CACHE_FRAMES = 4096
 _CACHE_BYTES = 4 << 20
 
@@ -63,8 +62,3 @@ class FrameCache:
     def average_size(self, default: float) -> float:
         """The average size of the frames counted, or ``default`` before any."""
         return self._bytes_counted / self._frames_counted if self._frames_counted else default
-
-    def fetch_bytes(self, max_frames: int) -> int:
-        """Fetch about twice what ``max_frames`` frames take, so the rest fits the cache."""
-        want = int(max_frames * (self.average_size(256.0) + 32) * 2)
-        return max(_FETCH_MIN_BYTES, min(FETCH_MAX_BYTES, want))
