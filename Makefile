@@ -43,7 +43,7 @@ demo: setup
 	$(PY) -m streamtx.cli demo reshard
 
 demo-long: setup
-	$(PY) -m streamtx.cli demo reshard --duration 600 --chaos
+	$(PY) -m streamtx.cli demo reshard --duration 600 --rate 2000 --chaos
 
 clean:
 	rm -rf .venv $(DATA) .pytest_cache .mypy_cache .ruff_cache
