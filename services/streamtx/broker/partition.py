@@ -294,9 +294,14 @@ class Partition:
         done = self._ending[txn] = asyncio.get_running_loop().create_future()
         try:
             await self._applied_through(self._next_ticket)
-            if txn not in self.tb.ongoing:
+            if txn not in self.tb.ongoing and action is TxnAction.COMMIT:
                 self.tb.end_without_marker(txn, action)
                 return None
+            # An abort is logged even where the txn never produced (yet): a produce of
+            # it that arrives later - a zombie's, or one racing the abort - is then
+            # refused after a restart too. Remembered only in memory, such a produce
+            # would open the txn again once the broker restarted, and hold back every
+            # reader of the partition until the stuck-txn checker asked the TC.
             kind = EntryKind.COMMIT if action is TxnAction.COMMIT else EntryKind.ABORT
             data = codec.encode_marker(kind, txn, publish_time_ms=int(time.time() * 1000))
             pos = await self._append(data, lambda p: self.tb.on_marker(p, txn, action))

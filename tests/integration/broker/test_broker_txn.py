@@ -19,11 +19,27 @@ def test_txn_produce_invisible_until_commit(broker: BrokerClient) -> None:
     assert res["marker"] and res["action"] == "commit"
     assert broker.end("1:1", P0.format("c"), "commit") == res  # idempotent: same marker, nothing new
     assert broker.drain("c", "s") == ["t1", "t2"]
-    # Ending the other way now conflicts; an end for a txn that never produced here writes nothing.
+    # Ending the other way now conflicts; a commit of a txn that never produced here writes nothing.
     broker.call("POST", "/v1/txn/partitions/end", 409,
                 json={"txn_id": "1:1", "partition": P0.format("c"), "action": "abort"})
-    assert broker.end("9:9", P0.format("c"), "abort")["marker"] is None
+    assert broker.end("9:9", P0.format("c"), "commit")["marker"] is None
     broker.produce("c", ["late"], expect=409, txn_id="1:1")  # a txn ended here takes no more messages
+    assert broker.drain("c", "s") == []
+
+
+def test_an_abort_where_the_txn_never_produced_refuses_its_late_produce_after_a_restart(
+    broker: BrokerClient,
+) -> None:
+    broker.create_topic("z", 1)
+    broker.subscribe("z", "s")
+    res = broker.end("7:7", P0.format("z"), "abort")
+    assert res["marker"] is not None  # logged, not only remembered
+    broker.proc.kill9()
+    broker.proc.start()
+    broker.produce("z", ["zombie"], expect=409, txn_id="7:7")
+    broker.produce("z", ["plain"])
+    assert broker.tb_stats("z", 0)["ongoingTxnSize"] == 0
+    assert broker.drain("z", "s") == ["plain"]  # readers are not held back by the zombie
 
 
 def test_abort_hides_and_reader_stops_at_open_txn(broker: BrokerClient) -> None:
