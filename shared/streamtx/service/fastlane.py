@@ -76,6 +76,13 @@ class HotRequest:
 Handler = Callable[[HotRequest], Awaitable[bytes]]
 
 
+def first_error(exc: ValidationError) -> str:
+    """``loc: msg`` of a validation error's first complaint (for routes that check part of a body)."""
+    err = exc.errors()[0]
+    where = ".".join(str(p) for p in err.get("loc", ()))
+    return f"{where}: {err.get('msg', 'invalid')}" if where else str(err.get("msg", "invalid"))
+
+
 def _describe(exc: ValidationError, where: str) -> str:
     return "; ".join(
         ".".join([where, *(str(p) for p in e.get("loc", ()))]) + f": {e.get('msg', '')}"
@@ -137,10 +144,11 @@ class HotRoutes:
             extra["requestBody"] = {"required": body_required,
                                     "content": {"application/json": {"schema": body.model_json_schema()}}}
         template = self.router.prefix + path
+        pattern = compile_template(template)
         # The endpoint takes only the request, so FastAPI documents no parameters itself.
         extra["parameters"] = [
             {"name": name, "in": "path", "required": True, "schema": {"type": "string"}}
-            for name in compile_template(template).groupindex
+            for name in pattern.groupindex
         ] + (query_parameters(query) if query is not None else [])
 
         def register(handler: Handler) -> Handler:
@@ -153,7 +161,7 @@ class HotRoutes:
                 path, endpoint, methods=[method], name=handler.__name__,
                 description=handler.__doc__ or "", openapi_extra=extra, **kwargs,
             )
-            self.routes.append(HotRoute(method, template, compile_template(template), handler))
+            self.routes.append(HotRoute(method, template, pattern, handler))
             return handler
 
         return register

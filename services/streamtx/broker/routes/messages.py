@@ -15,6 +15,7 @@ from streamtx.broker.settings import BrokerSettings
 from streamtx.broker.topic import Outgoing
 from streamtx.errors import MalformedError, TooLargeError
 from streamtx.service import HotRequest, HotRoutes
+from streamtx.service.fastlane import first_error
 
 router = APIRouter(prefix="/v1/topics/{tenant}/{namespace}/{topic}", tags=["messages"])
 hot = HotRoutes(router)
@@ -61,12 +62,6 @@ def parse_txn(text: str | None) -> codec.TxnId | None:
 
 
 
-def _first_error(exc: ValidationError) -> str:
-    err = exc.errors()[0]
-    where = ".".join(str(p) for p in err.get("loc", ()))
-    return f"{where}: {err.get('msg', 'invalid')}" if where else str(err.get("msg", "invalid"))
-
-
 def _parse_body(raw: bytes) -> tuple[list[Any], str | None, codec.ProducerInfo | None]:
     """The produce body, checked by hand: a pydantic model per message is the hot path's cost.
 
@@ -89,7 +84,7 @@ def _parse_body(raw: bytes) -> tuple[list[Any], str | None, codec.ProducerInfo |
         try:
             ident = ProducerIdentity.model_validate(p)
         except ValidationError as exc:
-            raise MalformedError(f"producer.{_first_error(exc)}") from None
+            raise MalformedError(f"producer.{first_error(exc)}") from None
         producer = codec.ProducerInfo(ident.name, ident.epoch, ident.sequence)
     return messages, txn_id, producer
 

@@ -15,6 +15,7 @@ from streamtx.coordinator.state import Action
 from streamtx.coordinator.store import TxnMeta
 from streamtx.errors import MalformedError
 from streamtx.service import HotRequest, HotRoutes
+from streamtx.service.fastlane import first_error
 
 router = APIRouter(prefix="/v1/transactions", tags=["transactions"])
 hot = HotRoutes(router)  # served by the fast lane too (streamtx.service.fastlane)
@@ -99,7 +100,7 @@ async def create_transaction(request: HotRequest) -> bytes:
     try:
         body = TxnCreate.model_validate_json(raw) if raw.strip() else None
     except ValidationError as exc:
-        raise MalformedError(f"body: {_first_error(exc)}") from None
+        raise MalformedError(f"body: {first_error(exc)}") from None
     coordinators: Coordinators = request.state.coordinators
     settings: CoordinatorSettings = request.state.settings
     timeout_ms = settings.default_timeout_ms if body is None or body.timeout_ms is None else body.timeout_ms
@@ -107,12 +108,6 @@ async def create_transaction(request: HotRequest) -> bytes:
         raise MalformedError(f"timeout_ms {timeout_ms} exceeds the maximum {settings.max_timeout_ms}")
     meta = await coordinators.pick().create(timeout_ms)
     return b'{"txn_id":"%d:%d"}' % meta.txn
-
-
-def _first_error(exc: ValidationError) -> str:
-    err = exc.errors()[0]
-    where = ".".join(str(p) for p in err.get("loc", ()))
-    return f"{where}: {err.get('msg', 'invalid')}" if where else str(err.get("msg", "invalid"))
 
 
 @router.get("/{txn}", response_model=TxnPublic)
