@@ -23,6 +23,10 @@ class CoordinatorSettings(ServiceSettings):
     model_config = SettingsConfigDict(env_prefix="STREAMTX_", env_nested_delimiter="__", extra="ignore")
 
     port: int = Field(8081, ge=0, le=65535)
+    # The coordinator's largest body is 1000 names of at most 2 KiB each.
+    max_body_bytes: int = Field(
+        4 << 20, ge=1024, description="a larger request body is refused with 413 before it is read",
+    )
     coordinator_ids: Annotated[list[int], NoDecode] = Field(
         default_factory=lambda: [0], description="coordinator ids this process owns (0..65535)"
     )

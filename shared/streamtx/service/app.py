@@ -14,6 +14,7 @@ from prometheus_fastapi_instrumentator import Instrumentator
 from prometheus_fastapi_instrumentator import metrics as http_metrics
 
 from streamtx.service.auth import Authorize, authorizer
+from streamtx.service.bodylimit import BodyLimit
 from streamtx.service.errors import error_response, install_error_handlers
 from streamtx.service.fastlane import FastLane, HotRoutes, LaneTable, observer
 from streamtx.service.settings import ServiceSettings
@@ -61,6 +62,8 @@ def create_app(
     app.state.fast_lane = LaneTable(enabled=settings.fast_lane)
     app.add_middleware(FastLane, table=app.state.fast_lane, state=app.state,
                        observe=observer(instrumentator), authorize=authorize)
+    # Outermost of all: a body over the limit is refused before anything reads it.
+    app.add_middleware(BodyLimit, max_bytes=settings.max_body_bytes)
 
     @app.get("/metrics", include_in_schema=False)
     async def metrics() -> Response:

@@ -13,8 +13,10 @@ from streamtx.errors import StreamtxError
 
 log = logging.getLogger(__name__)
 
-_codes = {400: "malformed", 401: "unauthorized", 403: "forbidden", 404: "not_found",
-          405: "method_not_allowed", 409: "conflict", 413: "too_large", 503: "unavailable"}
+#: The API error code of each HTTP status the services answer.
+codes = {400: "malformed", 401: "unauthorized", 403: "forbidden", 404: "not_found",
+         405: "method_not_allowed", 409: "conflict", 413: "too_large", 429: "too_many_requests",
+         503: "unavailable"}
 
 
 def error_response(status: int, code: str, message: str) -> JSONResponse:
@@ -37,7 +39,7 @@ def install_error_handlers(app: FastAPI) -> None:
 
     @app.exception_handler(HTTPException)
     async def _http(_: Request, exc: HTTPException) -> JSONResponse:
-        return error_response(exc.status_code, _codes.get(exc.status_code, "error"), str(exc.detail))
+        return error_response(exc.status_code, codes.get(exc.status_code, "error"), str(exc.detail))
 
     @app.exception_handler(Exception)
     async def _unexpected(_: Request, exc: Exception) -> JSONResponse:

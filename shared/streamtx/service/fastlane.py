@@ -38,10 +38,12 @@ from prometheus_fastapi_instrumentator import Instrumentator
 from prometheus_fastapi_instrumentator.metrics import Info
 from pydantic import BaseModel, ValidationError
 from starlette.datastructures import State
+from starlette.exceptions import HTTPException
 from starlette.types import ASGIApp, Receive, Scope, Send
 
 from streamtx.errors import MalformedError, StreamtxError
 from streamtx.service.auth import Authorize
+from streamtx.service.errors import codes as _codes
 
 log = logging.getLogger(__name__)
 
@@ -227,13 +229,16 @@ class FastLane:
                 status, code, message = denied
                 return status, error_body(code, message)
         chunks: list[bytes] = []
-        while True:
-            event = await receive()
-            if event["type"] == "http.disconnect":
-                return None
-            chunks.append(event.get("body", b""))
-            if not event.get("more_body", False):
-                break
+        try:
+            while True:
+                event = await receive()
+                if event["type"] == "http.disconnect":
+                    return None
+                chunks.append(event.get("body", b""))
+                if not event.get("more_body", False):
+                    break
+        except HTTPException as exc:  # the body limit (bodylimit.py) stopped the read
+            return exc.status_code, error_body(_codes.get(exc.status_code, "error"), str(exc.detail))
         request = HotRequest(params, scope.get("query_string", b""), b"".join(chunks), self.state)
         try:
             return 200, await route.handler(request)

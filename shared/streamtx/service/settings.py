@@ -21,6 +21,9 @@ class ServiceSettings(BaseSettings):
     replication_url: str | None = Field(None, description="base URL of the replication controller")
     admin_token: str | None = Field(None, description="when set, admin paths need this bearer token")
     client_token: str | None = Field(None, description="when set, data paths need this bearer token")
+    max_body_bytes: int = Field(
+        16 << 20, ge=1024, description="a larger request body is refused with 413 before it is read",
+    )
     fast_lane: bool = Field(True, description="serve the hot routes ahead of FastAPI's stack (fastlane.py)")
 
     def services(self) -> dict[str, str]:
