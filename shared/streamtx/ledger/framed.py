@@ -7,7 +7,11 @@ It adds to a raw log:
 * fencing: opening as a writer appends a fence, and an append that lands after
   another writer's fence fails with :class:`FencedError` (see :mod:`.framing`);
 * duplicate dropping: a failed raw append is retried with the same sequence
-  numbers, and readers drop whatever copies landed twice.
+  numbers, and readers drop whatever copies landed twice. A backend may report
+  a failure for frames that did land (a Kafka request timeout after the broker
+  appended, an fsync error after the write reached the disk): the retry's copy
+  is then the dropped duplicate, and the append succeeds with the position of
+  the first copy, which is this writer's own frame, not a sign of being fenced.
 
 Every frame is judged once, in log order, by one :class:`FenceTracker`; the
 offsets it rejects (fences, zombies, duplicates) are remembered so reads skip
@@ -64,6 +68,7 @@ class FramedLedger(Ledger):
         self._writer_id = 0
         self._epoch = 0
         self._next_seq = 0
+        self._own_live: dict[int, int] = {}  # seq -> offset of this writer's live frames not yet settled
         self._fenced = False
         self._closed = False
 
@@ -88,6 +93,8 @@ class FramedLedger(Ledger):
         if not live:
             self._rejected.add(offset)
             return None
+        if frame.writer_id == self._writer_id and self._writer_id:
+            self._own_live[frame.seq] = offset  # _settle finds a retried append's first copy here
         self._last_live = offset
         self._appended.set()
         return frame.payload
@@ -177,10 +184,21 @@ class FramedLedger(Ledger):
                 if offset == self._known_end:
                     self._judge(offset, frame)
             if offset in self._rejected:
+                # Dropped: a copy of this very frame landed first (an earlier try of
+                # this batch), or another writer's fence came before it.
+                first = self._own_live.get(framing.seq_of(frame))
+                if first is not None and first != offset:
+                    if not fut.done():
+                        fut.set_result(Position(self.ledger_id, first))
+                    continue
                 self._fenced = True
                 _fail([(frame, fut)], FencedError(f"ledger {self.name}: writer fenced"))
             elif not fut.done():
                 fut.set_result(Position(self.ledger_id, offset))
+        if self._own_live:
+            # Forget the settled seqs (and those of batches that failed for good: lower).
+            last_seq = framing.seq_of(batch[-1][0])
+            self._own_live = {s: o for s, o in self._own_live.items() if s > last_seq}
         if self._fenced:
             _fail(self._queue, FencedError(f"ledger {self.name}: writer fenced"))
             self._queue = []

@@ -63,6 +63,11 @@ def decode(raw: bytes) -> Frame:
     return Frame(FrameKind(kind), writer_id, epoch, seq, raw[HEADER_SIZE:])
 
 
+def seq_of(raw: bytes) -> int:
+    """The ``seq`` of an encoded frame, without copying its payload."""
+    return int(_HEADER.unpack_from(raw)[3])
+
+
 @dataclass(slots=True)
 class FenceState:
     """What the tracker must know at a log offset to judge the frames after it.

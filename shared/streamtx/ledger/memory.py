@@ -24,6 +24,7 @@ class _Frames:
     start: int = 0
     state: FenceState = field(default_factory=FenceState)
     fail_appends: int = 0  # tests: how many next appends fail
+    fail_landed: bool = False  # tests: those appends store their frames, then fail
 
 
 class MemoryRawLog(RawLog):
@@ -35,10 +36,12 @@ class MemoryRawLog(RawLog):
     async def append_batch(self, frames: Sequence[bytes]) -> list[int]:
         await asyncio.sleep(0)  # an append is never synchronous with its caller
         d = self._d
+        first = d.base + len(d.frames)
         if d.fail_appends:
             d.fail_appends -= 1
+            if d.fail_landed:
+                d.frames.extend(frames)
             raise LedgerUnavailableError("memory ledger: injected append failure")
-        first = d.base + len(d.frames)
         d.frames.extend(frames)
         return list(range(first, first + len(frames)))
 
@@ -87,9 +90,14 @@ class MemoryLedgerStore(LedgerStore):
         self._open.append(ledger)
         return ledger
 
-    def inject_append_failures(self, name: str, count: int) -> None:
-        """Make the next ``count`` raw appends to ``name`` fail (for tests)."""
-        self._data.setdefault(name, _Frames()).fail_appends = count
+    def inject_append_failures(self, name: str, count: int, *, landed: bool = False) -> None:
+        """Make the next ``count`` raw appends to ``name`` fail (for tests).
+
+        ``landed``: the failing appends store their frames first, like a backend
+        whose acknowledgement was lost (a timeout after the write).
+        """
+        data = self._data.setdefault(name, _Frames())
+        data.fail_appends, data.fail_landed = count, landed
 
     async def delete(self, name: str) -> None:
         self._data.pop(name, None)
