@@ -12,10 +12,13 @@ setup: $(STAMP)
 $(STAMP): pyproject.toml
 	@command -v redis-server >/dev/null || (apt-get update -qq && apt-get install -y -qq redis-server)
 	@command -v wrk >/dev/null || apt-get install -y -qq wrk
+	@command -v promtool >/dev/null || (apt-get update -qq && apt-get install -y -qq --no-install-recommends prometheus)
 	test -x $(PY) || python3 -m venv .venv
 	$(PIP) install -q --upgrade pip
 	$(PIP) install -q -e '.[dev]'
-	$(PY) -c 'import site, os; open(os.path.join(site.getsitepackages()[0], "streamtx.pth"), "w").write("\n".join(os.path.abspath(p) for p in ("shared", "services", ".")) + "\n")'
+	@# An editable install maps shared/ and services/ (pyproject.toml); the path
+	@# file earlier setups wrote is no longer needed.
+	rm -f $$($(PY) -c 'import site; print(site.getsitepackages()[0])')/streamtx.pth
 	@touch $(STAMP)
 
 run: setup

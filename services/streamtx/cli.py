@@ -1,4 +1,8 @@
-"""The ``streamtx`` command: ``streamtx demo reshard`` and ``streamtx verify``.
+"""The ``streamtx`` command: run a service or the suite, the demo and its checker.
+
+``streamtx serve <service>`` runs one service (settings from ``STREAMTX_*``
+variables, as in the container image); ``streamtx suite`` runs every installed
+service as its own process on embedded defaults (``make run``).
 
 ``streamtx demo reshard`` runs seed 003's resharding task exactly once against a
 suite it starts itself (see ``streamtx.demo``); ``streamtx verify`` checks a run
@@ -10,8 +14,37 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import importlib
+import importlib.util
 import json
+import sys
 from pathlib import Path
+
+#: What ``streamtx serve`` runs: each is ``streamtx.<name>.__main__:main``.
+SERVICES = ("coordinator", "broker", "pendingack", "replication")
+
+
+def _serve(args: argparse.Namespace) -> int:
+    module = f"streamtx.{args.service}.__main__"
+    if importlib.util.find_spec(f"streamtx.{args.service}") is None:
+        raise SystemExit(f"streamtx serve: the {args.service} service is not in this installation")
+    importlib.import_module(module).main()
+    return 0
+
+
+def _probe(args: argparse.Namespace) -> int:
+    """0 when this host's service answers ``/<path>`` with 200 (the image's HEALTHCHECK)."""
+    import os
+    import urllib.error
+    import urllib.request
+
+    port = args.port or int(os.environ.get("STREAMTX_PORT", "8080"))
+    try:
+        with urllib.request.urlopen(f"http://127.0.0.1:{port}/{args.path}", timeout=args.timeout) as r:
+            return 0 if r.status == 200 else 1
+    except (urllib.error.URLError, OSError) as exc:
+        print(f"streamtx probe: {exc}")
+        return 1
 
 
 def _demo(args: argparse.Namespace) -> int:
@@ -49,6 +82,17 @@ def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="streamtx", description=__doc__,
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
     commands = parser.add_subparsers(dest="command", required=True)
+    s = commands.add_parser("serve", help="run one service (settings: STREAMTX_* environment)")
+    s.add_argument("service", choices=SERVICES)
+    s.set_defaults(func=_serve)
+    h = commands.add_parser("probe", help="exit 0 if the local service answers /healthz (or /readyz)")
+    h.add_argument("path", nargs="?", choices=("healthz", "readyz"), default="healthz")
+    h.add_argument("--port", type=int, default=None, help="default: STREAMTX_PORT, else 8080")
+    h.add_argument("--timeout", type=float, default=3.0)
+    h.set_defaults(func=_probe)
+    a = commands.add_parser("suite", help="run every service locally (`streamtx suite --help`)",
+                            add_help=False)
+    a.add_argument("suite_args", nargs=argparse.REMAINDER)
     demo = commands.add_parser("demo", help="demos")
     demos = demo.add_subparsers(dest="demo", required=True)
     r = demos.add_parser("reshard", help="exactly-once resharding of search logs (seed 003)")
@@ -79,6 +123,12 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(argv: list[str] | None = None) -> None:
+    argv = sys.argv[1:] if argv is None else argv
+    if argv[:1] == ["suite"]:  # the suite parses its own options (--help included)
+        from streamtx.suite import main as suite_main
+
+        suite_main(argv[1:])
+        return
     args = build_parser().parse_args(argv)
     raise SystemExit(args.func(args))
 

@@ -26,7 +26,7 @@ def _available() -> list[tuple[str, int]]:
 
 
 def main(argv: list[str] | None = None) -> None:
-    parser = argparse.ArgumentParser(description=__doc__)
+    parser = argparse.ArgumentParser(prog="streamtx suite", description=__doc__)
     parser.add_argument("--data-dir", default="data", help="where the file ledgers live")
     parser.add_argument("--host", default="127.0.0.1")
     parser.add_argument("--ledger-url", default=None, help="override, e.g. kafka://127.0.0.1:9092")

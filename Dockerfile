@@ -1,0 +1,34 @@
+# streamtx: one image for every service; `streamtx serve <service>` picks one.
+#
+#   docker build -t streamtx .
+#   docker run -e STREAMTX_LEDGER_URL=kafka://kafka:9092 streamtx broker
+#
+# Settings are STREAMTX_* environment variables only (see each service's
+# settings.py and README "Deploy"). tests/deploy/test_package.py runs this
+# file's commands: it builds the wheel, installs it outside the repo, starts
+# ENTRYPOINT + CMD with these ENV values and runs the HEALTHCHECK command.
+
+# --- build: the wheel of streamtx and of every dependency -------------------
+FROM python:3.11-slim AS build
+WORKDIR /src
+COPY pyproject.toml README.md ./
+COPY shared/ shared/
+COPY services/ services/
+RUN pip wheel --no-cache-dir --wheel-dir /wheels .
+
+# --- run: no compiler, no pip cache, no source tree --------------------------
+FROM python:3.11-slim
+RUN useradd --system --uid 10001 --create-home --home-dir /var/lib/streamtx streamtx
+COPY --from=build /wheels /tmp/wheels
+RUN pip install --no-cache-dir --no-index --find-links /tmp/wheels streamtx && rm -rf /tmp/wheels
+ENV STREAMTX_HOST=0.0.0.0 \
+    STREAMTX_PORT=8080 \
+    STREAMTX_LEDGER_URL=file:///var/lib/streamtx/ledgers \
+    PYTHONUNBUFFERED=1
+USER 10001
+WORKDIR /var/lib/streamtx
+VOLUME ["/var/lib/streamtx"]
+EXPOSE 8080
+HEALTHCHECK --interval=10s --timeout=5s --start-period=30s --retries=3 CMD ["streamtx", "probe", "healthz"]
+ENTRYPOINT ["streamtx", "serve"]
+CMD ["broker"]
