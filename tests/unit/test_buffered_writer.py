@@ -537,6 +537,44 @@ async def test_pending_ack_metric_names(ledger: Ledger) -> None:
     assert registry.get_sample_value(prefix + "triggering_count_by_delay_time_total", labels) == 0
 
 
+@pytest.mark.parametrize("family", ["tc", "pending_ack"])
+async def test_shipped_pulsar_names_count_the_same_entries(ledger: Ledger, family: str) -> None:
+    """Pulsar's shipped names see every entry the seed's do; a large record is large_data there."""
+    registry = CollectorRegistry()
+    if family == "tc":
+        metrics, labels = tc_metrics("c1", 3, registry=registry), TC_LABELS
+        seed, shipped = "pulsar_txn_tc_batched_log_", "pulsar_txn_tc_bufferedwriter_"
+        seed_records = "pulsar_txn_tc_log_records_count_per_entry"
+    else:
+        metrics, labels = pending_ack_metrics("c1", registry=registry), {"cluster": "c1"}
+        seed, shipped = "pulsar_pending_ack_batched_log_", "pulsar_txn_pending_ack_store_bufferedwriter_"
+        seed_records = seed + "records_count_per_entry"
+    writer: BufferedWriter[str] = BufferedWriter(
+        ledger, str.encode, max_records=2, max_bytes=512, max_delay_s=10.0, policy="fixed", metrics=metrics
+    )
+    await write_in_order(writer, names(4))  # two entries, sealed by records
+    small = asyncio.create_task(writer.write("s"))  # buffered ...
+    await asyncio.sleep(0)
+    await writer.write("x" * 1000)  # ... then sealed by a record too large to share (written alone)
+    await small
+
+    def value(name: str) -> float:
+        return registry.get_sample_value(name, labels) or 0.0
+
+    assert value(shipped + "flush_trigger_max_records_total") == 2
+    assert value(shipped + "flush_trigger_large_data_total") == 1
+    assert value(shipped + "flush_trigger_max_size_total") == 0
+    assert value(seed + "triggering_count_by_records_total") == 2
+    assert value(seed + "triggering_count_by_size_total") == 1
+    for seed_name, shipped_name in (
+        (seed_records, shipped + "batch_records"),
+        (seed + "entry_size_bytes", shipped + "batch_size_bytes"),
+        (seed + "oldest_record_delay_time_seconds", shipped + "batch_oldest_record_delay_seconds"),
+    ):
+        assert value(shipped_name + "_count") == value(seed_name + "_count") == 3
+        assert value(shipped_name + "_sum") == value(seed_name + "_sum")
+
+
 def test_metrics_are_registered_once_per_registry() -> None:
     registry = CollectorRegistry()
     a, b = tc_metrics("c1", 0, registry=registry), tc_metrics("c1", 1, registry=registry)
@@ -552,7 +590,8 @@ def test_metrics_are_registered_once_per_registry() -> None:
         128, 512, 1024, 2048, 4096, 16384, 102400, 1048576, float("inf")
     }
     with pytest.raises(ValueError, match="labels"):
-        BatchedLogMetrics("pulsar_txn_tc_batched_log_", {"cluster": "c1"}, registry=registry)
+        BatchedLogMetrics("pulsar_txn_tc_batched_log_", {"cluster": "c1"},
+                          shipped_prefix="pulsar_txn_tc_bufferedwriter_", registry=registry)
 
 
 # --- switching at run time ----------------------------------------------------------------

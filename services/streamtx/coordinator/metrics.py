@@ -7,7 +7,11 @@ Per coordinator, labels ``cluster`` and ``coordinator_id``:
   ``pulsar_txn_timeout_total`` (aborted by timeout), ``pulsar_txn_append_log_total``
   (transaction-log records appended) — counters;
 * ``pulsar_txn_active_count`` — transactions not yet finished (a gauge read at scrape);
-* ``pulsar_txn_execution_latency_seconds`` — open to final state, per outcome.
+* ``pulsar_txn_execution_latency_seconds`` — open to final state, per outcome, with
+  the edges of Pulsar's ``pulsar_txn_execution_latency_le_*`` buckets;
+* ``pulsar_txn_created_count``, ``pulsar_txn_committed_count``, ``pulsar_txn_aborted_count``,
+  ``pulsar_txn_timeout_count`` — the four counters again under the names Pulsar's own
+  Grafana dashboard reads (gauges there, read from the same counters here).
 
 The PIP-160 batched-log metrics come from :mod:`streamtx.batching.metrics`.
 """
@@ -19,6 +23,8 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 from prometheus_client import REGISTRY, CollectorRegistry, Counter, Gauge, Histogram
+from prometheus_client.core import GaugeMetricFamily
+from prometheus_client.registry import Collector
 
 # Pulsar's execution-latency buckets, in seconds (10 ms .. 5 min and beyond).
 latency_buckets = (0.01, 0.02, 0.05, 0.1, 0.5, 1.0, 5.0, 15.0, 30.0, 60.0, 300.0, 1500.0, 3000.0)
@@ -34,6 +40,25 @@ class _Families:
     appends: Counter
     active: Gauge
     latency: Histogram
+
+
+class _PulsarCounts(Collector):
+    """``pulsar_txn_<x>_count``: each counter's current value under Pulsar's own name."""
+
+    def __init__(self, counters: dict[str, Counter]) -> None:
+        self._counters = counters
+
+    def collect(self) -> list[GaugeMetricFamily]:  # type: ignore[override]
+        out = []
+        for name, counter in self._counters.items():
+            family = GaugeMetricFamily(f"pulsar_txn_{name}_count", f"Transactions {name} (Pulsar's name)",
+                                       labels=_labels)
+            for metric in counter.collect():
+                for sample in metric.samples:
+                    if sample.name.endswith("_total"):
+                        family.add_metric([sample.labels[k] for k in _labels], sample.value)
+            out.append(family)
+        return out
 
 
 # One set of families per registry: several coordinators (and, in tests, several
@@ -67,6 +92,10 @@ def _families_of(registry: CollectorRegistry) -> _Families:
                 (*_labels, "outcome"), buckets=latency_buckets, registry=registry,
             ),
         )
+        registry.register(_PulsarCounts({
+            "created": fam.created, "committed": fam.committed, "aborted": fam.aborted,
+            "timeout": fam.timed_out,
+        }))
     return fam
 
 

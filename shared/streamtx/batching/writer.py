@@ -221,7 +221,7 @@ class BufferedWriter(Generic[T]):
         if need + HEADER_SIZE > max_bytes:  # too large to share an entry: alone
             batch = self._open
             if batch is not None:
-                self._seal(batch, FlushTrigger.SIZE)
+                self._seal(batch, FlushTrigger.LARGE_DATA)
             return await self._write_alone(data)
         batch = self._open
         if batch is None:

@@ -181,9 +181,19 @@ async def test_admin_api(
         "pulsar_txn_created_total", "pulsar_txn_committed_total", "pulsar_txn_aborted_total",
         "pulsar_txn_timeout_total", "pulsar_txn_append_log_total", "pulsar_txn_active_count",
         "pulsar_txn_execution_latency_seconds", "http_requests_total",
+        # the names Pulsar shipped (its own dashboards read these)
+        "pulsar_txn_tc_bufferedwriter_batch_records", "pulsar_txn_tc_bufferedwriter_batch_size_bytes",
+        "pulsar_txn_tc_bufferedwriter_batch_oldest_record_delay_seconds",
+        "pulsar_txn_tc_bufferedwriter_flush_trigger_max_records_total",
+        "pulsar_txn_tc_bufferedwriter_flush_trigger_max_size_total",
+        "pulsar_txn_tc_bufferedwriter_flush_trigger_max_delay_total",
+        "pulsar_txn_tc_bufferedwriter_flush_trigger_large_data_total",
+        "pulsar_txn_committed_count", "pulsar_txn_aborted_count", "pulsar_txn_timeout_count",
     ):
         assert name in metrics, name
     assert 'pulsar_txn_created_total{cluster="standalone",coordinator_id="3"} 3.0' in metrics
+    assert 'pulsar_txn_created_count{cluster="standalone",coordinator_id="3"} 3.0' in metrics
+    assert "# TYPE pulsar_txn_created_count gauge" in metrics
 
 
 async def test_readyz_and_cluster(file_url: str, tc_factory: TcFactory) -> None:

@@ -160,6 +160,11 @@ def test_metrics_exist(pendingack: ServiceProcess) -> None:
                  "oldest_record_delay_time_seconds histogram", "triggering_count_by_records_total counter",
                  "triggering_count_by_size_total counter", "triggering_count_by_delay_time_total counter"):
         assert f"# TYPE pulsar_pending_ack_batched_log_{name}" in text, name
+    for name in ("batch_records histogram", "batch_size_bytes histogram",
+                 "batch_oldest_record_delay_seconds histogram", "flush_trigger_max_records_total counter",
+                 "flush_trigger_max_size_total counter", "flush_trigger_max_delay_total counter",
+                 "flush_trigger_large_data_total counter"):
+        assert f"# TYPE pulsar_txn_pending_ack_store_bufferedwriter_{name}" in text, name
     bucket = 'pulsar_pending_ack_batched_log_records_count_per_entry_bucket{cluster="standalone",le="10.0"}'
     assert bucket in text
     assert 'streamtx_pendingack_acked_messages_total{cluster="standalone"} 2.0' in text
