@@ -9,7 +9,11 @@ an earlier one finished later.
 
 If an append fails the entry may still have landed; the partition then stops
 taking writes and rebuilds its state from the ledger (``_reload``), which
-judges every landed entry properly.
+judges every landed entry properly. Until the rebuild is done its state may
+miss that entry, so nothing is answered from it: produces, ends and reads wait
+for the reload (up to ``reload_wait_ms``) and then answer 503, which callers
+(the coordinator's end fan-out above all) retry. The rebuild fills fresh
+objects and swaps them in at the end, so no caller ever sees half of it.
 """
 
 from __future__ import annotations
@@ -69,6 +73,9 @@ class Partition:
         self._producer_locks: dict[str, asyncio.Lock] = {}
         self._snapshot_lock = asyncio.Lock()
         self._broken: StreamtxError | None = None
+        self._ready = asyncio.Event()  # set while not broken
+        self._ready.set()
+        self._breaks = 0  # failed appends so far: an end that saw one during its wait retries
         self._reload_task: asyncio.Task[None] | None = None
         self._snapshot_task: asyncio.Task[None] | None = None
         self._labels = (settings.cluster, name)
@@ -85,31 +92,36 @@ class Partition:
     # --- recovery -------------------------------------------------------------
 
     async def recover(self) -> None:
-        """Rebuild TB and producer state: latest complete snapshot, then replay after it."""
+        """Rebuild TB and producer state: latest complete snapshot, then replay after it.
+
+        Built aside and swapped in at the end: the state in use is never half rebuilt.
+        """
         t0 = time.perf_counter()
-        self.tb = TxnBufferState(segment_size=self.settings.snapshot_segment_size)
-        self.producers = ProducerTable()
+        tb = TxnBufferState(segment_size=self.settings.snapshot_segment_size)
+        producers = ProducerTable()
         loaded = await tbsnapshot.load(self.snap)
         start: Position | None = None
         if loaded is not None:
             ix = loaded.index
-            self.tb.load_segments(loaded.segments, ix.unsealed)
+            tb.load_segments(loaded.segments, ix.unsealed)
             for txn, first_pos in ix.ongoing:
-                self.tb.ongoing[txn] = Position(*first_pos)
-            self.tb.last_position = ix.snapshot_position
-            self.tb.max_read_floor = ix.max_read
-            self.producers = ProducerTable.from_json(ix.producers)
-            self.tb.restore_ends(ix.ended)
-            self.snapshot_sequence = ix.sequence + 1
-            self.last_snapshot_ms = ix.timestamp_ms
+                tb.ongoing[txn] = Position(*first_pos)
+            tb.last_position = ix.snapshot_position
+            tb.max_read_floor = ix.max_read
+            producers = ProducerTable.from_json(ix.producers)
+            tb.restore_ends(ix.ended)
             if ix.snapshot_position is not None:
                 sp = ix.snapshot_position
                 start = Position(sp.ledger_id, self.ledger.next_entry_id(sp.entry_id))
-        await self._replay(start)
+        await self._replay(start, tb, producers)
         first = self.ledger.first_position()
         if first is not None:
-            self.tb.trim(first)
-        self.tb.ops_since_snapshot = 0
+            tb.trim(first)
+        tb.ops_since_snapshot = 0
+        self.tb, self.producers = tb, producers
+        if loaded is not None:
+            self.snapshot_sequence = loaded.index.sequence + 1
+            self.last_snapshot_ms = loaded.index.timestamp_ms
         self.recovery_s = time.perf_counter() - t0
         metrics.tb_recovery_seconds.labels(self.settings.cluster).observe(self.recovery_s)
         self._update_gauges()
@@ -117,39 +129,33 @@ class Partition:
                  self.name, self.recovery_s, loaded.position if loaded else None,
                  len(self.tb.aborted), len(self.tb.ongoing))
 
-    async def _replay(self, start: Position | None) -> None:
+    async def _replay(self, start: Position | None, tb: TxnBufferState, producers: ProducerTable) -> None:
         while True:
             entries = await self.ledger.read(start, _replay_chunk)
             if not entries:
                 return
             for e in entries:
-                self._apply_entry(e.position, codec.decode_header(e.data))
+                self._apply_entry(e.position, codec.decode_header(e.data), tb, producers)
             last = entries[-1].position
             start = Position(last.ledger_id, self.ledger.next_entry_id(last.entry_id))
 
-    def _apply_entry(self, pos: Position, h: EntryHeader) -> None:
+    @staticmethod
+    def _apply_entry(pos: Position, h: EntryHeader, tb: TxnBufferState, producers: ProducerTable) -> None:
         if h.kind is EntryKind.BATCH:
-            if h.txn is not None and self.tb.is_aborted(h.txn):
-                self.tb.on_entry(pos)  # a zombie's late write: never visible
+            if h.txn is not None and tb.is_aborted(h.txn):
+                tb.on_entry(pos)  # a zombie's late write: never visible
             else:
-                self.tb.on_message(pos, h.txn)
+                tb.on_message(pos, h.txn)
             if h.producer is not None:
-                self._record_producer(h.producer, pos, h.count, None)
+                _record_producer(producers, h.producer, pos, h.count, None)
         elif h.kind in (EntryKind.COMMIT, EntryKind.ABORT):
             assert h.txn is not None
-            self.tb.on_marker(pos, h.txn, TxnAction.COMMIT if h.kind is EntryKind.COMMIT
-                              else TxnAction.ABORT)
+            tb.on_marker(pos, h.txn, TxnAction.COMMIT if h.kind is EntryKind.COMMIT
+                         else TxnAction.ABORT)
         else:
-            self.tb.on_entry(pos)
+            tb.on_entry(pos)
             if h.producer is not None:
-                self.producers.record(h.producer.name, h.producer.epoch, h.producer.sequence, [])
-
-    def _record_producer(self, p: ProducerInfo, pos: Position, count: int,
-                         request_indexes: list[int] | None) -> None:
-        idx = request_indexes if request_indexes is not None else list(range(count))
-        ids = [(ri, codec.message_id(pos.ledger_id, pos.entry_id, bi, count))
-               for bi, ri in enumerate(idx)]
-        self.producers.record(p.name, p.epoch, p.sequence, ids)
+                producers.record(h.producer.name, h.producer.epoch, h.producer.sequence, [])
 
     # --- the ordered append pipeline --------------------------------------------
 
@@ -173,6 +179,8 @@ class Partition:
             self._drain()
             if self._broken is None:
                 self._broken = exc if isinstance(exc, StreamtxError) else UnavailableError(repr(exc))
+                self._breaks += 1
+                self._ready.clear()
                 self._reload_task = asyncio.get_running_loop().create_task(self._reload())
             raise
         self._done[ticket] = (pos, apply)
@@ -212,6 +220,7 @@ class Partition:
                 await self.ledger.refresh()
                 await self.recover()
                 self._broken = None
+                self._ready.set()
                 self.notifier.changed()
                 return
             except StreamtxError as exc:
@@ -219,11 +228,27 @@ class Partition:
                 await asyncio.sleep(delay)
                 delay = min(delay * 2, 5.0)
 
+    @property
+    def reloading(self) -> bool:
+        """True from a failed append until the state is rebuilt from the ledger."""
+        return self._broken is not None
+
+    async def until_ready(self) -> None:
+        """Return at once unless reloading; then wait for it, or 503 after ``reload_wait_ms``."""
+        if self._broken is None:
+            return
+        with contextlib.suppress(TimeoutError):
+            await asyncio.wait_for(self._ready.wait(), self.settings.reload_wait_ms / 1000)
+        if self._broken is not None:
+            raise UnavailableError(f"partition {self.name} is reloading after a failed append "
+                                   f"({self._broken.message}); retry")
+
     # --- produce ------------------------------------------------------------------
 
     async def produce(self, messages: list[Message], txn: TxnId | None,
                       producer: ProducerInfo | None, fence_epoch: int | None) -> list[tuple[int, str]]:
         """Store one batch; ``(request_index, message_id)`` per message (original ids on a dup)."""
+        await self.until_ready()
         if txn is not None:
             ended = self.tb.ended_as(txn)
             if ended is not None:
@@ -268,7 +293,7 @@ class Partition:
             else:
                 self.tb.on_entry(pos)
             if producer is not None:
-                self._record_producer(producer, pos, n, req)
+                _record_producer(self.producers, producer, pos, n, req)
 
         pos = await self._append(data, apply)
         metrics.messages_in.labels(*self._labels).inc(n)
@@ -281,6 +306,7 @@ class Partition:
 
     async def end_txn(self, txn: TxnId, action: TxnAction) -> str | None:
         """Write the marker (once); the marker's message id, or None if txn never produced here."""
+        await self.until_ready()
         while (pending := self._ending.get(txn)) is not None:
             await asyncio.shield(pending)
         ended = self.tb.ended_as(txn)
@@ -293,7 +319,12 @@ class Partition:
         # makes the txn ongoing before we look, or is refused.
         done = self._ending[txn] = asyncio.get_running_loop().create_future()
         try:
+            breaks = self._breaks
             await self._applied_through(self._next_ticket)
+            if self._breaks != breaks or self._broken is not None:
+                # An append we waited for failed: it may have landed (a message of this
+                # txn), which the state shows only once reloaded. Never decide from it.
+                raise UnavailableError(f"partition {self.name} is reloading; retry the end")
             if txn not in self.tb.ongoing and action is TxnAction.COMMIT:
                 self.tb.end_without_marker(txn, action)
                 return None
@@ -336,7 +367,9 @@ class Partition:
         return [t for t, t0 in since.items() if now - t0 > older_than_s]
 
     async def read_visible(self, start: Position | None, max_entries: int) -> list[Entry]:
-        """Entries from ``start`` up to ``max_read_position`` (inclusive)."""
+        """Entries from ``start`` up to ``max_read_position`` (inclusive); none while reloading."""
+        if self._broken is not None:
+            return []  # callers wait with :meth:`until_ready` before they take anything out
         limit = self.tb.max_read_position()
         if limit is None or (start is not None and start > limit):
             return []
@@ -407,3 +440,11 @@ class Partition:
                 await self._snapshot_task  # a snapshot half written is harmless, but finish it
         await self.ledger.close()
         await self.snap.close()
+
+
+def _record_producer(producers: ProducerTable, p: ProducerInfo, pos: Position, count: int,
+                     request_indexes: list[int] | None) -> None:
+    idx = request_indexes if request_indexes is not None else list(range(count))
+    ids = [(ri, codec.message_id(pos.ledger_id, pos.entry_id, bi, count))
+           for bi, ri in enumerate(idx)]
+    producers.record(p.name, p.epoch, p.sequence, ids)

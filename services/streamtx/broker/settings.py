@@ -25,4 +25,6 @@ class BrokerSettings(ServiceSettings):
     # Ask the coordinator about txns open here longer than this, and end those it finished.
     stuck_txn_after_s: float = Field(default=60.0, gt=0)
     stuck_txn_interval_s: float = Field(default=10.0, gt=0)
+    # After a failed append a partition rebuilds its state: requests wait this long, then 503.
+    reload_wait_ms: int = Field(default=5000, ge=0)
     pendingack_timeout_s: float = Field(default=10.0, gt=0)  # HTTP timeout to the pending-ack store

@@ -126,6 +126,7 @@ class Subscription:
         end = loop.time() + wait_ms / 1000
         self._admit(consumer, loop.time())
         while True:
+            await _until_ready(parts)
             remaining = end - loop.time()
             if not self.held_ready.is_set():
                 # Held positions are not known yet (pending-ack store not answering).
@@ -176,6 +177,7 @@ class Subscription:
 
     async def ack(self, ids: list[str], cumulative: bool) -> None:
         resolved = self._resolve_all(ids)
+        await _until_ready(self.parts)
         self._check_not_held(resolved)
         batch = _CursorBatch()
         if cumulative:
@@ -234,6 +236,10 @@ class Subscription:
 
     # --- transactional acks -------------------------------------------------------
 
+    async def until_ready(self) -> None:
+        """Wait while a partition reloads after a failed append (503 if it takes too long)."""
+        await _until_ready(self.parts)
+
     def check_txn_ack(self, ids: list[str], txn: TxnId) -> list[tuple[PartitionDispatch, Unit]]:
         resolved = self._resolve_all(ids)
         for part, unit in resolved:
@@ -279,6 +285,7 @@ class Subscription:
         """
         resolved = self._resolve_all(ids)
         cumulative = self.resolve(cumulative_id) if cumulative_id else None
+        await _until_ready(self.parts)
         batch = _CursorBatch()
         if commit:
             await self._add_deletes(batch, [(p, u) for p, u in resolved if not p.is_gone(u)])
@@ -332,6 +339,13 @@ class Subscription:
     async def close(self) -> None:
         for p in self.parts:
             await p.cursor.close()
+
+
+async def _until_ready(parts: list[PartitionDispatch]) -> None:
+    """Wait for partitions that reload after a failed append (503 if that takes too long)."""
+    for part in parts:
+        if part.partition.reloading:
+            await part.partition.until_ready()
 
 
 @dataclass(slots=True)

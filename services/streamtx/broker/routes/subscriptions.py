@@ -104,6 +104,7 @@ async def ack(request: HotRequest) -> bytes:
     if txn is None:
         await s.ack(body.message_ids, body.cumulative)
     else:
+        await s.until_ready()
         resolved = s.check_txn_ack(body.message_ids, txn)
         # Held before the call, so no redelivery hands them out meanwhile.
         newly = s.hold(resolved, txn, body.cumulative)
