@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from streamtx.errors import UnavailableError
+from streamtx.errors import NotFoundError, UnavailableError
 from streamtx.service import ServiceClient
 
 
@@ -26,10 +26,13 @@ class PendingAckClient:
         await self._require().request("POST", "/v1/pendingack/acks", json=body)
 
     async def held(self, topic: str, subscription: str) -> list[str]:
-        body: Any = await self._require().request(
-            "GET", "/v1/pendingack/held", params={"topic": topic, "subscription": subscription},
-            attempts=1,
-        )
+        try:
+            body: Any = await self._require().request(
+                "GET", "/v1/pendingack/held", params={"topic": topic, "subscription": subscription},
+                attempts=1,
+            )
+        except NotFoundError:  # no transactional ack was ever logged there
+            return []
         return [str(m) for m in (body or {}).get("message_ids", [])]
 
     def _require(self) -> ServiceClient:

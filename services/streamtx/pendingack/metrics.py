@@ -33,6 +33,10 @@ class PendingAckMetrics:
             "streamtx_pendingack_open_txns", "transactions holding acks, over all open subscriptions",
             ["cluster"], registry=registry,
         ).labels(cluster)
+        self._stores = Gauge(
+            "streamtx_pendingack_open_stores", "subscriptions whose pending-ack store is open (LRU-bounded)",
+            ["cluster"], registry=registry,
+        ).labels(cluster)
         self._replay = Histogram(
             "streamtx_pendingack_replay_seconds", "time to replay one subscription's pending-ack log",
             ["cluster"], registry=registry, buckets=(0.01, 0.05, 0.1, 0.5, 1, 5, 10, 30),
@@ -53,3 +57,7 @@ class PendingAckMetrics:
     def track_open_txns(self, count: Callable[[], int]) -> None:
         """Read the open-transaction count at scrape time."""
         self._open.set_function(count)
+
+    def track_open_stores(self, count: Callable[[], int]) -> None:
+        """Read the open-store count at scrape time."""
+        self._stores.set_function(count)

@@ -28,6 +28,11 @@ class PendingAckSettings(ServiceSettings):
         default=10_000, ge=0,
         description="ended transactions remembered per subscription to refuse late acks",
     )
+    pending_ack_max_open_stores: int = Field(
+        default=256, ge=1,
+        description="subscriptions whose store (two ledgers) stays open; past it the least recently "
+                    "used idle ones are closed",
+    )
     # Telling the broker about an end: retried with backoff for this long, then
     # 503 so the coordinator retries the (idempotent) end.
     broker_end_timeout_s: float = Field(default=30.0, gt=0, description="budget of one end's broker call, s")

@@ -1,25 +1,46 @@
-"""Every subscription's pending-ack store in this process, opened on first use.
+"""Every subscription's pending-ack store in this process: opened when named, closed when idle.
 
-A subscription's store is opened (its log replayed) the first time anything
-names it: an ack, ``held`` (the broker asks on its restart), an end from the
-coordinator, or the admin API. So after a restart nothing is lost, and - as
-in Pulsar - the batch-log stat lists only subscriptions opened since.
+Only an ack creates a subscription's store (the broker forwards acks of
+subscriptions it knows). Everything else - ``held``, prepare, end, the admin
+API - opens a store only if its log exists: a name nobody acked on opens
+nothing (``held`` and the admin API answer 404; prepare and end have nothing
+to do there and answer 200). So a client inventing names cannot make the
+service hold ledgers, file descriptors and memory for each.
+
+A store is opened (its log replayed) on first use, so after a restart nothing
+is lost, and - as in Pulsar - the batch-log stat lists only subscriptions opened
+since. At most ``pending_ack_max_open_stores`` stay open: past that, the least
+recently used stores that hold no transaction and serve no request are closed
+(reopening replays their log).
+
+An end of a transaction on a subscription whose store is not open is
+remembered here (bounded, like a store's own ended set), so an ack of it
+arriving later is refused (409) as an open store would refuse it.
 """
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
+import logging
 import re
+from collections import OrderedDict
+from collections.abc import AsyncIterator
 
-from streamtx.errors import MalformedError
+from streamtx.errors import ConflictError, MalformedError, NotFoundError
 from streamtx.ledger import LedgerStore
 from streamtx.pendingack.broker import BrokerNotifier
 from streamtx.pendingack.metrics import PendingAckMetrics
+from streamtx.pendingack.records import TxnId
 from streamtx.pendingack.settings import PendingAckSettings
-from streamtx.pendingack.store import PendingAckStore, WriterFactory
+from streamtx.pendingack.store import PendingAckStore, WriterFactory, log_name
+
+log = logging.getLogger(__name__)
 
 _topic_re = re.compile(r"^persistent://[^/\s]+/[^/\s]+/[^/\s]+$")
 _subscription_re = re.compile(r"^[^/\s]{1,256}$")
+
+Key = tuple[str, str]
 
 
 def check_names(topic: str, subscription: str) -> None:
@@ -31,7 +52,7 @@ def check_names(topic: str, subscription: str) -> None:
 
 
 class PendingAckStores:
-    """The stores of one process, keyed by (topic, subscription)."""
+    """The stores of one process, keyed by (topic, subscription); see the module docstring."""
 
     def __init__(
         self, ledgers: LedgerStore, settings: PendingAckSettings, *, notifier: BrokerNotifier,
@@ -44,40 +65,122 @@ class PendingAckStores:
         self._metrics = metrics
         if metrics is not None:
             metrics.track_open_txns(lambda: sum(len(s.state.txns) for s in self._stores.values()))
-        self._stores: dict[tuple[str, str], PendingAckStore] = {}
-        self._opening: dict[tuple[str, str], asyncio.Task[PendingAckStore]] = {}
+            metrics.track_open_stores(lambda: len(self._stores))
+        self._stores: OrderedDict[Key, PendingAckStore] = OrderedDict()  # least recently used first
+        self._users: dict[Key, int] = {}  # requests using each store now: never closed under them
+        self._opening: dict[Key, asyncio.Task[PendingAckStore]] = {}
+        self._closing: dict[Key, asyncio.Task[None]] = {}
+        # Ends of transactions on subscriptions with no store: commit (True) or abort.
+        self._ended: OrderedDict[tuple[str, str, TxnId], bool] = OrderedDict()
         self.batch_enabled = settings.batching.enabled
 
-    async def get(self, topic: str, subscription: str) -> PendingAckStore:
-        """The subscription's store, opening and replaying it on first use."""
+    @contextlib.asynccontextmanager
+    async def use(self, topic: str, subscription: str, *, create: bool = False
+                  ) -> AsyncIterator[PendingAckStore | None]:
+        """The subscription's store for the block, opened (and replayed) on first use.
+
+        None when the subscription has no log and ``create`` is false. The store
+        is not closed while the block runs.
+        """
+        check_names(topic, subscription)
         key = (topic, subscription)
+        self._users[key] = self._users.get(key, 0) + 1
+        try:
+            yield await self._get(key, create)
+        finally:
+            left = self._users[key] - 1
+            if left:
+                self._users[key] = left
+            else:
+                del self._users[key]
+            self._evict()
+
+    async def require(self, topic: str, subscription: str) -> PendingAckStore:
+        """The store of a subscription that has one, else 404 (queries: held, stats)."""
+        async with self.use(topic, subscription) as store:
+            if store is None:
+                raise NotFoundError(f"no pending acks were ever logged for {topic} {subscription}")
+            return store
+
+    async def _get(self, key: Key, create: bool) -> PendingAckStore | None:
         store = self._stores.get(key)
         if store is not None:
+            self._stores.move_to_end(key)
             return store
-        check_names(topic, subscription)
+        if not create and key not in self._opening:
+            exists = await self._ledgers.exists(log_name(*key))
+            store = self._stores.get(key)  # an ack may have opened it while we looked
+            if store is not None:
+                return store
+            if not exists and key not in self._opening:
+                return None
         # One opening per subscription however many requests wait for it; a
         # failed opening is forgotten so the next request tries again.
         task = self._opening.get(key)
         if task is None:
-            task = self._opening[key] = asyncio.ensure_future(self._open(topic, subscription))
+            task = self._opening[key] = asyncio.ensure_future(self._open(key))
         try:
             return await asyncio.shield(task)
         finally:
-            if task.done():
-                self._opening.pop(key, None)
+            if task.done() and self._opening.get(key) is task:
+                del self._opening[key]
 
-    async def _open(self, topic: str, subscription: str) -> PendingAckStore:
+    async def _open(self, key: Key) -> PendingAckStore:
+        closing = self._closing.get(key)
+        if closing is not None:  # its log is still written by the store being closed
+            await asyncio.shield(closing)
         s = self._settings
         store = await PendingAckStore.open(
-            self._ledgers, topic, subscription,
+            self._ledgers, *key,
             writer_factory=self._writer_factory,
             notifier=self._notifier, batch_enabled=self.batch_enabled,
             max_committed_ids=s.pending_ack_max_committed_ids,
             max_ended_txns=s.pending_ack_max_ended_txns, trim_every_ends=s.trim_every_ends,
             metrics=self._metrics,
         )
-        self._stores[(topic, subscription)] = store
+        for (topic, subscription, txn), commit in list(self._ended.items()):
+            if (topic, subscription) == key:
+                del self._ended[(topic, subscription, txn)]
+                await store.end(txn, commit)  # holds nothing here: remembered in its state
+        self._stores[key] = store
         return store
+
+    def remember_end(self, topic: str, subscription: str, txn: TxnId, commit: bool) -> None:
+        """An end on a subscription with no store: refuse a later ack of ``txn`` there.
+
+        409 when the same transaction was already ended the other way here.
+        """
+        key = (topic, subscription, txn)
+        done = self._ended.get(key)
+        if done is not None and done is not commit:
+            raise ConflictError(f"transaction {txn} already {'COMMITTED' if done else 'ABORTED'}")
+        self._ended[key] = commit
+        self._ended.move_to_end(key)
+        while len(self._ended) > self._settings.pending_ack_max_ended_txns:
+            self._ended.popitem(last=False)
+
+    def _evict(self) -> None:
+        """Close the least recently used stores beyond the cap that hold nothing and serve nobody."""
+        excess = len(self._stores) - self._settings.pending_ack_max_open_stores
+        if excess <= 0:
+            return
+        for key, store in list(self._stores.items()):
+            if excess <= 0:
+                break
+            if self._users.get(key) or store.state.txns:
+                continue
+            del self._stores[key]
+            excess -= 1
+            self._closing[key] = asyncio.ensure_future(self._close(key, store))
+
+    async def _close(self, key: Key, store: PendingAckStore) -> None:
+        try:
+            await store.close()
+        except Exception:  # its log is intact; the next opening replays it
+            log.exception("closing the idle pending-ack store of %s %s failed", *key)
+        finally:
+            if self._closing.get(key) is asyncio.current_task():
+                del self._closing[key]
 
     def opened(self) -> list[PendingAckStore]:
         return list(self._stores.values())
@@ -91,6 +194,9 @@ class PendingAckStores:
     async def close(self) -> None:
         for task in self._opening.values():
             task.cancel()
+        for closing in list(self._closing.values()):
+            with contextlib.suppress(Exception):
+                await closing
         for store in self._stores.values():
             await store.close()
         self._stores.clear()

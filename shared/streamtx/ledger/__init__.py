@@ -2,7 +2,8 @@
 
 Choose a backend by URL with :func:`open_store`:
 
-* ``file:///var/lib/streamtx`` (or ``file://relative/dir``) — segment files, the default;
+* ``file:///var/lib/streamtx[?io_threads=16]`` (or ``file://relative/dir``) — segment files,
+  the default; ``io_threads`` bounds the threads doing every ledger's file I/O;
 * ``kafka://host:9092[,host2:9092][?idempotence=false&delete_records=false]`` —
   one ledger per single-partition topic;
 * ``memory://`` — for tests.
@@ -40,7 +41,8 @@ def open_store(url: str) -> LedgerStore:
         from streamtx.ledger.file import FileLedgerStore
 
         path = (parts.netloc + parts.path) or "."
-        return FileLedgerStore(path, segment_bytes=int(query.get("segment_bytes", 64 << 20)))
+        return FileLedgerStore(path, segment_bytes=int(query.get("segment_bytes", 64 << 20)),
+                               io_threads=int(query.get("io_threads", 16)))
     if parts.scheme == "kafka":
         from streamtx.ledger.kafka import KafkaLedgerStore
 

@@ -110,6 +110,10 @@ class LedgerStore(abc.ABC):
         """Open a ledger by name, creating it; a writer fences every earlier writer."""
 
     @abc.abstractmethod
+    async def exists(self, name: str) -> bool:
+        """Whether ledger ``name`` was ever created (and not deleted); opens nothing."""
+
+    @abc.abstractmethod
     async def delete(self, name: str) -> None:
         """Delete a ledger and its data."""
 

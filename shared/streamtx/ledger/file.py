@@ -38,8 +38,10 @@ Several handles (in one process or many) may share a ledger. Appends take the
 lock and first catch up with what others appended (the last segment grew, or a
 newer segment exists). Reads take no lock: a reader indexes only whole,
 checksummed entries, and stops quietly at a partial tail, which may be a write
-still in progress. Each handle runs its file I/O on its own single thread, so
-the event loop never blocks and the index has one mutator.
+still in progress. Each handle runs its file I/O off the event loop, one call
+at a time in call order (so the index has one mutator), on the I/O thread pool
+its store shares among all its ledgers (:mod:`.ioexec`): threads are bounded by
+the pool, not by the number of open ledgers.
 """
 
 from __future__ import annotations
@@ -71,6 +73,7 @@ from streamtx.ledger.base import Ledger, LedgerStore, SegmentStats
 from streamtx.ledger.framecache import FrameCache
 from streamtx.ledger.framed import FramedLedger
 from streamtx.ledger.framing import FenceState
+from streamtx.ledger.ioexec import SerialExecutor
 from streamtx.ledger.raw import RawLog
 
 log = logging.getLogger(__name__)
@@ -104,20 +107,25 @@ class _Segment:
 class FileRawLog(RawLog):
     """A raw log in one ledger directory; create it with :meth:`open`."""
 
-    def __init__(self, directory: str, *, segment_bytes: int) -> None:
+    def __init__(self, directory: str, *, segment_bytes: int, pool: ThreadPoolExecutor | None = None) -> None:
         self._dir = directory
         self._segment_bytes = segment_bytes
         self._segs: list[_Segment] = []
         self._start = 0  # logical first offset, as far as this handle knows
         self._lock_fd = -1
         self._closed = False
-        self._pool = ThreadPoolExecutor(max_workers=1, thread_name_prefix="ledger-file")
+        # Without a store's pool (tools, tests), a thread of its own.
+        self._own_pool = None
+        if pool is None:
+            pool = self._own_pool = ThreadPoolExecutor(max_workers=1, thread_name_prefix="ledger-file")
+        self._pool = SerialExecutor(pool)
         # What this handle appended, so tail readers skip the I/O thread (framecache.py).
         self._cache = FrameCache()
 
     @classmethod
-    async def open(cls, directory: str, *, segment_bytes: int = 64 << 20) -> FileRawLog:
-        raw = cls(directory, segment_bytes=segment_bytes)
+    async def open(cls, directory: str, *, segment_bytes: int = 64 << 20,
+                   pool: ThreadPoolExecutor | None = None) -> FileRawLog:
+        raw = cls(directory, segment_bytes=segment_bytes, pool=pool)
         try:
             await raw._run(raw._open_sync)
         except BaseException:
@@ -176,6 +184,8 @@ class FileRawLog(RawLog):
         loop = asyncio.get_running_loop()
         await loop.run_in_executor(self._pool, self._close_sync)
         self._pool.shutdown(wait=False)
+        if self._own_pool is not None:
+            self._own_pool.shutdown(wait=False)
 
     # --- on the I/O thread ----------------------------------------------------
 
@@ -414,26 +424,34 @@ def _fsync_dir(path: str) -> None:
 class FileLedgerStore(LedgerStore):
     """Ledgers as directories of segment files under ``path``."""
 
-    def __init__(self, path: str, *, segment_bytes: int = 64 << 20) -> None:
+    def __init__(self, path: str, *, segment_bytes: int = 64 << 20, io_threads: int = 16) -> None:
         if segment_bytes <= 0:
             raise ValueError("segment_bytes must be positive")
+        if io_threads <= 0:
+            raise ValueError("io_threads must be positive")
         self._root = path
         self._segment_bytes = segment_bytes
-        self._open: list[Ledger] = []
+        self._open: list[FramedLedger] = []
+        # Every ledger's file I/O, however many are open (threads start as needed).
+        self._io = ThreadPoolExecutor(max_workers=io_threads, thread_name_prefix="ledger-io")
 
     def ledger_dir(self, name: str) -> str:
         """The directory holding ledger ``name``."""
         return os.path.join(self._root, segment.ledger_dir_name(name))
 
     async def open(self, name: str, *, writer: bool = True) -> Ledger:
-        raw = await FileRawLog.open(self.ledger_dir(name), segment_bytes=self._segment_bytes)
+        raw = await FileRawLog.open(self.ledger_dir(name), segment_bytes=self._segment_bytes, pool=self._io)
         try:
             ledger = await FramedLedger.open(name, raw, writer=writer)
         except BaseException:
             await raw.close()
             raise
+        self._open = [led for led in self._open if not led.closed]  # closed by their users
         self._open.append(ledger)
         return ledger
+
+    async def exists(self, name: str) -> bool:
+        return await asyncio.to_thread(os.path.isdir, self.ledger_dir(name))
 
     async def delete(self, name: str) -> None:
         for ledger in [led for led in self._open if led.name == name]:
@@ -448,6 +466,7 @@ class FileLedgerStore(LedgerStore):
         for ledger in self._open:
             await ledger.close()
         self._open.clear()
+        self._io.shutdown(wait=False)
 
 
 def _delete_dir(path: str, root: str) -> None:

@@ -313,6 +313,10 @@ class FramedLedger(Ledger):
     def fenced(self) -> bool:
         return self._fenced
 
+    @property
+    def closed(self) -> bool:
+        return self._closed
+
     async def close(self) -> None:
         if self._closed:
             return

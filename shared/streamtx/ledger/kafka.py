@@ -453,6 +453,16 @@ class KafkaLedgerStore(LedgerStore):
         self._ledgers[raw] = ledger
         return ledger
 
+    async def exists(self, name: str) -> bool:
+        self._check_open()
+        topic = self.topic(name)
+        if topic in self._topics_ready:
+            return True
+        async with self.op(f"look up ledger {name!r}"):
+            admin = await self.admin()
+            topics = await admin.list_topics()
+        return topic in topics
+
     def raw_log(self, name: str) -> KafkaRawLog:
         """A raw log on ``name``'s topic without a ledger over it (tests, tools).
 

@@ -81,14 +81,18 @@ class MemoryLedgerStore(LedgerStore):
 
     def __init__(self) -> None:
         self._data: dict[str, _Frames] = {}
-        self._open: list[Ledger] = []
+        self._open: list[FramedLedger] = []
 
     async def open(self, name: str, *, writer: bool = True) -> Ledger:
         ledger = await FramedLedger.open(
             name, MemoryRawLog(self._data.setdefault(name, _Frames())), writer=writer
         )
+        self._open = [led for led in self._open if not led.closed]  # closed by their users
         self._open.append(ledger)
         return ledger
+
+    async def exists(self, name: str) -> bool:
+        return name in self._data
 
     def inject_append_failures(self, name: str, count: int, *, landed: bool = False) -> None:
         """Make the next ``count`` raw appends to ``name`` fail (for tests).

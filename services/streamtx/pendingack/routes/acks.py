@@ -19,13 +19,14 @@ async def ack(request: HotRequest) -> bytes:
     body = request.json(AckCreate)
     txn = TxnId.parse(body.txn_id)
     ids = [MessageId.parse(m) for m in body.message_ids]
-    store = await stores_of(request.state).get(body.topic, body.subscription)
-    await store.ack(txn, ids, body.cumulative)
+    async with stores_of(request.state).use(body.topic, body.subscription, create=True) as store:
+        assert store is not None  # created on demand
+        await store.ack(txn, ids, body.cumulative)
     return OK
 
 
 @router.get("/held")
 async def held(stores: Stores, topic: str = Query(...), subscription: str = Query(...)) -> HeldPublic:
-    """Ids held by open transactions (the broker asks on restart)."""
-    store = await stores.get(topic, subscription)
+    """Ids held by open transactions (the broker asks on restart); 404 where nothing was ever acked."""
+    store = await stores.require(topic, subscription)
     return HeldPublic(message_ids=store.held())

@@ -19,7 +19,7 @@ def _topic(tenant: str, namespace: str, topic: str) -> str:
 @router.get("/pendingAckStats/{tenant}/{namespace}/{topic}/{sub}")
 async def pending_ack_stats(tenant: str, namespace: str, topic: str, sub: str, stores: Stores) -> Any:
     """The subscription's pending-ack state."""
-    store = await stores.get(_topic(tenant, namespace, topic), sub)
+    store = await stores.require(_topic(tenant, namespace, topic), sub)
     return store.stats()
 
 
@@ -28,7 +28,7 @@ async def pending_ack_internal_stats(
     tenant: str, namespace: str, topic: str, sub: str, stores: Stores
 ) -> Any:
     """The subscription's pending-ack log: ``pendingAckLogStats.ledgers`` and its cursor."""
-    store = await stores.get(_topic(tenant, namespace, topic), sub)
+    store = await stores.require(_topic(tenant, namespace, topic), sub)
     return store.internal_stats()
 
 

@@ -18,8 +18,9 @@ async def prepare(request: HotRequest) -> bytes:
     """200 when the transaction may commit here; 409 when it overlaps another's commit."""
     body = request.json(SubscriptionTxn)
     txn = TxnId.parse(body.txn_id)
-    store = await stores_of(request.state).get(body.topic, body.subscription)
-    await store.prepare(txn)
+    async with stores_of(request.state).use(body.topic, body.subscription) as store:
+        if store is not None:  # else nothing was ever acked here: nothing to overlap
+            await store.prepare(txn)
     return OK
 
 
@@ -28,6 +29,11 @@ async def end(request: HotRequest) -> bytes:
     """Commit or abort the transaction's acks; idempotent, 200 for an unknown transaction."""
     body = request.json(SubscriptionTxnEnd)
     txn = TxnId.parse(body.txn_id)
-    store = await stores_of(request.state).get(body.topic, body.subscription)
-    await store.end(txn, body.action == "commit")
+    stores = stores_of(request.state)
+    commit = body.action == "commit"
+    async with stores.use(body.topic, body.subscription) as store:
+        if store is None:  # nothing held here: remembered without opening a log
+            stores.remember_end(body.topic, body.subscription, txn, commit)
+        else:
+            await store.end(txn, commit)
     return OK
