@@ -5,7 +5,7 @@ STAMP   := .venv/.stamp-setup
 DATA    ?= data
 export PYTHONPATH := shared:services:.
 
-.PHONY: setup run test lint bench bench-log bench-tc bench-txn demo demo-long clean
+.PHONY: setup run test lint bench bench-log bench-tc bench-txn bench-peer demo demo-long clean
 
 setup: $(STAMP)
 
@@ -41,6 +41,9 @@ bench-tc: setup
 
 bench-txn: setup
 	$(PY) bench/transactions.py
+
+bench-peer: setup
+	$(PY) bench/peer.py
 
 demo: setup
 	$(PY) -m streamtx.cli demo reshard

@@ -55,6 +55,7 @@ def _demo(args: argparse.Namespace) -> int:
         commit_interval_ms=args.commit_interval_ms, txn_timeout_ms=args.txn_timeout_ms,
         chaos=args.chaos, kill_every_s=args.kill_every, zombie=args.zombie, run_dir=args.run_dir,
         keep=args.keep, seed=args.seed, quiet=args.quiet, assignment=args.assignment, users=args.users,
+        backlog=args.backlog,
     ))
 
 
@@ -112,6 +113,9 @@ def build_parser() -> argparse.ArgumentParser:
                    help="owned: one owner per source partition (default); shared: the naive job, all "
                    "workers on one Shared subscription (shows the order anomaly the checker catches)")
     r.add_argument("--users", type=int, default=100_000, help="user ids are drawn from [0, users) (100000)")
+    r.add_argument("--backlog", type=int, default=0,
+                   help="throughput mode: write this many records first, then start the workers; "
+                   "MB/s is timed from the first transaction to the last commit (0: live at --rate)")
     r.add_argument("--seed", type=int, default=1)
     r.add_argument("--quiet", action="store_true", help="no progress bar")
     r.set_defaults(func=_demo)

@@ -24,8 +24,7 @@ from pathlib import Path
 from typing import Any
 
 from streamtx.demo.layout import RunConfig, generator_log
-from streamtx.demo.partitioner import source_partition_of
-from streamtx.demo.records import SearchRecord, encode, random_request
+from streamtx.demo.records import encode, next_record
 from streamtx.demo.rest import Rest
 from streamtx.errors import ConflictError, StreamtxError
 
@@ -34,7 +33,8 @@ max_batch = 4000  # records per request when catching up after an outage
 
 
 async def run(cfg: RunConfig, run_dir: Path, broker_url: str, rate: float, duration_s: float,
-              seed: int) -> None:
+              seed: int, count: int = 0) -> None:
+    """Write at ``rate`` for ``duration_s``, or until ``count`` records when it is set."""
     rng = random.Random(seed)
     rest = Rest(broker_url, broker_url, timeout_s=5.0)
     seqs = [0] * cfg.source_partitions
@@ -42,8 +42,8 @@ async def run(cfg: RunConfig, run_dir: Path, broker_url: str, rate: float, durat
     start = time.monotonic()
     last_status = start
     with generator_log(run_dir).open("a") as log:
-        while (now := time.monotonic()) - start < duration_s:
-            due = min(int(rate * (now - start)) - written, max_batch)
+        while (now := time.monotonic()) - start < duration_s and not (count and written >= count):
+            due = min(int(rate * (now - start)) - written, max_batch, *([count - written] if count else []))
             if due <= 0:
                 await asyncio.sleep(tick_s)
                 continue
@@ -51,13 +51,10 @@ async def run(cfg: RunConfig, run_dir: Path, broker_url: str, rate: float, durat
             messages: list[dict[str, Any]] = []
             sent_at_ms = int(time.time() * 1000)
             for _ in range(due):
-                user = rng.randrange(cfg.user_space)
-                p = source_partition_of(user, cfg.source_partitions)
-                rec = SearchRecord(user, p, seqs[p], sent_at_ms, random_request(rng))
-                seqs[p] += 1
-                recs.append([p, rec.seq, user])
+                rec = next_record(rng, cfg, seqs, sent_at_ms)
+                recs.append([rec.src_partition, rec.seq, rec.user_id])
                 messages.append({"key": rec.key, "value": encode(rec, cfg.record_size),
-                                 "properties": {}, "partition": p})
+                                 "properties": {}, "partition": rec.src_partition})
             size = sum(len(m["value"]) for m in messages)
             producer = {"name": f"generator-{cfg.run_id}", "epoch": 0, "sequence": requests}
             requests += 1
@@ -101,10 +98,11 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--broker", required=True)
     parser.add_argument("--rate", type=float, default=10_000, help="records per second")
     parser.add_argument("--duration", type=float, default=30.0, help="seconds")
+    parser.add_argument("--count", type=int, default=0, help="stop after this many records (0: no limit)")
     parser.add_argument("--seed", type=int, default=1)
     args = parser.parse_args(argv)
     cfg = RunConfig.load(args.run_dir)
-    asyncio.run(run(cfg, args.run_dir, args.broker, args.rate, args.duration, args.seed))
+    asyncio.run(run(cfg, args.run_dir, args.broker, args.rate, args.duration, args.seed, args.count))
 
 
 if __name__ == "__main__":

@@ -17,6 +17,12 @@ from __future__ import annotations
 import json
 import random
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
+
+from streamtx.demo.partitioner import source_partition_of
+
+if TYPE_CHECKING:
+    from streamtx.demo.layout import RunConfig
 
 record_size = 200  # bytes per encoded value, padding included
 
@@ -63,6 +69,16 @@ def decode(value: bytes) -> SearchRecord:
         return SearchRecord(int(d["u"]), int(d["p"]), int(d["s"]), int(d["t"]), str(d["q"]))
     except (KeyError, TypeError, json.JSONDecodeError) as exc:
         raise ValueError(f"not a search record: {value[:60]!r}") from exc
+
+
+def next_record(rng: random.Random, cfg: RunConfig, seqs: list[int], sent_at_ms: int) -> SearchRecord:
+    """The next record a front end logs: a random user on its source partition, with that
+    partition's next sequence number (``seqs`` is advanced)."""
+    user = rng.randrange(cfg.user_space)
+    p = source_partition_of(user, cfg.source_partitions)
+    rec = SearchRecord(user, p, seqs[p], sent_at_ms, random_request(rng))
+    seqs[p] += 1
+    return rec
 
 
 def random_request(rng: random.Random) -> str:

@@ -61,6 +61,7 @@ class Options:
     users: int = 100_000  # user ids are drawn from [0, users)
     assignment: str = "owned"  # "shared": the naive job on one Shared subscription
     spare: tuple[str, ...] = ()  # processes chaos never kills
+    backlog: int = 0  # > 0: write this many records first, then start the workers (throughput mode)
 
 
 @dataclass
@@ -143,6 +144,8 @@ class Demo:
         await rest.create_topic(cfg.dest_topic, cfg.dest_partitions)
         await rest.create_topic(cfg.progress_topic, cfg.source_partitions)
         await rest.subscribe(cfg.dest_topic, "e2e-probe", "earliest")
+
+    async def start_workers(self) -> None:
         offsets = [w.log_path.stat().st_size if w.log_path.exists() else 0 for w in self.workers]
         for w in self.workers:
             w.start()
@@ -257,6 +260,15 @@ class Demo:
                 self.paused.discard(w.name)
                 self.zombie_txns.append(txn)
 
+    def spawn_generator(self, *, rate: float, duration_s: float, count: int = 0) -> subprocess.Popen[bytes]:
+        return subprocess.Popen(
+            [sys.executable, "-m", "streamtx.demo.generator", "--run-dir", str(self.run_dir),
+             "--broker", self.urls["broker"], "--rate", str(rate), "--duration", str(duration_s),
+             "--count", str(count), "--seed", str(self.opts.seed)],
+            stdout=subprocess.PIPE, stderr=(self.run_dir / "logs" / "generator.log").open("ab"),
+            env=child_env({}),
+        )
+
     def read_generator(self, proc: subprocess.Popen[bytes]) -> None:
         assert proc.stdout is not None
         for raw in proc.stdout:
@@ -273,17 +285,21 @@ class Demo:
         rest = Rest(self.urls["coordinator"], self.urls["broker"], timeout_s=10.0)
         try:
             await self.setup(rest)
+            if opts.backlog:
+                # Throughput from a backlog: every record is in the source before the job
+                # starts, so the job's own pace is measured, not the generator's.
+                gen = self.spawn_generator(rate=1e9, duration_s=3600.0, count=opts.backlog)
+                await asyncio.to_thread(self.read_generator, gen)
+                await asyncio.to_thread(gen.wait)
+                self.gen.done = True
+                self.say(f"demo: backlog of {self.gen.written} records written; starting the workers")
+            await self.start_workers()
             self.say(f"demo: run dir {self.run_dir}; {opts.workers} workers, {opts.rate:.0f} records/s "
                      f"for {opts.duration_s:.0f}s, commit every {opts.commit_interval_ms} ms"
                      + (f", chaos every {opts.kill_every_s:g}s" if opts.chaos else "")
                      + (", zombies" if opts.zombie else ""))
-            gen = subprocess.Popen(  # noqa: ASYNC220 - a spawn, not a wait
-                [sys.executable, "-m", "streamtx.demo.generator", "--run-dir", str(self.run_dir),
-                 "--broker", self.urls["broker"], "--rate", str(opts.rate),
-                 "--duration", str(opts.duration_s), "--seed", str(opts.seed)],
-                stdout=subprocess.PIPE, stderr=(self.run_dir / "logs" / "generator.log").open("ab"),
-                env=child_env({}),
-            )
+            if not opts.backlog:
+                gen = self.spawn_generator(rate=opts.rate, duration_s=opts.duration_s)
             reader = threading.Thread(target=self.read_generator, args=(gen,), daemon=True)
             reader.start()
             started = time.monotonic()
@@ -339,6 +355,8 @@ class Demo:
     def result(self, elapsed: float, report: Report) -> DemoResult:
         written, write_ms = load_written(self.run_dir)
         workers = load_workers(self.run_dir)
+        if self.opts.backlog and workers.window is not None:
+            elapsed = workers.window[1] - workers.window[0]  # first transaction opened to last commit
         return DemoResult(
             records=len(written), bytes_written=len(written) * self.cfg.record_size, seconds=elapsed,
             commits=workers.committed, aborts=len(workers.aborted), kills=len(self.kills),

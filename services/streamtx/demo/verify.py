@@ -32,6 +32,7 @@ class WorkerHistory:
     refused: int = 0  # commits the coordinator refused (zombies, timeouts)
     orphans: int = 0  # left open by a killed worker, ended by its next life
     last: dict[str, str] = field(default_factory=dict)
+    window: tuple[float, float] | None = None  # wall clock of the first open and the last commit
 
 
 def load_workers(run_dir: Path) -> WorkerHistory:
@@ -40,8 +41,13 @@ def load_workers(run_dir: Path) -> WorkerHistory:
         for line in read_jsonl(path):
             txn, outcome = line["txn"], line["o"]
             h.last[txn] = outcome
+            if outcome == "open" and "t" in line:
+                first = line["t"] if h.window is None else min(h.window[0], line["t"])
+                h.window = (first, h.window[1] if h.window is not None else first)
             if outcome == "committed":
                 h.committed += 1
+                if h.window is not None and "t" in line:
+                    h.window = (h.window[0], max(h.window[1], line["t"]))
             elif outcome in ("aborted", "refused"):
                 h.aborted.add(txn)
                 h.refused += outcome == "refused"
