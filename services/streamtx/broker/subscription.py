@@ -298,6 +298,13 @@ class Subscription:
             mine = [u for u, holder in part.held.items() if holder == txn]
             released += [(part, u) for u in mine]
         await batch.apply()
+        if commit:
+            # A retried end finds its deletes already applied in memory (the first try's
+            # persist failed after applying them): it must not answer before they are durable.
+            touched = {p.index: p for p, _ in resolved}
+            if cumulative is not None:
+                touched[cumulative[0].index] = cumulative[0]
+            await asyncio.gather(*(part.cursor.sync() for part in touched.values()))
         for part, unit in released:
             holder = part.held.get(unit)
             if txn is None or holder in (txn, _unknown_txn):

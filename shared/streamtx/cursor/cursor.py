@@ -209,6 +209,15 @@ class Cursor:
         self._state.mark_delete(self._entry_id(position))
         await self._sync()
 
+    async def sync(self) -> None:
+        """Return once every change made so far is durable (at once when it already is).
+
+        A change whose persist failed stays applied in memory; a caller retrying
+        it finds nothing left to change, and must call this before answering.
+        """
+        self._check_writable()
+        await self._sync()
+
     async def trim_ledger(self) -> None:
         """Trim the data ledger up to the durable mark-delete position.
 

@@ -12,8 +12,10 @@ from streamtx.broker.pendingack_client import PendingAckClient
 from streamtx.broker.settings import BrokerSettings
 from streamtx.broker.subscription import SubscriptionType
 from streamtx.broker.topic import Outgoing, Topic
-from streamtx.errors import ConflictError, MalformedError
+from streamtx.cursor.cursor import Cursor, cursor_ledger_name
+from streamtx.errors import ConflictError, MalformedError, StreamtxError
 from streamtx.ledger import Position, open_store
+from streamtx.ledger.memory import MemoryLedgerStore
 
 T = "persistent://t/n/u"
 
@@ -105,3 +107,30 @@ async def test_txn_cumulative_ack_commit_and_abort(broker: Broker) -> None:
     assert part.cursor.mark_delete_position == Position.parse(ids[2])
     part.release(list(part.pending))
     assert [m["message_id"] for m in await sub.fetch("c1", 10, 0)] == [ids[3]]
+
+
+async def test_a_retried_commit_end_answers_only_once_its_deletes_are_durable() -> None:
+    """The first end's cursor persist fails after the deletes were applied in memory; the
+    retry finds nothing left to delete and must still persist them (issue 9, item 3)."""
+    store = open_store("memory://")
+    assert isinstance(store, MemoryLedgerStore)
+    settings = BrokerSettings(ledger_url="memory://")  # type: ignore[call-arg]
+    b = Broker(store, settings, PendingAckClient(None, 1.0))
+    await b.start()
+    try:
+        await b.create_topic(T, 1)
+        sub = await b.create_subscription(T, "d", SubscriptionType.SHARED, "earliest")
+        ids = await send(b.topic(T), "a", "b")
+        await sub.fetch("c1", 10, 0)
+        sub.hold(sub.check_txn_ack(ids, (3, 1)), (3, 1))
+        cursor = sub.parts[0].cursor
+        own = cursor_ledger_name(cursor.ledger.name, cursor.name)
+        store.inject_append_failures(own, 3)  # every try of the framed ledger fails once
+        with pytest.raises(StreamtxError):
+            await sub.end_txn(ids, (3, 1), commit=True)
+        await sub.end_txn(ids, (3, 1), commit=True)  # the coordinator's retry
+        again = await Cursor.open(store, cursor.ledger, cursor.name)  # what a restart reads
+        assert again.is_deleted(Position.parse(ids[0]))  # both records of the batch
+        await again.close()
+    finally:
+        await b.close()
