@@ -166,6 +166,27 @@ async def test_a_produce_racing_the_end_is_never_visible_as_committed() -> None:
     assert part.tb.is_aborted((6, 2))
 
 
+async def test_a_commit_racing_the_first_append_waits_for_it_and_releases_it() -> None:
+    """A commit that arrives while the txn's first message is still being appended must
+    wait for it: the message is then released by a commit marker written after it, and
+    visible; never a marker-less commit that leaves the message open forever."""
+    import asyncio
+
+    store = open_store("memory://")
+    part = await open_part(store)
+    produce = asyncio.create_task(part.produce([Message(b"racing")], (7, 1), None, None))
+    await asyncio.sleep(0)  # the append is in flight, not yet applied
+    marker = await part.end_txn((7, 1), TxnAction.COMMIT)
+    [(_, message_id)] = await produce
+    assert marker is not None, "the commit did not see the message in flight"
+    assert Position.parse(message_id) < Position.parse(marker)
+    assert (7, 1) not in part.tb.ongoing
+    visible = await part.read_visible(None, 100)
+    assert Position.parse(message_id) in [e.position for e in visible]
+    again = await open_part(store)  # and so after a restart
+    assert (7, 1) not in again.tb.ongoing and again.max_read_position() == part.max_read_position()
+
+
 async def test_tbrecovery_measure() -> None:
     from streamtx.broker.tbrecovery import measure
 

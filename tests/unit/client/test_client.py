@@ -6,7 +6,7 @@ import pytest
 
 from streamtx.client import AuthError, OutMessage, StreamtxClient
 from streamtx.client.names import key_partition
-from streamtx.errors import ConflictError, MalformedError, NotFoundError
+from streamtx.errors import ConflictError, MalformedError, NotFoundError, UnavailableError
 from tests.unit.client.fake_cluster import BROKER, COORDINATOR, FakeCluster
 
 TOPIC = "persistent://t/n/x"
@@ -98,16 +98,23 @@ async def test_named_producer_sends_epoch_and_increasing_sequences() -> None:
     await client.close()
 
 
-async def test_named_producer_retries_503_but_unnamed_does_not() -> None:
+async def test_named_producer_retries_503_with_the_same_body_but_unnamed_does_not() -> None:
+    """A retry must carry the same sequence (the broker drops it as a duplicate only then)."""
     cluster = FakeCluster()
     client = await connect(cluster)
-    named = await client.producer(TOPIC, name="p1")
+    named = await client.producer(TOPIC, name="p1", epoch=3)
     cluster.fail["/messages"] = (503, {"error": "unavailable", "message": "later"})
-    assert await named.send(b"x") == "1:0"
+    await named.send(b"x", key="k")
+    await named.send(b"y")
+    sent = [b for _, u, b in cluster.calls if u.endswith("/messages")]
+    assert len(sent) == 3 and sent[0] == sent[1]  # the 503'd request, then the same one again
+    assert [b["producer"]["sequence"] for b in sent] == [0, 0, 1]
+    assert {b["producer"]["epoch"] for b in sent} == {3}
     unnamed = await client.producer(TOPIC)
     cluster.fail["/messages"] = (503, {"error": "unavailable", "message": "later"})
-    with pytest.raises(Exception, match="later"):
+    with pytest.raises(UnavailableError, match="later"):
         await unnamed.send(b"x")
+    assert len([u for _, u, _ in cluster.calls if u.endswith("/messages")]) == 4  # tried once
     await client.close()
 
 

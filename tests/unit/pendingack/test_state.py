@@ -3,8 +3,6 @@
 from __future__ import annotations
 
 import pytest
-from hypothesis import given
-from hypothesis import strategies as st
 
 from streamtx.errors import ConflictError
 from streamtx.ledger import Position
@@ -222,44 +220,3 @@ def test_held_lists_open_ids_and_cumulative() -> None:
     ack(s, A, "1:5:1", "1:2")
     ack(s, B, "1:9", cumulative=True)
     assert s.held_ids() == [m("1:2"), m("1:5:1"), m("1:9")]
-
-
-ops = st.lists(st.tuples(
-    st.sampled_from(["ack", "cum", "commit", "abort"]), st.integers(1, 4),
-    st.lists(st.tuples(st.integers(0, 5), st.integers(-1, 2)), min_size=1, max_size=3),
-), max_size=40)
-
-
-@given(ops)
-def test_no_message_is_ever_committed_twice(script: list[tuple[str, int, list[tuple[int, int]]]]) -> None:
-    """Whatever the order of acks and ends, two transactions never both commit one message."""
-    s = SubscriptionState()
-    committed_by: dict[MessageId, TxnId] = {}
-    for op, t, raw in script:
-        txn = TxnId(0, t)
-        mids = [MessageId(1, e, b) for e, b in raw]
-        if op in ("ack", "cum"):
-            cumulative = op == "cum"
-            mids = mids[:1] if cumulative else mids
-            try:
-                s.check_ack(txn, mids, cumulative)
-            except ConflictError:
-                continue
-            s.add_ack(txn, mids, cumulative)
-        elif txn in s.txns:
-            commit_it = op == "commit"
-            if commit_it:
-                try:
-                    s.check_prepare(txn)
-                except ConflictError:
-                    commit_it = False
-            acks = s.begin_end(txn)
-            assert acks is not None
-            for mid in acks.ids if commit_it else ():
-                for other, owner in committed_by.items():
-                    overlap = other.entry == mid.entry and (
-                        -1 in (other.batch_index, mid.batch_index) or other.batch_index == mid.batch_index)
-                    assert not overlap, f"{mid} committed by {txn} and {other} by {owner}"
-            s.finish_end(txn, RecordKind.COMMITTED if commit_it else RecordKind.ABORTED)
-            if commit_it:
-                committed_by.update(dict.fromkeys(acks.ids, txn))

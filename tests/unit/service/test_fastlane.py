@@ -8,7 +8,7 @@ from collections.abc import AsyncIterator
 import httpx
 import orjson
 import pytest
-from fastapi import APIRouter, FastAPI
+from fastapi import APIRouter, Depends, FastAPI
 from pydantic import BaseModel, Field
 
 from streamtx.errors import ConflictError
@@ -30,9 +30,14 @@ class Listing(BaseModel):
 
 
 def build(lane: bool, **tokens: str) -> tuple[FastAPI, list[str]]:
-    """A service app with two hot routes; the list records which path served each call."""
+    """A service app with two hot routes; the list records each call: the shelf, and
+    ``"fastapi"`` first when FastAPI's routing (a router dependency) served it."""
     served: list[str] = []
-    router = APIRouter(prefix="/v1/shelves/{shelf}")
+
+    def through_fastapi() -> None:
+        served.append("fastapi")
+
+    router = APIRouter(prefix="/v1/shelves/{shelf}", dependencies=[Depends(through_fastapi)])
     hot = HotRoutes(router)
 
     @hot.post("/items", body=Item)
@@ -114,11 +119,22 @@ async def test_lane_serves_hot_routes_and_counts_them_in_http_metrics() -> None:
         assert (await c.post("/v1/shelves/x/items", json={"size": 1})).status_code == 200
         assert (await c.post("/v1/shelves/x/items", json={"size": 13})).status_code == 409
         metrics = (await c.get("/metrics")).text
-    assert served == ["x", "x"]
+    assert served == ["x", "x"]  # never through FastAPI's routing
     labels = 'handler="/v1/shelves/{shelf}/items",method="POST"'
     assert f'http_requests_total{{{labels},status="2xx"}} 1.0' in metrics
     assert f'http_requests_total{{{labels},status="4xx"}} 1.0' in metrics
     assert f"http_request_duration_seconds_count{{{labels}" in metrics
+
+
+@pytest.mark.parametrize("lane", [True, False])
+async def test_each_path_serves_when_it_should(lane: bool) -> None:
+    """The lane on: hot routes never reach FastAPI's routing, other routes do; off: all do."""
+    app, served = build(lane)
+    async with client(app) as c:
+        assert (await c.post("/v1/shelves/a/items", json={"size": 1})).status_code == 200
+        assert (await c.get("/v1/shelves/b/items")).status_code == 200
+        assert (await c.get("/healthz")).status_code == 200
+    assert served == (["a"] if lane else ["fastapi", "a", "fastapi"])
 
 
 @pytest.mark.parametrize("lane", [True, False])
@@ -128,7 +144,8 @@ async def test_tokens_are_checked_on_hot_routes(lane: bool) -> None:
         async with client(app, token) as c:
             r = await c.post("/v1/shelves/x/items", json={"size": 1})
         assert r.status_code == status, (token, r.text)
-    assert len(served) == 2  # refused calls never reach the handler
+    # Refused calls never reach the handler; admitted ones took the path the setting names.
+    assert served == (["x", "x"] if lane else ["fastapi", "x", "fastapi", "x"])
 
 
 async def test_hot_routes_are_documented() -> None:

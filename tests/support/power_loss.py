@@ -1,0 +1,90 @@
+"""Append to a ledger, then lose power: every byte not made durable by a sync is gone.
+
+Run as ``python -m tests.support.power_loss URL NAME COUNT`` (with ``shared`` and
+the repo root on PYTHONPATH). Before anything imports the ledger code, this
+wraps ``os.fsync`` and ``os.fdatasync``: each sync of a regular file records the
+file's bytes at that moment as durable. The script appends COUNT entries
+(concurrently, so appends share syncs), then plays a power loss: every file
+under the ledger root is rewritten to its last durable bytes (empty if never
+synced), as a machine that lost its page cache would find it. SIGKILL keeps the
+page cache, so a kill -9 test cannot see a missing sync; this can.
+
+It prints one JSON line: ``{"acked": [[entry_id, hex payload], ...], "syncs": N}``
+(each append acknowledged before the power loss), and exits without closing
+anything.
+"""
+
+from __future__ import annotations
+
+import os
+import stat
+import sys
+from collections.abc import Callable
+from typing import Any
+
+_durable: dict[str, bytes] = {}
+_syncs = 0
+
+
+def _recording(sync: Callable[[int], None]) -> Callable[[int], None]:
+    def wrapper(fd: int) -> None:
+        global _syncs
+        sync(fd)
+        _syncs += 1
+        if stat.S_ISREG(os.fstat(fd).st_mode):
+            path = os.readlink(f"/proc/self/fd/{fd}")
+            size = os.fstat(fd).st_size
+            _durable[path] = os.pread(fd, size, 0) if size else b""
+
+    return wrapper
+
+
+os.fsync = _recording(os.fsync)  # type: ignore[assignment]
+if hasattr(os, "fdatasync"):
+    os.fdatasync = _recording(os.fdatasync)  # type: ignore[assignment]
+
+
+def power_loss(root: str) -> None:
+    """Every file under ``root`` back to its last synced bytes (nothing, if never synced)."""
+    for folder, _, files in os.walk(root):
+        for name in files:
+            path = os.path.join(folder, name)
+            with open(path, "wb") as f:
+                f.write(_durable.get(os.path.realpath(path), b""))
+
+
+async def run(url: str, name: str, count: int) -> dict[str, Any]:
+    import asyncio
+
+    from streamtx.ledger import open_store
+
+    store = open_store(url)
+    ledger = await store.open(name)
+    payloads = [f"entry {i} ".encode() * (1 + i % 50) for i in range(count)]
+    acked: list[list[Any]] = []
+
+    async def append(data: bytes) -> None:
+        pos = await ledger.append(data)
+        acked.append([pos.entry_id, data.hex()])
+
+    for start in range(0, count, 16):
+        await asyncio.gather(*(append(p) for p in payloads[start:start + 16]))
+    return {"acked": acked, "syncs": _syncs}
+
+
+def main() -> None:
+    import asyncio
+    import json
+    from urllib.parse import urlsplit
+
+    url, name, count = sys.argv[1], sys.argv[2], int(sys.argv[3])
+    result = asyncio.run(run(url, name, count))
+    parts = urlsplit(url)
+    power_loss(parts.netloc + parts.path)
+    sys.stdout.write(json.dumps(result) + "\n")
+    sys.stdout.flush()
+    os._exit(0)
+
+
+if __name__ == "__main__":
+    main()
