@@ -22,12 +22,12 @@ import asyncio
 import contextlib
 import logging
 import time
-from collections.abc import Callable
+from collections.abc import AsyncIterator, Callable
 
 from streamtx.broker import codec, metrics, tbsnapshot
 from streamtx.broker.codec import EntryHeader, EntryKind, Message, ProducerInfo, TxnId
 from streamtx.broker.notify import Notifier
-from streamtx.broker.producers import ProducerTable, Verdict
+from streamtx.broker.producers import ProducerTable, Verdict, written
 from streamtx.broker.settings import BrokerSettings
 from streamtx.broker.txnbuffer import TxnAction, TxnBufferState
 from streamtx.errors import ConflictError, StreamtxError, TooLargeError, UnavailableError
@@ -59,7 +59,7 @@ class Partition:
         self.settings = settings
         self.notifier = notifier
         self.tb = TxnBufferState(segment_size=settings.snapshot_segment_size)
-        self.producers = ProducerTable()
+        self.producers = self._new_producers()
         self.last_snapshot_ms = 0
         self.snapshot_sequence = 0
         self.recovery_s = 0.0
@@ -70,7 +70,7 @@ class Partition:
         self._horizons: list[tuple[int, asyncio.Future[None]]] = []
         self._open_since: dict[TxnId, float] = {}  # loop time a txn was first seen open here
         self._ending: dict[TxnId, asyncio.Future[None]] = {}
-        self._producer_locks: dict[str, asyncio.Lock] = {}
+        self._producer_locks: dict[str, tuple[asyncio.Lock, int]] = {}
         self._snapshot_lock = asyncio.Lock()
         self._broken: StreamtxError | None = None
         self._ready = asyncio.Event()  # set while not broken
@@ -98,7 +98,7 @@ class Partition:
         """
         t0 = time.perf_counter()
         tb = TxnBufferState(segment_size=self.settings.snapshot_segment_size)
-        producers = ProducerTable()
+        producers = self._new_producers()
         loaded = await tbsnapshot.load(self.snap)
         start: Position | None = None
         if loaded is not None:
@@ -108,7 +108,8 @@ class Partition:
                 tb.ongoing[txn] = Position(*first_pos)
             tb.last_position = ix.snapshot_position
             tb.max_read_floor = ix.max_read
-            producers = ProducerTable.from_json(ix.producers)
+            producers = ProducerTable.from_json(ix.producers, seen_ms=ix.timestamp_ms,
+                                                idle_ms=producers.idle_ms, max_names=producers.max_names)
             tb.restore_ends(ix.ended)
             if ix.snapshot_position is not None:
                 sp = ix.snapshot_position
@@ -147,7 +148,7 @@ class Partition:
             else:
                 tb.on_message(pos, h.txn)
             if h.producer is not None:
-                _record_producer(producers, h.producer, pos, h.count, None)
+                _record_producer(producers, h.producer, pos, h.count, None, h.publish_time_ms)
         elif h.kind in (EntryKind.COMMIT, EntryKind.ABORT):
             assert h.txn is not None
             tb.on_marker(pos, h.txn, TxnAction.COMMIT if h.kind is EntryKind.COMMIT
@@ -155,7 +156,11 @@ class Partition:
         else:
             tb.on_entry(pos)
             if h.producer is not None:
-                producers.record(h.producer.name, h.producer.epoch, h.producer.sequence, [])
+                _record_producer(producers, h.producer, pos, 0, None, h.publish_time_ms)
+
+    def _new_producers(self) -> ProducerTable:
+        return ProducerTable(idle_ms=int(self.settings.producer_idle_s * 1000),
+                             max_names=self.settings.producer_max_names)
 
     # --- the ordered append pipeline --------------------------------------------
 
@@ -255,8 +260,7 @@ class Partition:
                 raise ConflictError(f"txn {codec.txn_str(txn)} already ended here: {ended.action.value}")
         if producer is None:
             return await self._produce(messages, txn, None)
-        lock = self._producer_locks.setdefault(producer.name, asyncio.Lock())
-        async with lock:
+        async with self._producer_lock(producer.name):
             if fence_epoch is not None and producer.epoch < fence_epoch:
                 raise ConflictError(f"producer {producer.name} epoch {producer.epoch} is fenced")
             verdict = self.producers.check(producer.name, producer.epoch, producer.sequence)
@@ -269,6 +273,21 @@ class Partition:
                                         "is an old duplicate whose ids are no longer known")
                 return ids
             return await self._produce(messages, txn, producer)
+
+    @contextlib.asynccontextmanager
+    async def _producer_lock(self, name: str) -> AsyncIterator[None]:
+        """One request at a time per producer name; the lock is dropped when its last user leaves."""
+        lock, users = self._producer_locks.get(name) or (asyncio.Lock(), 0)
+        self._producer_locks[name] = (lock, users + 1)
+        try:
+            async with lock:
+                yield
+        finally:
+            lock, users = self._producer_locks[name]
+            if users == 1:
+                del self._producer_locks[name]
+            else:
+                self._producer_locks[name] = (lock, users - 1)
 
     async def _produce(self, messages: list[Message], txn: TxnId | None,
                        producer: ProducerInfo | None) -> list[tuple[int, str]]:
@@ -293,7 +312,7 @@ class Partition:
             else:
                 self.tb.on_entry(pos)
             if producer is not None:
-                _record_producer(self.producers, producer, pos, n, req)
+                _record_producer(self.producers, producer, pos, n, req, now_ms)
 
         pos = await self._append(data, apply)
         metrics.messages_in.labels(*self._labels).inc(n)
@@ -405,6 +424,7 @@ class Partition:
             if self._broken is not None:
                 return
             ops = self.tb.ops_since_snapshot
+            self.producers.evict(int(time.time() * 1000))  # idle ones even when none produced lately
             segments, index = tbsnapshot.capture(self.tb, self.producers, self.snapshot_sequence)
             self.snapshot_sequence += 1
             try:
@@ -443,8 +463,6 @@ class Partition:
 
 
 def _record_producer(producers: ProducerTable, p: ProducerInfo, pos: Position, count: int,
-                     request_indexes: list[int] | None) -> None:
-    idx = request_indexes if request_indexes is not None else list(range(count))
-    ids = [(ri, codec.message_id(pos.ledger_id, pos.entry_id, bi, count))
-           for bi, ri in enumerate(idx)]
-    producers.record(p.name, p.epoch, p.sequence, ids)
+                     request_indexes: list[int] | None, now_ms: int) -> None:
+    where = written(pos.ledger_id, pos.entry_id, count, request_indexes) if count else None
+    producers.record(p.name, p.epoch, p.sequence, where, now_ms)

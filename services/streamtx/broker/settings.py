@@ -27,4 +27,8 @@ class BrokerSettings(ServiceSettings):
     stuck_txn_interval_s: float = Field(default=10.0, gt=0)
     # After a failed append a partition rebuilds its state: requests wait this long, then 503.
     reload_wait_ms: int = Field(default=5000, ge=0)
+    # Producer dedup state (producers.py): a name idle this long is forgotten (Pulsar's
+    # producer inactivity timeout, 6 h), and at most this many are kept per partition.
+    producer_idle_s: float = Field(default=6 * 3600.0, gt=0)
+    producer_max_names: int = Field(default=10_000, ge=1)
     pendingack_timeout_s: float = Field(default=10.0, gt=0)  # HTTP timeout to the pending-ack store
