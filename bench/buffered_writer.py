@@ -33,7 +33,7 @@ from dataclasses import dataclass
 from tests.support.procs import tansu_broker
 
 from streamtx.batching import BufferedWriter
-from streamtx.ledger import open_store
+from streamtx.ledger import open_ledger_factory
 
 MODES = ("unbatched", "fixed", "auto")
 RECORD = bytes(range(1, 201))  # 200 bytes, never starting with the batch magic
@@ -104,7 +104,7 @@ async def run_cases(url: str, backend: str, writers: int, seconds: float, slice_
     Interleaving spreads the drift of a shared machine (disk and CPU noise) over
     every mode alike, rather than over whichever ran last.
     """
-    store = open_store(url)
+    store = open_ledger_factory(url)
     try:
         runs: dict[str, _Run] = {}
         for mode in MODES:

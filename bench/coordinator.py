@@ -200,9 +200,9 @@ async def build_log(url: str, records: int) -> int:
     from streamtx.coordinator.log import ledger_name
     from streamtx.coordinator.state import EndReason, TxnState
     from streamtx.coordinator.txnid import TxnId
-    from streamtx.ledger import open_store
+    from streamtx.ledger import open_ledger_factory
 
-    store = open_store(url)
+    store = open_ledger_factory(url)
     ledger = await store.open(ledger_name("standalone", 0), writer=True)
     now = int(time.time() * 1000)
     written = 0
@@ -241,12 +241,12 @@ async def time_replay(url: str) -> tuple[int, float, float]:
 
     from streamtx.batching.settings import BatchingSettings
     from streamtx.coordinator.coordinator import CoordinatorConfig, TransactionCoordinator
-    from streamtx.coordinator.fanout import Participants
     from streamtx.coordinator.log import TransactionLog
     from streamtx.coordinator.metrics import CoordinatorMetrics
-    from streamtx.ledger import open_store
+    from streamtx.coordinator.participants_client import Participants
+    from streamtx.ledger import open_ledger_factory
 
-    store = open_store(url)
+    store = open_ledger_factory(url)
     participants = Participants(None, None, backoff_s=0.05, max_backoff_s=1, timeout_s=1, prepare_attempts=1)
     start, cpu = time.perf_counter(), time.process_time()
     txn_log = await TransactionLog.open(store, cluster="standalone", coordinator_id=0,

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from streamtx.ledger import LedgerStore, open_store
+from streamtx.ledger import LedgerFactory, open_ledger_factory
 from tests.support.procs import tansu_broker
 
 
@@ -36,7 +36,7 @@ def ledger_url(request: pytest.FixtureRequest, tmp_path: Path) -> str:
 
 
 @pytest.fixture
-async def ledger_store(ledger_url: str) -> AsyncIterator[LedgerStore]:
-    store = open_store(ledger_url)
+async def ledger_store(ledger_url: str) -> AsyncIterator[LedgerFactory]:
+    store = open_ledger_factory(ledger_url)
     yield store
     await store.close()

@@ -5,10 +5,10 @@ from __future__ import annotations
 import asyncio
 
 from streamtx.batching import BufferedWriter, decode_entry
-from streamtx.ledger import LedgerStore
+from streamtx.ledger import LedgerFactory
 
 
-async def test_batched_and_unbatched_records_replay_in_order(ledger_store: LedgerStore) -> None:
+async def test_batched_and_unbatched_records_replay_in_order(ledger_store: LedgerFactory) -> None:
     ledger = await ledger_store.open("bw/replay")
     writer: BufferedWriter[bytes] = BufferedWriter(ledger, bytes, max_records=16)
     first = await asyncio.gather(*(writer.write(b"a%03d" % i) for i in range(100)))

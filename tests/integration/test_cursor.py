@@ -14,8 +14,8 @@ from streamtx.errors import (
     LedgerUnavailableError,
     MalformedError,
 )
-from streamtx.ledger import Ledger, LedgerStore, Position, open_store
-from streamtx.ledger.memory import MemoryLedgerStore
+from streamtx.ledger import Ledger, LedgerFactory, Position, open_ledger_factory
+from streamtx.ledger.memory import MemoryLedgerFactory
 
 batch_size = 4
 
@@ -35,7 +35,7 @@ def snapshot_of(cursor: Cursor, positions: list[Position]) -> list[object]:
     return seen
 
 
-async def test_reopen_recovers_exactly(ledger_store: LedgerStore) -> None:
+async def test_reopen_recovers_exactly(ledger_store: LedgerFactory) -> None:
     ledger = await ledger_store.open("cur/recover")
     positions = await fill(ledger, 30)
     cursor = await Cursor.open(ledger_store, ledger, "sub")
@@ -61,7 +61,7 @@ async def test_reopen_recovers_exactly(ledger_store: LedgerStore) -> None:
 async def test_cursor_survives_a_new_store(ledger_url: str) -> None:
     if ledger_url.startswith("memory"):
         pytest.skip("the memory backend keeps nothing across stores by design")
-    store = open_store(ledger_url)
+    store = open_ledger_factory(ledger_url)
     ledger = await store.open("cur/durable")
     positions = await fill(ledger, 10)
     cursor = await Cursor.open(store, ledger, "sub")
@@ -70,7 +70,7 @@ async def test_cursor_survives_a_new_store(ledger_url: str) -> None:
     before = snapshot_of(cursor, positions)
     await store.close()  # no cursor.close(): as if the process died
 
-    store = open_store(ledger_url)
+    store = open_ledger_factory(ledger_url)
     try:
         ledger = await store.open("cur/durable", writer=False)
         cursor = await Cursor.open(store, ledger, "sub")
@@ -80,7 +80,7 @@ async def test_cursor_survives_a_new_store(ledger_url: str) -> None:
         await store.close()
 
 
-async def test_last_batch_index_deletes_the_entry(ledger_store: LedgerStore) -> None:
+async def test_last_batch_index_deletes_the_entry(ledger_store: LedgerFactory) -> None:
     ledger = await ledger_store.open("cur/batch")
     positions = await fill(ledger, 3)
     cursor = await Cursor.open(ledger_store, ledger, "sub")
@@ -100,7 +100,7 @@ async def test_last_batch_index_deletes_the_entry(ledger_store: LedgerStore) -> 
     assert again.first_undeleted() == positions[1]
 
 
-async def test_mark_delete_hops_over_fence_ids(ledger_store: LedgerStore) -> None:
+async def test_mark_delete_hops_over_fence_ids(ledger_store: LedgerFactory) -> None:
     first = await ledger_store.open("cur/gaps")
     early = await fill(first, 3, "a")
     ledger = await ledger_store.open("cur/gaps")  # a new writer: its fence takes an id
@@ -119,7 +119,7 @@ async def test_mark_delete_hops_over_fence_ids(ledger_store: LedgerStore) -> Non
     assert again.mark_delete_position == positions[-1]
 
 
-async def test_concurrent_deletes_cost_few_appends(ledger_store: LedgerStore) -> None:
+async def test_concurrent_deletes_cost_few_appends(ledger_store: LedgerFactory) -> None:
     ledger = await ledger_store.open("cur/coalesce")
     positions = await fill(ledger, 200)
     cursor = await Cursor.open(ledger_store, ledger, "sub")
@@ -138,7 +138,7 @@ async def test_concurrent_deletes_cost_few_appends(ledger_store: LedgerStore) ->
     assert again.mark_delete_position == positions[-1]
 
 
-async def test_change_returns_only_once_durable(ledger_store: LedgerStore) -> None:
+async def test_change_returns_only_once_durable(ledger_store: LedgerFactory) -> None:
     """A delete that changed nothing still waits for the snapshot holding that delete."""
     ledger = await ledger_store.open("cur/wait")
     positions = await fill(ledger, 3)
@@ -150,7 +150,7 @@ async def test_change_returns_only_once_durable(ledger_store: LedgerStore) -> No
     await first
 
 
-async def test_second_cursor_fences_the_first(ledger_store: LedgerStore) -> None:
+async def test_second_cursor_fences_the_first(ledger_store: LedgerFactory) -> None:
     ledger = await ledger_store.open("cur/fence")
     positions = await fill(ledger, 5)
     zombie = await Cursor.open(ledger_store, ledger, "sub")
@@ -169,7 +169,7 @@ async def test_second_cursor_fences_the_first(ledger_store: LedgerStore) -> None
     assert [again.is_deleted(p) for p in positions] == [True, False, True, False, False]
 
 
-async def test_cursor_ledger_is_trimmed_to_the_latest_snapshot(ledger_store: LedgerStore) -> None:
+async def test_cursor_ledger_is_trimmed_to_the_latest_snapshot(ledger_store: LedgerFactory) -> None:
     ledger = await ledger_store.open("cur/trim-own")
     positions = await fill(ledger, 40)
     cursor = await Cursor.open(ledger_store, ledger, "sub", trim_every=5)
@@ -189,7 +189,7 @@ async def test_cursor_ledger_is_trimmed_to_the_latest_snapshot(ledger_store: Led
     assert not any(again.is_deleted(p) for p in positions[1::2])
 
 
-async def test_trim_ledger_drops_what_is_mark_deleted(ledger_store: LedgerStore) -> None:
+async def test_trim_ledger_drops_what_is_mark_deleted(ledger_store: LedgerFactory) -> None:
     ledger = await ledger_store.open("cur/trim-data")
     positions = await fill(ledger, 10)
     cursor = await Cursor.open(ledger_store, ledger, "sub")
@@ -203,7 +203,7 @@ async def test_trim_ledger_drops_what_is_mark_deleted(ledger_store: LedgerStore)
     assert cursor.first_undeleted() == positions[6]
 
 
-async def test_positions_of_another_ledger_are_refused(ledger_store: LedgerStore) -> None:
+async def test_positions_of_another_ledger_are_refused(ledger_store: LedgerFactory) -> None:
     ledger = await ledger_store.open("cur/foreign")
     await fill(ledger, 2)
     cursor = await Cursor.open(ledger_store, ledger, "sub")
@@ -217,8 +217,8 @@ async def test_positions_of_another_ledger_are_refused(ledger_store: LedgerStore
         await cursor.mark_delete(Position(ledger.ledger_id, 0))
 
 
-async def test_a_failed_persist_is_carried_by_the_next(ledger_store: LedgerStore) -> None:
-    if not isinstance(ledger_store, MemoryLedgerStore):
+async def test_a_failed_persist_is_carried_by_the_next(ledger_store: LedgerFactory) -> None:
+    if not isinstance(ledger_store, MemoryLedgerFactory):
         pytest.skip("append failures are injected through the memory backend")
     ledger = await ledger_store.open("cur/fail")
     positions = await fill(ledger, 4)
@@ -233,7 +233,7 @@ async def test_a_failed_persist_is_carried_by_the_next(ledger_store: LedgerStore
     assert [again.is_deleted(p) for p in positions] == [True, False, True, False]
 
 
-async def test_apply_mixed_batch_is_one_snapshot_and_same_as_one_by_one(ledger_store: LedgerStore) -> None:
+async def test_apply_mixed_batch_is_one_snapshot_and_same_as_one_by_one(ledger_store: LedgerFactory) -> None:
     ledger = await ledger_store.open("cur/apply")
     positions = await fill(ledger, 40)
     one = await Cursor.open(ledger_store, ledger, "one")
@@ -259,7 +259,7 @@ async def test_apply_mixed_batch_is_one_snapshot_and_same_as_one_by_one(ledger_s
     await one.close()
 
 
-async def test_apply_checks_everything_before_applying(ledger_store: LedgerStore) -> None:
+async def test_apply_checks_everything_before_applying(ledger_store: LedgerFactory) -> None:
     ledger = await ledger_store.open("cur/apply-bad")
     positions = await fill(ledger, 5)
     cursor = await Cursor.open(ledger_store, ledger, "sub")

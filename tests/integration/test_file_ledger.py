@@ -17,7 +17,7 @@ import pytest
 
 from streamtx.errors import CorruptEntryError, FencedError, LedgerClosedError
 from streamtx.ledger import Ledger, Position, segment
-from streamtx.ledger.file import FileLedgerStore, FileRawLog
+from streamtx.ledger.file import FileLedgerFactory, FileRawLog
 from tests.support.append_forever import key_of, payload_for
 
 REPO = Path(__file__).resolve().parents[2]
@@ -68,7 +68,7 @@ async def read_all(ledger: Ledger) -> dict[int, bytes]:
 
 
 async def read_store(root: Path, name: str) -> dict[int, bytes]:
-    store = FileLedgerStore(str(root))
+    store = FileLedgerFactory(str(root))
     try:
         return await read_all(await store.open(name, writer=False))
     finally:
@@ -83,7 +83,7 @@ def _file_size(path: str) -> int:
     return os.path.getsize(path)
 
 
-def segment_files(store: FileLedgerStore, name: str) -> list[str]:
+def segment_files(store: FileLedgerFactory, name: str) -> list[str]:
     return sorted(n for n in os.listdir(store.ledger_dir(name)) if n.endswith(".seg"))
 
 
@@ -117,7 +117,7 @@ async def test_acknowledged_appends_survive_kill_9(tmp_path: Path) -> None:
         for data in entries.values():  # nothing partial or foreign
             assert data == payload_for(key_of(data))
 
-    store = FileLedgerStore(str(root))
+    store = FileLedgerFactory(str(root))
     try:
         ledger = await store.open(name)
         after = await ledger.append(b"after the crashes")
@@ -150,7 +150,7 @@ _DAMAGES: dict[str, tuple[_Damage, bool]] = {  # name -> (damage, whether the la
 
 @pytest.mark.parametrize("damage", sorted(_DAMAGES))
 async def test_a_torn_or_corrupt_tail_is_cut_off(tmp_path: Path, damage: str) -> None:
-    store = FileLedgerStore(str(tmp_path))
+    store = FileLedgerFactory(str(tmp_path))
     ledger = await store.open("tail")
     positions = [await ledger.append(b"entry-%02d" % i * 3) for i in range(10)]
     await store.close()
@@ -160,7 +160,7 @@ async def test_a_torn_or_corrupt_tail_is_cut_off(tmp_path: Path, damage: str) ->
     damage_fn, last_survives = _DAMAGES[damage]
     good_size, last = _damage_last_entry(path, damage_fn)
 
-    store = FileLedgerStore(str(tmp_path))
+    store = FileLedgerFactory(str(tmp_path))
     try:
         ledger = await store.open("tail", writer=False)  # recovery cuts the tail
         assert _file_size(path) == (good_size if last_survives else last)
@@ -194,7 +194,7 @@ def _flip_middle_byte(path: str) -> int:
 
 
 async def test_corruption_before_the_last_segment_is_an_error(tmp_path: Path) -> None:
-    store = FileLedgerStore(str(tmp_path), segment_bytes=512)
+    store = FileLedgerFactory(str(tmp_path), segment_bytes=512)
     ledger = await store.open("rot")
     for i in range(40):
         await ledger.append(b"r%03d" % i * 10)
@@ -202,7 +202,7 @@ async def test_corruption_before_the_last_segment_is_an_error(tmp_path: Path) ->
     first = os.path.join(store.ledger_dir("rot"), segment_files(store, "rot")[0])
     size = _flip_middle_byte(first)
 
-    store = FileLedgerStore(str(tmp_path), segment_bytes=512)
+    store = FileLedgerFactory(str(tmp_path), segment_bytes=512)
     with pytest.raises(CorruptEntryError):
         await store.open("rot", writer=False)
     await store.close()
@@ -213,7 +213,7 @@ async def test_corruption_before_the_last_segment_is_an_error(tmp_path: Path) ->
 
 
 async def test_rollover_and_trim_delete_whole_segments_and_survive_reopen(tmp_path: Path) -> None:
-    store = FileLedgerStore(str(tmp_path), segment_bytes=1024)
+    store = FileLedgerFactory(str(tmp_path), segment_bytes=1024)
     ledger = await store.open("roll")
     positions = [await ledger.append(b"%04d" % i + b"x" * 96) for i in range(100)]
     stats = list(ledger.stats())
@@ -232,7 +232,7 @@ async def test_rollover_and_trim_delete_whole_segments_and_survive_reopen(tmp_pa
     assert [e.position for e in await ledger.read(max_entries=1000)] == positions[50:]
     await store.close()
 
-    store = FileLedgerStore(str(tmp_path), segment_bytes=1024)
+    store = FileLedgerFactory(str(tmp_path), segment_bytes=1024)
     try:
         reader = await store.open("roll", writer=False)
         assert reader.first_position() == positions[50]
@@ -258,7 +258,7 @@ async def test_rollover_and_trim_delete_whole_segments_and_survive_reopen(tmp_pa
 
 
 async def test_a_second_store_fences_the_first_writer(tmp_path: Path) -> None:
-    one, two, three = (FileLedgerStore(str(tmp_path)) for _ in range(3))
+    one, two, three = (FileLedgerFactory(str(tmp_path)) for _ in range(3))
     try:
         first = await one.open("fence")
         await first.append(b"a")
@@ -321,7 +321,7 @@ async def test_raw_appenders_in_two_processes_share_offsets(tmp_path: Path) -> N
 
 
 async def test_reopen_keeps_entries_positions_and_stats(tmp_path: Path) -> None:
-    store = FileLedgerStore(str(tmp_path), segment_bytes=8 << 20)
+    store = FileLedgerFactory(str(tmp_path), segment_bytes=8 << 20)
     ledger = await store.open("reopen")
     sizes = [1, 10, 1000, 5 << 20, 3, 70_000]  # 5 MiB: larger than one scan chunk
     payloads = [bytes([i % 251]) * n for i, n in enumerate(sizes * 3)]
@@ -329,7 +329,7 @@ async def test_reopen_keeps_entries_positions_and_stats(tmp_path: Path) -> None:
     stats = list(ledger.stats())
     await store.close()
 
-    store = FileLedgerStore(str(tmp_path), segment_bytes=8 << 20)
+    store = FileLedgerFactory(str(tmp_path), segment_bytes=8 << 20)
     try:
         again = await store.open("reopen", writer=False)
         assert list(again.stats()) == stats
@@ -377,7 +377,7 @@ async def test_read_raw_uses_one_pread_per_run(
 
 
 async def test_an_open_writer_cuts_a_torn_tail_another_process_left(tmp_path: Path) -> None:
-    store = FileLedgerStore(str(tmp_path))
+    store = FileLedgerFactory(str(tmp_path))
     try:
         ledger = await store.open("torn")
         first = await ledger.append(b"first")
@@ -399,7 +399,7 @@ def _append_bytes(path: str, data: bytes) -> None:
 
 
 async def test_delete_removes_the_ledger_and_closes_its_handles(tmp_path: Path) -> None:
-    store = FileLedgerStore(str(tmp_path))
+    store = FileLedgerFactory(str(tmp_path))
     try:
         ledger = await store.open("gone")
         await ledger.append(b"x")

@@ -13,7 +13,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-from streamtx.ledger import open_store
+from streamtx.ledger import open_ledger_factory
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -32,7 +32,7 @@ async def test_acknowledged_appends_survive_a_power_loss(tmp_path: Path) -> None
     result = lose_power_after(url, "power/loss", 200)
     acked = result["acked"]
     assert isinstance(acked, list) and len(acked) == 200
-    store = open_store(url)
+    store = open_ledger_factory(url)
     try:
         ledger = await store.open("power/loss")
         entries = {e.position.entry_id: e.data for e in await ledger.read(None, 10_000)}

@@ -9,17 +9,19 @@ import time
 import pytest
 
 from streamtx.errors import FencedError, LedgerUnavailableError
-from streamtx.ledger import Ledger, Position, framing, open_store
-from streamtx.ledger.kafka import TOPIC_MAX, TRIM_SUFFIX, KafkaLedgerStore, topic_for
+from streamtx.ledger import Ledger, Position, open_ledger_factory
+from streamtx.ledger.frames import decode as decode_frame
+from streamtx.ledger.frames import encode_data
+from streamtx.ledger.kafka import TOPIC_MAX, TRIM_SUFFIX, KafkaLedgerFactory, topic_for
 from tests.conftest import kafka_url
 from tests.support.procs import free_port, tansu_broker
 
 pytestmark = pytest.mark.kafka
 
 
-def kafka_store(url: str) -> KafkaLedgerStore:
-    store = open_store(url)
-    assert isinstance(store, KafkaLedgerStore)
+def kafka_store(url: str) -> KafkaLedgerFactory:
+    store = open_ledger_factory(url)
+    assert isinstance(store, KafkaLedgerFactory)
     return store
 
 
@@ -107,7 +109,7 @@ async def test_a_fresh_reader_sees_the_last_record_batch(kafka_bootstrap: str) -
     async with opened(url) as store:
         await store.open("hw", writer=False)  # creates the topics, appends nothing
         raw = store.raw_log("hw")
-        frames = [framing.encode_data(7, 1, seq, b"p%d" % seq) for seq in range(12)]
+        frames = [encode_data(7, 1, seq, b"p%d" % seq) for seq in range(12)]
         offsets: list[int] = []
         for frame in frames[:5]:  # single-record batches
             offsets += await raw.append_batch([frame])
@@ -181,7 +183,7 @@ async def test_second_writer_fences_the_first(kafka_bootstrap: str) -> None:
         assert data == [b"a0", b"a1", b"a2", b"b0", b"b1"]
         # the zombie frame did land in the partition; the reader dropped it
         raw = store_c.raw_log("fence")
-        payloads = [framing.decode(f).payload for _, f in await raw.read_raw(0, 100)]
+        payloads = [decode_frame(f).payload for _, f in await raw.read_raw(0, 100)]
         assert b"zombie" in payloads
         await raw.close()
 
@@ -213,7 +215,7 @@ async def test_delete_drops_the_ledger(kafka_bootstrap: str) -> None:
 async def test_trim_with_delete_records_on_tansu_is_bounded(kafka_bootstrap: str) -> None:
     """tansu closes the connection on DeleteRecords: the trim must stand anyway."""
     prefix = f"dr{time.monotonic_ns() % 10**8}."
-    store = KafkaLedgerStore(
+    store = KafkaLedgerFactory(
         kafka_bootstrap, idempotence=False, delete_records=True, topic_prefix=prefix, timeout_s=3
     )
     try:
@@ -229,7 +231,7 @@ async def test_trim_with_delete_records_on_tansu_is_bounded(kafka_bootstrap: str
 async def test_broker_down_append_fails_retriably_in_bounded_time() -> None:
     with contextlib.ExitStack() as stack:
         bootstrap = stack.enter_context(tansu_broker())
-        store = KafkaLedgerStore(
+        store = KafkaLedgerFactory(
             bootstrap, idempotence=False, delete_records=False, timeout_s=1.5
         )
         try:
@@ -246,7 +248,7 @@ async def test_broker_down_append_fails_retriably_in_bounded_time() -> None:
 
 
 async def test_no_broker_at_all_fails_retriably_and_fast() -> None:
-    store = KafkaLedgerStore(
+    store = KafkaLedgerFactory(
         f"127.0.0.1:{free_port()}", idempotence=False, delete_records=False, timeout_s=1
     )
     try:
@@ -256,7 +258,7 @@ async def test_no_broker_at_all_fails_retriably_and_fast() -> None:
         assert caught.value.retriable
         raw = store.raw_log("nowhere")
         with pytest.raises(LedgerUnavailableError):
-            await raw.append_batch([framing.encode_data(1, 1, 0, b"x")])
+            await raw.append_batch([encode_data(1, 1, 0, b"x")])
         with pytest.raises(LedgerUnavailableError):
             await raw.read_raw(0, 10)
         await raw.close()
@@ -267,7 +269,7 @@ async def test_no_broker_at_all_fails_retriably_and_fast() -> None:
 
 @pytest.mark.slow
 async def test_measure_concurrent_appends(kafka_bootstrap: str) -> None:
-    """64 appenders of 200-byte records for 3 s through FramedLedger."""
+    """64 appenders of 200-byte records for 3 s through FencedLedger."""
     async with opened(kafka_url(kafka_bootstrap)) as store:
         ledger = await store.open("bench")
         payload = b"x" * 200

@@ -7,10 +7,10 @@ import asyncio
 import pytest
 
 from streamtx.errors import FencedError, InvalidPositionError, LedgerClosedError
-from streamtx.ledger import LedgerStore, Position, open_store
+from streamtx.ledger import LedgerFactory, Position, open_ledger_factory
 
 
-async def test_append_returns_increasing_positions_and_reads_back(ledger_store: LedgerStore) -> None:
+async def test_append_returns_increasing_positions_and_reads_back(ledger_store: LedgerFactory) -> None:
     ledger = await ledger_store.open("conf/append")
     positions = [await ledger.append(b"entry-%d" % i) for i in range(20)]
     assert positions == sorted(positions)
@@ -23,7 +23,7 @@ async def test_append_returns_increasing_positions_and_reads_back(ledger_store: 
     assert ledger.first_position() == positions[0]
 
 
-async def test_concurrent_appends_are_all_durable_in_ack_order(ledger_store: LedgerStore) -> None:
+async def test_concurrent_appends_are_all_durable_in_ack_order(ledger_store: LedgerFactory) -> None:
     ledger = await ledger_store.open("conf/concurrent")
     payloads = [b"c%04d" % i for i in range(300)]
     positions = await asyncio.gather(*(ledger.append(p) for p in payloads))
@@ -32,7 +32,7 @@ async def test_concurrent_appends_are_all_durable_in_ack_order(ledger_store: Led
     assert [(e.position, e.data) for e in entries] == sorted(by_position.items())
 
 
-async def test_read_from_position_and_max_entries(ledger_store: LedgerStore) -> None:
+async def test_read_from_position_and_max_entries(ledger_store: LedgerFactory) -> None:
     ledger = await ledger_store.open("conf/read-from")
     positions = [await ledger.append(bytes([i])) for i in range(10)]
     tail = await ledger.read(positions[4], max_entries=3)
@@ -41,14 +41,14 @@ async def test_read_from_position_and_max_entries(ledger_store: LedgerStore) -> 
     assert past_end == []
 
 
-async def test_empty_ledger(ledger_store: LedgerStore) -> None:
+async def test_empty_ledger(ledger_store: LedgerFactory) -> None:
     ledger = await ledger_store.open("conf/empty")
     assert ledger.last_position() is None
     assert ledger.first_position() is None
     assert await ledger.read() == []
 
 
-async def test_reopen_sees_every_entry(ledger_store: LedgerStore) -> None:
+async def test_reopen_sees_every_entry(ledger_store: LedgerFactory) -> None:
     ledger = await ledger_store.open("conf/reopen")
     positions = [await ledger.append(b"r%d" % i) for i in range(5)]
     await ledger.close()
@@ -59,7 +59,7 @@ async def test_reopen_sees_every_entry(ledger_store: LedgerStore) -> None:
     assert newer > positions[-1]
 
 
-async def test_trim_drops_entries_before_position(ledger_store: LedgerStore) -> None:
+async def test_trim_drops_entries_before_position(ledger_store: LedgerFactory) -> None:
     ledger = await ledger_store.open("conf/trim")
     positions = [await ledger.append(b"t%d" % i) for i in range(10)]
     await ledger.trim(positions[6])
@@ -71,7 +71,7 @@ async def test_trim_drops_entries_before_position(ledger_store: LedgerStore) -> 
     assert [e.data for e in await reopened.read()] == [b"t6", b"t7", b"t8", b"t9"]
 
 
-async def test_second_writer_fences_the_first(ledger_store: LedgerStore) -> None:
+async def test_second_writer_fences_the_first(ledger_store: LedgerFactory) -> None:
     first = await ledger_store.open("conf/fence")
     await first.append(b"from-first")
     second = await ledger_store.open("conf/fence")
@@ -86,7 +86,7 @@ async def test_second_writer_fences_the_first(ledger_store: LedgerStore) -> None
     assert [e.data for e in await reader.read()] == [b"from-first", b"from-second", b"second-again"]
 
 
-async def test_reader_follows_a_writer(ledger_store: LedgerStore) -> None:
+async def test_reader_follows_a_writer(ledger_store: LedgerFactory) -> None:
     writer = await ledger_store.open("conf/follow")
     reader = await ledger_store.open("conf/follow", writer=False)
     assert not await reader.wait_for_append(None, 0.05)
@@ -95,14 +95,14 @@ async def test_reader_follows_a_writer(ledger_store: LedgerStore) -> None:
     assert [e.data for e in await reader.read()] == [b"x"]
 
 
-async def test_position_of_another_ledger_is_rejected(ledger_store: LedgerStore) -> None:
+async def test_position_of_another_ledger_is_rejected(ledger_store: LedgerFactory) -> None:
     ledger = await ledger_store.open("conf/foreign")
     await ledger.append(b"a")
     with pytest.raises(InvalidPositionError):
         await ledger.read(Position(ledger.ledger_id + 1, 0))
 
 
-async def test_closed_ledger_refuses_appends(ledger_store: LedgerStore) -> None:
+async def test_closed_ledger_refuses_appends(ledger_store: LedgerFactory) -> None:
     ledger = await ledger_store.open("conf/closed")
     await ledger.close()
     with pytest.raises(LedgerClosedError):
@@ -112,11 +112,11 @@ async def test_closed_ledger_refuses_appends(ledger_store: LedgerStore) -> None:
 async def test_durable_across_stores(ledger_url: str) -> None:
     if ledger_url.startswith("memory"):
         pytest.skip("the memory backend keeps nothing across stores by design")
-    store = open_store(ledger_url)
+    store = open_ledger_factory(ledger_url)
     ledger = await store.open("conf/durable")
     positions = [await ledger.append(b"d%d" % i) for i in range(7)]
     await store.close()
-    store = open_store(ledger_url)
+    store = open_ledger_factory(ledger_url)
     try:
         again = await store.open("conf/durable", writer=False)
         assert [e.position for e in await again.read()] == positions

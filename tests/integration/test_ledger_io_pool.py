@@ -8,13 +8,13 @@ import time
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
-from streamtx.ledger.file import FileLedgerStore
+from streamtx.ledger.file import FileLedgerFactory
 from streamtx.ledger.ioexec import SerialExecutor
 
 
 async def test_many_file_ledgers_share_a_bounded_pool(tmp_path: Path) -> None:
     before = threading.active_count()
-    store = FileLedgerStore(str(tmp_path), io_threads=3)
+    store = FileLedgerFactory(str(tmp_path), io_threads=3)
     try:
         ledgers = [await store.open(f"l{i}") for i in range(40)]
         positions = await asyncio.gather(*(led.append(b"x%d" % i) for i, led in enumerate(ledgers)))

@@ -19,11 +19,11 @@ from streamtx.errors import LedgerUnavailableError
 from streamtx.ledger import Position
 from streamtx.ledger.base import SegmentStats
 from streamtx.ledger.file import FileRawLog
-from streamtx.ledger.framed import FramedLedger
-from streamtx.ledger.framing import FenceState
-from streamtx.ledger.kafka import KafkaLedgerStore
+from streamtx.ledger.fenced_ledger import FencedLedger
+from streamtx.ledger.frames import FenceState
+from streamtx.ledger.kafka import KafkaLedgerFactory
 from streamtx.ledger.memory import MemoryRawLog, _Frames
-from streamtx.ledger.raw import RawLog
+from streamtx.ledger.rawlog import RawLog
 from tests.conftest import kafka_url
 
 
@@ -70,7 +70,7 @@ NewRaw = Callable[[], Awaitable[RawLog]]
 async def new_raw(request: pytest.FixtureRequest, tmp_path: Path) -> AsyncIterator[NewRaw]:
     """A factory of raw logs that all address one fresh ledger of the backend."""
     opened: list[RawLog] = []
-    kafka: KafkaLedgerStore | None = None
+    kafka: KafkaLedgerFactory | None = None
     if request.param == "memory":
         frames = _Frames()
 
@@ -83,7 +83,7 @@ async def new_raw(request: pytest.FixtureRequest, tmp_path: Path) -> AsyncIterat
         url = kafka_url(request.getfixturevalue("kafka_bootstrap"))
         bootstrap, _, query = url.removeprefix("kafka://").partition("?")
         prefix = dict(kv.split("=") for kv in query.split("&"))["topic_prefix"]
-        kafka = KafkaLedgerStore(bootstrap, idempotence=False, delete_records=False, topic_prefix=prefix)
+        kafka = KafkaLedgerFactory(bootstrap, idempotence=False, delete_records=False, topic_prefix=prefix)
         name = f"retried-{uuid.uuid4().hex[:6]}"
         await (await kafka.open(name, writer=False)).close()  # creates the topics
 
@@ -105,7 +105,7 @@ async def new_raw(request: pytest.FixtureRequest, tmp_path: Path) -> AsyncIterat
 
 async def test_a_retry_that_finds_its_first_try_landed_succeeds(new_raw: NewRaw) -> None:
     raw = LandThenFail(await new_raw())
-    ledger = await FramedLedger.open("retried", raw, writer=True)
+    ledger = await FencedLedger.open("retried", raw, writer=True)
     first = await ledger.append(b"a")
 
     raw.fail = 1  # the next append lands, but its backend call fails; the retry lands a copy
@@ -124,7 +124,7 @@ async def test_a_retry_that_finds_its_first_try_landed_succeeds(new_raw: NewRaw)
     expected = list(zip(positions, payloads, strict=True))
     assert [(e.position, e.data) for e in await ledger.read()] == expected
 
-    reader = await FramedLedger.open("retried", await new_raw(), writer=False)
+    reader = await FencedLedger.open("retried", await new_raw(), writer=False)
     assert [(e.position, e.data) for e in await reader.read()] == expected
     assert reader.next_entry_id(second.entry_id) == batch[0].entry_id
     await reader.close()
@@ -133,11 +133,11 @@ async def test_a_retry_that_finds_its_first_try_landed_succeeds(new_raw: NewRaw)
 
 async def test_reopening_after_landed_retries_keeps_one_copy(new_raw: NewRaw) -> None:
     raw = LandThenFail(await new_raw())
-    ledger = await FramedLedger.open("retried", raw, writer=True)
+    ledger = await FencedLedger.open("retried", raw, writer=True)
     raw.fail = 1
     kept = await ledger.append(b"once")
     await ledger.close()
-    again = await FramedLedger.open("retried", await new_raw(), writer=True)
+    again = await FencedLedger.open("retried", await new_raw(), writer=True)
     after = await again.append(b"after")
     assert [(e.position, e.data) for e in await again.read()] == [(kept, b"once"), (after, b"after")]
     assert isinstance(after, Position)

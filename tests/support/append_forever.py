@@ -16,7 +16,7 @@ import asyncio
 import hashlib
 import sys
 
-from streamtx.ledger.file import FileLedgerStore, FileRawLog
+from streamtx.ledger.file import FileLedgerFactory, FileRawLog
 
 
 def payload_for(key: str) -> bytes:
@@ -60,7 +60,7 @@ async def main() -> None:
 
         close = raw.close
     else:
-        store = FileLedgerStore(args.root, segment_bytes=args.segment_bytes)
+        store = FileLedgerFactory(args.root, segment_bytes=args.segment_bytes)
         ledger = await store.open(args.name)
 
         async def append(data: bytes) -> int:

@@ -56,9 +56,9 @@ def power_loss(root: str) -> None:
 async def run(url: str, name: str, count: int) -> dict[str, Any]:
     import asyncio
 
-    from streamtx.ledger import open_store
+    from streamtx.ledger import open_ledger_factory
 
-    store = open_store(url)
+    store = open_ledger_factory(url)
     ledger = await store.open(name)
     payloads = [f"entry {i} ".encode() * (1 + i % 50) for i in range(count)]
     acked: list[list[Any]] = []

@@ -24,8 +24,8 @@ from streamtx.batching import (
 )
 from streamtx.batching.codec import MAGIC, batched_size
 from streamtx.errors import LedgerClosedError, LedgerUnavailableError
-from streamtx.ledger import Entry, Ledger, LedgerStore, Position, SegmentStats, open_store
-from streamtx.ledger.memory import MemoryLedgerStore
+from streamtx.ledger import Entry, Ledger, LedgerFactory, Position, SegmentStats, open_ledger_factory
+from streamtx.ledger.memory import MemoryLedgerFactory
 
 LOG = "txnlog/test/0"
 TC_LABELS = {"cluster": "c1", "coordinator_id": "3"}
@@ -35,14 +35,14 @@ TC_LABELS = {"cluster": "c1", "coordinator_id": "3"}
 
 
 @pytest.fixture
-async def store() -> AsyncIterator[LedgerStore]:
-    s = open_store("memory://")
+async def store() -> AsyncIterator[LedgerFactory]:
+    s = open_ledger_factory("memory://")
     yield s
     await s.close()
 
 
 @pytest.fixture
-async def ledger(store: LedgerStore) -> Ledger:
+async def ledger(store: LedgerFactory) -> Ledger:
     return await store.open(LOG)
 
 
@@ -277,7 +277,7 @@ async def test_an_unbatched_record_starting_with_the_magic_is_wrapped(ledger: Le
 
 
 @pytest.mark.parametrize("enabled", [True, False])
-async def test_storage_always_failing(store: MemoryLedgerStore, ledger: Ledger, enabled: bool) -> None:
+async def test_storage_always_failing(store: MemoryLedgerFactory, ledger: Ledger, enabled: bool) -> None:
     writer: BufferedWriter[str] = BufferedWriter(ledger, str.encode, max_records=4, enabled=enabled)
     store.inject_append_failures(LOG, 1_000_000)
     results = await asyncio.gather(
@@ -321,7 +321,7 @@ async def test_storage_sometimes_failing_fails_exactly_those_entries(
 
 
 async def test_storage_failing_for_a_while_on_the_real_ledger(
-    store: MemoryLedgerStore, ledger: Ledger
+    store: MemoryLedgerFactory, ledger: Ledger
 ) -> None:
     writer: BufferedWriter[str] = BufferedWriter(ledger, str.encode)
     outcomes: dict[str, WriteResult | BaseException] = {}
@@ -624,7 +624,7 @@ async def test_switching_under_load_loses_and_reorders_nothing(ledger: Ledger, p
 
 
 @pytest.mark.parametrize("seed", range(12))
-async def test_random_mix_keeps_every_record_in_order(store: LedgerStore, seed: int) -> None:
+async def test_random_mix_keeps_every_record_in_order(store: LedgerFactory, seed: int) -> None:
     """Batches, idle flushes, timers, large records, switching: the log is the write order."""
     rng = random.Random(seed)
     ledger = await store.open(f"mix-{seed}")
@@ -650,7 +650,7 @@ async def test_random_mix_keeps_every_record_in_order(store: LedgerStore, seed: 
 
 
 @pytest.mark.parametrize("seed", range(12))
-async def test_random_mix_with_failures_and_cancels(store: LedgerStore, seed: int) -> None:
+async def test_random_mix_with_failures_and_cancels(store: LedgerFactory, seed: int) -> None:
     """As above, with failing appends and cancelled writes: what is stored is in order,
     holds every success and no failure."""
     rng, fail_rng = random.Random(seed), random.Random(-seed)

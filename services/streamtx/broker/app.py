@@ -11,7 +11,7 @@ from streamtx.broker.broker import Broker
 from streamtx.broker.pendingack_client import PendingAckClient
 from streamtx.broker.routes import admin, messages, subscriptions, topics, txn
 from streamtx.broker.settings import BrokerSettings
-from streamtx.ledger import open_store
+from streamtx.ledger import open_ledger_factory
 from streamtx.service import ServiceState, create_app, include_hot
 
 
@@ -21,7 +21,7 @@ def build_app(settings: BrokerSettings | None = None) -> FastAPI:
 
     @asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
-        store = open_store(settings.ledger_url)
+        store = open_ledger_factory(settings.ledger_url)
         pendingack = PendingAckClient(settings.pendingack_url, settings.pendingack_timeout_s,
                                       settings.admin_token or settings.client_token)
         broker = Broker(store, settings, pendingack)

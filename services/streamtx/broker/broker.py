@@ -22,7 +22,7 @@ from streamtx.broker.topic import Topic
 from streamtx.broker.txnchecker import StuckTxnChecker
 from streamtx.cursor import Cursor
 from streamtx.errors import ConflictError, MalformedError, NotFoundError, StreamtxError
-from streamtx.ledger import Ledger, LedgerStore
+from streamtx.ledger import Ledger, LedgerFactory
 
 log = logging.getLogger(__name__)
 
@@ -30,7 +30,7 @@ max_partitions = 1024
 
 
 class Broker:
-    def __init__(self, store: LedgerStore, settings: BrokerSettings, pendingack: PendingAckClient) -> None:
+    def __init__(self, store: LedgerFactory, settings: BrokerSettings, pendingack: PendingAckClient) -> None:
         self.store = store
         self.settings = settings
         self.pendingack = pendingack

@@ -31,7 +31,7 @@ from streamtx.broker.producers import ProducerTable, Verdict, written
 from streamtx.broker.settings import BrokerSettings
 from streamtx.broker.txnbuffer import TxnAction, TxnBufferState
 from streamtx.errors import ConflictError, StreamtxError, TooLargeError, UnavailableError
-from streamtx.ledger import Entry, Ledger, LedgerStore, Position
+from streamtx.ledger import Entry, Ledger, LedgerFactory, Position
 
 log = logging.getLogger(__name__)
 
@@ -81,7 +81,7 @@ class Partition:
         self._labels = (settings.cluster, name)
 
     @classmethod
-    async def open(cls, store: LedgerStore, name: str, topic: str, settings: BrokerSettings,
+    async def open(cls, store: LedgerFactory, name: str, topic: str, settings: BrokerSettings,
                    notifier: Notifier) -> Partition:
         ledger = await store.open(partition_ledger_name(name))
         snap = await store.open(snapshot_ledger_name(name))

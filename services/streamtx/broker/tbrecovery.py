@@ -20,7 +20,7 @@ import time
 from streamtx.broker.notify import Notifier
 from streamtx.broker.partition import Partition
 from streamtx.broker.settings import BrokerSettings
-from streamtx.ledger import Position, open_store
+from streamtx.ledger import Position, open_ledger_factory
 
 _name = "persistent://bench/tb/recovery-partition-0"
 
@@ -29,7 +29,7 @@ async def measure(ledger_url: str, aborted: int, segment_size: int = 1000) -> fl
     """Seconds a fresh partition takes to recover ``aborted`` aborted ids from its snapshot."""
     settings = BrokerSettings(ledger_url=ledger_url, snapshot_segment_size=segment_size,  # type: ignore[call-arg]
                               snapshot_every_ops=1 << 62)
-    store = open_store(ledger_url)
+    store = open_ledger_factory(ledger_url)
     part = await Partition.open(store, _name, _name.rsplit("-partition-", 1)[0], settings, Notifier())
     lid = part.ledger.ledger_id
     for i in range(aborted):
@@ -38,7 +38,7 @@ async def measure(ledger_url: str, aborted: int, segment_size: int = 1000) -> fl
     if not ledger_url.startswith("memory:"):  # a memory store forgets everything on close
         await part.close()
         await store.close()
-        store = open_store(ledger_url)
+        store = open_ledger_factory(ledger_url)
     t0 = time.perf_counter()
     again = await Partition.open(store, _name, _name.rsplit("-partition-", 1)[0], settings, Notifier())
     took = time.perf_counter() - t0

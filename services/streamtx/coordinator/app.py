@@ -9,11 +9,11 @@ from collections.abc import AsyncIterator
 
 from fastapi import FastAPI
 
-from streamtx.coordinator.fanout import Participants
+from streamtx.coordinator.participants_client import Participants
 from streamtx.coordinator.registry import Coordinators
 from streamtx.coordinator.routes import admin, transactions
 from streamtx.coordinator.settings import CoordinatorSettings
-from streamtx.ledger import open_store
+from streamtx.ledger import open_ledger_factory
 from streamtx.service import ServiceState, create_app, include_hot
 
 log = logging.getLogger(__name__)
@@ -27,7 +27,7 @@ def create_coordinator_app(settings: CoordinatorSettings) -> FastAPI:
 
     @contextlib.asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
-        store = open_store(settings.ledger_url)
+        store = open_ledger_factory(settings.ledger_url)
         participants = Participants(
             settings.broker_url, settings.pendingack_url,
             backoff_s=settings.fanout_backoff_ms / 1000,

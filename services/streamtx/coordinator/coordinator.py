@@ -1,7 +1,7 @@
 """One transaction coordinator: lifecycle, id allocation, timeouts, ends, deletion.
 
 Every change is appended to the transaction log first and applied to the
-:class:`~streamtx.coordinator.store.TxnTable` once durable, so a restart
+:class:`~streamtx.coordinator.table.TxnTable` once durable, so a restart
 rebuilds exactly the state clients were told about. Changes to one
 transaction are ordered by its lock; the end fan-out runs outside it.
 
@@ -22,9 +22,9 @@ from collections.abc import Callable, Coroutine, Iterator
 from dataclasses import dataclass
 from typing import Any
 
-from streamtx.coordinator.fanout import Participants
 from streamtx.coordinator.log import TransactionLog
 from streamtx.coordinator.metrics import CoordinatorMetrics
+from streamtx.coordinator.participants_client import Participants
 from streamtx.coordinator.records import (
     AddPartitions,
     AddSubscriptions,
@@ -44,7 +44,7 @@ from streamtx.coordinator.state import (
     ending_states,
     final_state,
 )
-from streamtx.coordinator.store import TxnMeta, TxnTable
+from streamtx.coordinator.table import TxnMeta, TxnTable
 from streamtx.coordinator.txnid import TxnId
 from streamtx.errors import (
     ConflictError,

@@ -25,7 +25,7 @@ from streamtx.batching.settings import BatchingSettings
 from streamtx.coordinator import records
 from streamtx.coordinator.records import LogRef, Record
 from streamtx.cursor import Cursor
-from streamtx.ledger import Entry, Ledger, LedgerStore, Position, SegmentStats
+from streamtx.ledger import Entry, Ledger, LedgerFactory, Position, SegmentStats
 
 cursor_name = "tc"
 _tuple_new = tuple.__new__
@@ -49,7 +49,7 @@ class TransactionLog:
     @classmethod
     async def open(
         cls,
-        store: LedgerStore,
+        store: LedgerFactory,
         *,
         cluster: str,
         coordinator_id: int,

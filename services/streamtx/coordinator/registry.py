@@ -11,13 +11,13 @@ from prometheus_client import REGISTRY, CollectorRegistry
 
 from streamtx.batching.metrics import tc_metrics
 from streamtx.coordinator.coordinator import CoordinatorConfig, TransactionCoordinator
-from streamtx.coordinator.fanout import Participants
 from streamtx.coordinator.log import TransactionLog
 from streamtx.coordinator.metrics import CoordinatorMetrics
+from streamtx.coordinator.participants_client import Participants
 from streamtx.coordinator.settings import CoordinatorSettings
 from streamtx.coordinator.txnid import TxnId
 from streamtx.errors import NotFoundError, UnavailableError
-from streamtx.ledger import LedgerStore
+from streamtx.ledger import LedgerFactory
 
 log = logging.getLogger(__name__)
 
@@ -47,7 +47,7 @@ class Coordinators:
     def __init__(
         self,
         settings: CoordinatorSettings,
-        store: LedgerStore,
+        store: LedgerFactory,
         participants: Participants,
         *,
         registry: CollectorRegistry = REGISTRY,

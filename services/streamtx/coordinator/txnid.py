@@ -1,6 +1,6 @@
 """Transaction ids: 128 bits, the coordinator id in the top 16 bits.
 
-Layout (API.md, seed 002)::
+Layout (docs/api.md, docs/background.md)::
 
     most  (64 bits) = coordinator_id (16 bits) | counter bits 64..111 (48 bits)
     least (64 bits) = counter bits 0..63

@@ -6,7 +6,8 @@ coordinator prepares (the optimistic overlap check) and ends it, and the store
 tells the broker to delete (commit) or release (abort) the messages.
 
 Modules: :mod:`.records` (log record codec), :mod:`.state` (pure conflict
-rules), :mod:`.store` (one subscription's log, replay, end), :mod:`.stores`
-(all of them), :mod:`.broker` (the end call to the broker), :mod:`.metrics`, :mod:`.writer`
-(the buffered writer), :mod:`.app` and :mod:`.routes` (HTTP).
+rules), :mod:`.store` (one subscription's log, replay, end), :mod:`.registry`
+(every subscription's store in this process), :mod:`.broker_client` (the end
+call to the broker), :mod:`.metrics`, :mod:`.writer` (the buffered writer),
+:mod:`.app` and :mod:`.routes` (HTTP).
 """

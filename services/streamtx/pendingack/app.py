@@ -9,12 +9,12 @@ from contextlib import asynccontextmanager
 
 from fastapi import FastAPI
 
-from streamtx.ledger import open_store
-from streamtx.pendingack.broker import BrokerNotifier, HttpBrokerNotifier, NoBroker
+from streamtx.ledger import open_ledger_factory
+from streamtx.pendingack.broker_client import BrokerNotifier, HttpBrokerNotifier, NoBroker
 from streamtx.pendingack.metrics import PendingAckMetrics
+from streamtx.pendingack.registry import PendingAckStores
 from streamtx.pendingack.routes import acks, admin, txn
 from streamtx.pendingack.settings import PendingAckSettings
-from streamtx.pendingack.stores import PendingAckStores
 from streamtx.pendingack.txnchecker import CoordinatorLookup, StuckTxnChecker
 from streamtx.pendingack.writer import writer_factory
 from streamtx.service import ServiceState, create_app, include_hot
@@ -30,7 +30,7 @@ def build_app(settings: PendingAckSettings | None = None) -> FastAPI:
 
     @asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
-        ledgers = open_store(settings.ledger_url)
+        ledgers = open_ledger_factory(settings.ledger_url)
         notifier: BrokerNotifier = (
             HttpBrokerNotifier(settings.broker_url, timeout_s=settings.broker_end_timeout_s,
                                token=settings.admin_token or settings.client_token)

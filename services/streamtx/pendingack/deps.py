@@ -7,7 +7,7 @@ from typing import Annotated
 from fastapi import Depends, Request
 from starlette.datastructures import State
 
-from streamtx.pendingack.stores import PendingAckStores
+from streamtx.pendingack.registry import PendingAckStores
 
 #: The body of a plain success answer.
 OK = b'{"status":"ok"}'

@@ -3,7 +3,7 @@
 Pure: no I/O, no asyncio. The store (:mod:`.store`) calls it, and replay
 rebuilds it by :meth:`SubscriptionState.apply`-ing the log's records in order.
 
-Two kinds of check guard a subscription, following Pulsar and YDB (seed 003):
+Two kinds of check guard a subscription, following Pulsar and YDB (docs/background.md):
 
 * **At ack time** (pessimistic, Pulsar's rules): a message held by another open
   transaction, or already acked by a committed one, cannot be acked (409). A

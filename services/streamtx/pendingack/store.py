@@ -33,8 +33,8 @@ from prometheus_client import CollectorRegistry
 from streamtx.batching import decode_entry
 from streamtx.cursor import Cursor
 from streamtx.errors import ConflictError, FencedError, LedgerError, MalformedError, UnavailableError
-from streamtx.ledger import Ledger, LedgerStore, Position
-from streamtx.pendingack.broker import BrokerNotifier
+from streamtx.ledger import Ledger, LedgerFactory, Position
+from streamtx.pendingack.broker_client import BrokerNotifier
 from streamtx.pendingack.metrics import PendingAckMetrics
 from streamtx.pendingack.records import (
     MessageId,
@@ -117,7 +117,7 @@ class PendingAckStore:
 
     @classmethod
     async def open(
-        cls, store: LedgerStore, topic: str, subscription: str, *, writer_factory: WriterFactory,
+        cls, store: LedgerFactory, topic: str, subscription: str, *, writer_factory: WriterFactory,
         notifier: BrokerNotifier, batch_enabled: bool,
         max_committed_ids: int, max_ended_txns: int, trim_every_ends: int,
         metrics: PendingAckMetrics | None = None,

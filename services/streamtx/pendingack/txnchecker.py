@@ -22,7 +22,7 @@ A transaction whose end is running right now is skipped; one whose end failed
 (the broker was down) and nobody repeats it is ended by a later round.
 
 Only the subscriptions opened since this process started are checked (see
-:mod:`.stores`). Without a coordinator URL nothing is checked. The broker has its own checker
+:mod:`.registry`). Without a coordinator URL nothing is checked. The broker has its own checker
 for transaction buffers (``streamtx.broker.txnchecker``), with the same verdicts
 except that it reads every 404 as "abort", the foreign-coordinator one too; the
 two could share :class:`CoordinatorLookup` (not done here: the broker is being

@@ -1,7 +1,7 @@
 """PIP-160 metrics of a buffered log writer, under two sets of names.
 
 Each writer feeds two names for every figure, so dashboards written for either
-work: the seed's (PIP-160's proposal) and the ones Pulsar finally shipped.
+work: the PIP-160 proposal's and the ones Pulsar finally shipped.
 
 * the transaction log (labels ``cluster``, ``coordinator_id``), see :func:`tc_metrics`:
   ``pulsar_txn_tc_log_records_count_per_entry``,
@@ -22,7 +22,7 @@ Counters are exposed the Prometheus way, with a ``_total`` suffix on the sample
 Every batched entry counts exactly one trigger in each set, so each set's
 counters add up to the entries written. The shipped set tells a batch sealed
 because a record too large to share an entry arrived (``large_data``) from one
-sealed at the size limit; the seed's counts both ``by_size``. A writer gets a
+sealed at the size limit; the PIP-160 proposal counts both ``by_size``. A writer gets a
 :class:`BatchedLogMetrics`, a view with its labels bound once (updates on the
 hot path touch no label lookup).
 """
@@ -50,14 +50,14 @@ __all__ = [
     "tc_metrics",
 ]
 
-# Buckets from the seed (PIP-160). The delay is in seconds: Pulsar's own code
+# Buckets from the PIP-160 proposal. The delay is in seconds: Pulsar's own code
 # declared 1, 5, 10 (seconds) by mistake, so every sample fell in the first.
 RECORDS_BUCKETS = (10.0, 50.0, 100.0, 200.0, 500.0, 1000.0)
 SIZE_BUCKETS_BYTES = (128.0, 512.0, 1024.0, 2048.0, 4096.0, 16384.0, 102400.0, 1048576.0)
 DELAY_BUCKETS_S = (0.001, 0.005, 0.01)
 
 TC_PREFIX = "pulsar_txn_tc_batched_log_"
-_TC_RECORDS_NAME = "pulsar_txn_tc_log_records_count_per_entry"  # the seed's one odd name
+_TC_RECORDS_NAME = "pulsar_txn_tc_log_records_count_per_entry"  # PIP-160's one odd name
 PENDING_ACK_PREFIX = "pulsar_pending_ack_batched_log_"
 # The names Pulsar shipped (TxnLogBufferedWriterMetricsStats), for its users' dashboards.
 SHIPPED_TC_PREFIX = "pulsar_txn_tc_bufferedwriter_"
@@ -69,7 +69,7 @@ class FlushTrigger(enum.Enum):
 
     RECORDS = "records"  # max records reached
     SIZE = "size"  # max bytes reached
-    LARGE_DATA = "large_data"  # a record too large to share an entry arrived (seed: counted as size)
+    LARGE_DATA = "large_data"  # a record too large to share an entry arrived (PIP-160: counted as size)
     DELAY = "delay"  # max delay since the first buffered record passed
     IDLE = "idle"  # auto policy: no append in flight, flushed at once (counted as delay)
     IN_FLIGHT_DONE = "in_flight_done"  # auto policy: the append in flight completed (delay)
@@ -167,10 +167,10 @@ def _families_of(
 
 
 class BatchedLogMetrics:
-    """The metrics of one writer: the seed's families of ``prefix`` and the shipped ones
+    """The metrics of one writer: the PIP-160 proposal's families of ``prefix`` and the shipped ones
     of ``shipped_prefix``, with labels bound.
 
-    ``records_name`` overrides the seed's records-per-entry histogram's name (default
+    ``records_name`` overrides the proposal's records-per-entry histogram's name (default
     ``<prefix>records_count_per_entry``). Families are created on first use in
     ``registry`` and shared by every view with the same prefixes.
     """

@@ -1,8 +1,8 @@
 """A client-side transaction: registers what it touches with the coordinator, then commits.
 
 The coordinator must know every partition a transaction produces to and every
-subscription it acks on before the broker sees the produce or the ack (seed
-002's data flow). :class:`Transaction` remembers what it registered, so each
+subscription it acks on before the broker sees the produce or the ack (Pulsar's
+data flow, docs/background.md). :class:`Transaction` remembers what it registered, so each
 partition and subscription costs one coordinator call per transaction, and
 concurrent registrations of the same one share that call.
 """

@@ -30,7 +30,7 @@ from streamtx.errors import (
     LedgerError,
     MalformedError,
 )
-from streamtx.ledger.base import Ledger, LedgerStore, Position
+from streamtx.ledger.base import Ledger, LedgerFactory, Position
 
 log = logging.getLogger(__name__)
 
@@ -94,7 +94,7 @@ class Cursor:
     @classmethod
     async def open(
         cls,
-        store: LedgerStore,
+        store: LedgerFactory,
         ledger: Ledger,
         name: str,
         *,

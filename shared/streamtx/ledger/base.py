@@ -1,6 +1,6 @@
 """The ledger interface: an append-only log of entries addressed by position.
 
-A ledger is opened by name from a :class:`LedgerStore`. Positions are
+A ledger is opened by name from a :class:`LedgerFactory`. Positions are
 ``(ledger_id, entry_id)`` and totally ordered; ``ledger_id`` is the same for
 every entry of one named ledger (see :func:`ledger_id_for`) and entry ids grow
 but may have gaps (fence records and dropped duplicates take ids too).
@@ -102,8 +102,8 @@ class Ledger(abc.ABC):
         """Release resources; pending and later appends fail with LedgerClosedError."""
 
 
-class LedgerStore(abc.ABC):
-    """Opens ledgers of one backend, chosen by URL (see :func:`streamtx.ledger.open_store`)."""
+class LedgerFactory(abc.ABC):
+    """Opens ledgers of one backend, chosen by URL (see :func:`streamtx.ledger.open_ledger_factory`)."""
 
     @abc.abstractmethod
     async def open(self, name: str, *, writer: bool = True) -> Ledger:

@@ -69,12 +69,12 @@ from streamtx.errors import (
     TooLargeError,
 )
 from streamtx.ledger import segment
-from streamtx.ledger.base import Ledger, LedgerStore, SegmentStats
+from streamtx.ledger.base import Ledger, LedgerFactory, SegmentStats
 from streamtx.ledger.framecache import FrameCache
-from streamtx.ledger.framed import FramedLedger
-from streamtx.ledger.framing import FenceState
+from streamtx.ledger.fenced_ledger import FencedLedger
+from streamtx.ledger.frames import FenceState
 from streamtx.ledger.ioexec import SerialExecutor
-from streamtx.ledger.raw import RawLog
+from streamtx.ledger.rawlog import RawLog
 
 log = logging.getLogger(__name__)
 
@@ -421,7 +421,7 @@ def _fsync_dir(path: str) -> None:
         os.close(fd)
 
 
-class FileLedgerStore(LedgerStore):
+class FileLedgerFactory(LedgerFactory):
     """Ledgers as directories of segment files under ``path``."""
 
     def __init__(self, path: str, *, segment_bytes: int = 64 << 20, io_threads: int = 16) -> None:
@@ -431,7 +431,7 @@ class FileLedgerStore(LedgerStore):
             raise ValueError("io_threads must be positive")
         self._root = path
         self._segment_bytes = segment_bytes
-        self._open: list[FramedLedger] = []
+        self._open: list[FencedLedger] = []
         # Every ledger's file I/O, however many are open (threads start as needed).
         self._io = ThreadPoolExecutor(max_workers=io_threads, thread_name_prefix="ledger-io")
 
@@ -442,7 +442,7 @@ class FileLedgerStore(LedgerStore):
     async def open(self, name: str, *, writer: bool = True) -> Ledger:
         raw = await FileRawLog.open(self.ledger_dir(name), segment_bytes=self._segment_bytes, pool=self._io)
         try:
-            ledger = await FramedLedger.open(name, raw, writer=writer)
+            ledger = await FencedLedger.open(name, raw, writer=writer)
         except BaseException:
             await raw.close()
             raise

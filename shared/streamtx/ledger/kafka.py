@@ -22,7 +22,7 @@ Examples with the default prefix ``streamtx.``::
 
 Topics are created on open (one partition, ``retention.ms=-1``,
 ``retention.bytes=-1``, ``cleanup.policy=delete``; replication factor
-``min(3, brokers)`` unless given) and deleted by :meth:`KafkaLedgerStore.delete`.
+``min(3, brokers)`` unless given) and deleted by :meth:`KafkaLedgerFactory.delete`.
 
 Writing
 -------
@@ -32,7 +32,7 @@ the frames of one group commit in one Kafka record batch (``create_batch`` /
 ``send_batch``; a batch over ~900 KiB is split; :mod:`.kafka_produce`), so they
 get consecutive offsets and land atomically. Any Kafka error or a timeout is a retriable
 :class:`~streamtx.errors.LedgerUnavailableError`; a timed-out batch may still
-land later, which is safe because replay drops duplicates (:mod:`.framed`).
+land later, which is safe because replay drops duplicates (:mod:`.fenced_ledger`).
 
 Reading
 -------
@@ -83,10 +83,10 @@ from aiokafka.errors import (
 )
 
 from streamtx.errors import LedgerClosedError, LedgerError, LedgerUnavailableError
-from streamtx.ledger.base import Ledger, LedgerStore, SegmentStats
+from streamtx.ledger.base import Ledger, LedgerFactory, SegmentStats
+from streamtx.ledger.fenced_ledger import FencedLedger
 from streamtx.ledger.framecache import FrameCache
-from streamtx.ledger.framed import FramedLedger
-from streamtx.ledger.framing import FenceState
+from streamtx.ledger.frames import FenceState
 from streamtx.ledger.kafka_fetch import EARLIEST, FETCH_MAX_BYTES, LATEST, PartitionFetcher, fetch_bytes
 from streamtx.ledger.kafka_naming import TOPIC_MAX, TRIM_SUFFIX, check_topic_prefix, topic_for
 from streamtx.ledger.kafka_produce import (
@@ -97,9 +97,9 @@ from streamtx.ledger.kafka_produce import (
     send_batch,
 )
 from streamtx.ledger.kafka_trim import decode_trim, encode_trim
-from streamtx.ledger.raw import RawLog
+from streamtx.ledger.rawlog import RawLog
 
-__all__ = ["TOPIC_MAX", "TRIM_SUFFIX", "KafkaLedgerStore", "KafkaRawLog", "topic_for"]
+__all__ = ["TOPIC_MAX", "TRIM_SUFFIX", "KafkaLedgerFactory", "KafkaRawLog", "topic_for"]
 
 log = logging.getLogger(__name__)
 
@@ -110,9 +110,9 @@ _ERR_UNKNOWN_TOPIC = 3
 
 
 class KafkaRawLog(RawLog):
-    """Partition 0 of one topic as a raw log; created by :class:`KafkaLedgerStore`."""
+    """Partition 0 of one topic as a raw log; created by :class:`KafkaLedgerFactory`."""
 
-    def __init__(self, store: KafkaLedgerStore, name: str, topic: str) -> None:
+    def __init__(self, store: KafkaLedgerFactory, name: str, topic: str) -> None:
         self.name = name
         self.topic = topic
         self.trim_topic = topic + TRIM_SUFFIX
@@ -299,7 +299,7 @@ class KafkaRawLog(RawLog):
         self._cache.remember(frames, self._start)
 
 
-class KafkaLedgerStore(LedgerStore):
+class KafkaLedgerFactory(LedgerFactory):
     """Ledgers as single-partition Kafka topics (see the module docstring).
 
     ``timeout_s`` bounds every broker operation (an append, a read, opening);
@@ -446,7 +446,7 @@ class KafkaLedgerStore(LedgerStore):
             await self._ensure_topics(topic)
         raw = KafkaRawLog(self, name, topic)
         try:
-            ledger = await FramedLedger.open(name, raw, writer=writer)
+            ledger = await FencedLedger.open(name, raw, writer=writer)
         except BaseException:
             await raw.close()
             raise

@@ -12,7 +12,7 @@ from __future__ import annotations
 import struct
 
 from streamtx.errors import CorruptEntryError
-from streamtx.ledger.framing import FenceState
+from streamtx.ledger.frames import FenceState
 
 _TRIM_RECORD = struct.Struct(">BQ")
 _TRIM_VERSION = 1

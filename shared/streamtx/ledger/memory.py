@@ -11,10 +11,10 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 
 from streamtx.errors import LedgerUnavailableError
-from streamtx.ledger.base import Ledger, LedgerStore, SegmentStats
-from streamtx.ledger.framed import FramedLedger
-from streamtx.ledger.framing import FenceState
-from streamtx.ledger.raw import RawLog
+from streamtx.ledger.base import Ledger, LedgerFactory, SegmentStats
+from streamtx.ledger.fenced_ledger import FencedLedger
+from streamtx.ledger.frames import FenceState
+from streamtx.ledger.rawlog import RawLog
 
 
 @dataclass
@@ -76,15 +76,15 @@ class MemoryRawLog(RawLog):
         return None
 
 
-class MemoryLedgerStore(LedgerStore):
+class MemoryLedgerFactory(LedgerFactory):
     """Ledgers in process memory."""
 
     def __init__(self) -> None:
         self._data: dict[str, _Frames] = {}
-        self._open: list[FramedLedger] = []
+        self._open: list[FencedLedger] = []
 
     async def open(self, name: str, *, writer: bool = True) -> Ledger:
-        ledger = await FramedLedger.open(
+        ledger = await FencedLedger.open(
             name, MemoryRawLog(self._data.setdefault(name, _Frames())), writer=writer
         )
         self._open = [led for led in self._open if not led.closed]  # closed by their users

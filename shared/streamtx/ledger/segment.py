@@ -6,7 +6,7 @@ A segment file holds entries back to back, with no file header. One entry
     offset  size  field
     0       4     length   n, the payload's length: 1 <= n <= max_entry_bytes
     4       4     crc      CRC32C (Castagnoli) of the payload
-    8       n     payload  one frame (see :mod:`.framing`)
+    8       n     payload  one frame (see :mod:`.frames`)
 
 An empty payload is not a valid entry, so a run of zero bytes (what a file
 system may show after a crash that extended a file without writing its data)

@@ -35,7 +35,7 @@ def create_app(
     lifespan: Callable[[FastAPI], AbstractAsyncContextManager[None]],
     state: ServiceState,
 ) -> FastAPI:
-    """A service app with the routes and handlers API.md requires of every service."""
+    """A service app with the routes and handlers docs/api.md requires of every service."""
     # Metrics are Prometheus (below). FastAPI's native OpenTelemetry hook asks
     # the OTel API for its providers on every request even when none is set up:
     # about 8% of a small request's CPU, profiled.

@@ -250,7 +250,7 @@ class FastLane:
 
 
 def error_body(code: str, message: str) -> bytes:
-    """The API's error body (API.md): ``{"error": code, "message": text}``."""
+    """The API's error body (docs/api.md): ``{"error": code, "message": text}``."""
     return orjson.dumps({"error": code, "message": message})
 
 

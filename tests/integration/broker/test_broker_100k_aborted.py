@@ -14,7 +14,7 @@ from streamtx.broker.pendingack_client import PendingAckClient
 from streamtx.broker.settings import BrokerSettings
 from streamtx.broker.topic import Outgoing
 from streamtx.broker.txnbuffer import TxnAction
-from streamtx.ledger import open_store
+from streamtx.ledger import open_ledger_factory
 from tests.integration.broker.conftest import BrokerFactory
 
 N_TXNS = 100_000
@@ -26,7 +26,7 @@ async def build(ledger_url: str) -> list[str]:
     """Write the partition with the library (much faster than 200k HTTP calls); the visible values."""
     settings = BrokerSettings(ledger_url=ledger_url, snapshot_segment_size=SEGMENT,  # type: ignore[call-arg]
                               snapshot_every_ops=20_000, snapshot_interval_s=3600)
-    store = open_store(ledger_url)
+    store = open_ledger_factory(ledger_url)
     broker = Broker(store, settings, PendingAckClient(None, 1.0))
     await broker.start()
     await broker.create_topic("persistent://t/n/big", 1)

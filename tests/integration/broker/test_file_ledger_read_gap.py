@@ -5,11 +5,11 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from streamtx.ledger import open_store
+from streamtx.ledger import open_ledger_factory
 
 
 async def test_budget_cut_read_has_no_gap(tmp_path: Path) -> None:
-    store = open_store(f"file://{tmp_path}?segment_bytes=20000000")
+    store = open_ledger_factory(f"file://{tmp_path}?segment_bytes=20000000")
     ledger = await store.open("x")
     for _ in range(150):  # 30 MB: two segments, and more than the 8 MiB read budget in each
         await ledger.append(b"x" * 200_000)

@@ -6,7 +6,7 @@ from __future__ import annotations
 import asyncio
 import random
 
-from streamtx.ledger import open_store
+from streamtx.ledger import open_ledger_factory
 from tests.integration.coordinator.conftest import TOPIC, ClientFactory, TcClient, TcFactory
 from tests.integration.coordinator.participant import Participant
 
@@ -30,7 +30,7 @@ async def _lifecycles(
 
 async def _entry_kinds(url: str) -> tuple[int, int]:
     """(batched, unbatched) data entries in the coordinator's log, read directly."""
-    store = open_store(url)
+    store = open_ledger_factory(url)
     try:
         ledger = await store.open("txnlog/standalone/0", writer=False)
         batched = unbatched = 0

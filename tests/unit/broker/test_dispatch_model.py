@@ -16,7 +16,7 @@ from streamtx.broker.settings import BrokerSettings
 from streamtx.broker.subscription import SubscriptionType
 from streamtx.broker.topic import Outgoing
 from streamtx.broker.txnbuffer import TxnAction
-from streamtx.ledger import open_store
+from streamtx.ledger import open_ledger_factory
 
 T = "persistent://t/n/d"
 ops = st.lists(st.one_of(
@@ -29,7 +29,7 @@ ops = st.lists(st.one_of(
 
 async def run(script: list[tuple[str, int]]) -> None:
     settings_ = BrokerSettings(ledger_url="memory://", dispatch_read_entries=2)  # type: ignore[call-arg]
-    broker = Broker(open_store("memory://"), settings_, PendingAckClient(None, 1.0))
+    broker = Broker(open_ledger_factory("memory://"), settings_, PendingAckClient(None, 1.0))
     await broker.start()
     await broker.create_topic(T, 1)
     topic = broker.topic(T)

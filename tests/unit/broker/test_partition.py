@@ -9,7 +9,7 @@ from streamtx.broker.notify import Notifier
 from streamtx.broker.partition import Partition, snapshot_ledger_name
 from streamtx.broker.settings import BrokerSettings
 from streamtx.broker.txnbuffer import TxnAction
-from streamtx.ledger import LedgerStore, Position, open_store
+from streamtx.ledger import LedgerFactory, Position, open_ledger_factory
 
 NAME = "persistent://t/n/x-partition-0"
 
@@ -19,7 +19,7 @@ def settings(**kw: object) -> BrokerSettings:
     return BrokerSettings(**{**base, **kw})  # type: ignore[arg-type]
 
 
-async def open_part(store: LedgerStore, **kw: object) -> Partition:
+async def open_part(store: LedgerFactory, **kw: object) -> Partition:
     return await Partition.open(store, NAME, "persistent://t/n/x", settings(**kw), Notifier())
 
 
@@ -36,7 +36,7 @@ def same_state(a: Partition, b: Partition) -> None:
 
 
 async def test_recovery_from_segmented_snapshot_then_replay() -> None:
-    store = open_store("memory://")
+    store = open_ledger_factory("memory://")
     part = await open_part(store)
     await fill(part, 10)
     await part.produce([Message(b"open")], (2, 1), None, None)
@@ -53,7 +53,7 @@ async def test_recovery_from_segmented_snapshot_then_replay() -> None:
 
 async def test_partial_snapshot_loses_nothing() -> None:
     """Segments written without their index: the previous index (and its segments) still rule."""
-    store = open_store("memory://")
+    store = open_ledger_factory("memory://")
     part = await open_part(store)
     await fill(part, 5)
     await part.take_snapshot()
@@ -70,7 +70,7 @@ async def test_partial_snapshot_loses_nothing() -> None:
 
 async def test_compacted_snapshot_ledger_keeps_latest_per_key() -> None:
     """A compactor keeping the latest record per key (seg-<id>, index) loses no aborted id."""
-    store = open_store("memory://")
+    store = open_ledger_factory("memory://")
     part = await open_part(store)
     for k in range(4):
         await fill(part, 5, start=k * 10)
@@ -93,7 +93,7 @@ async def test_compacted_snapshot_ledger_keeps_latest_per_key() -> None:
 
 
 async def test_max_read_position_never_moves_back_and_trim_drops_ids() -> None:
-    store = open_store("memory://")
+    store = open_ledger_factory("memory://")
     part = await open_part(store)
     await fill(part, 6)
     await part.produce([Message(b"open")], (3, 3), None, None)
@@ -111,7 +111,7 @@ async def test_max_read_position_never_moves_back_and_trim_drops_ids() -> None:
 
 
 async def test_producer_state_survives_restart() -> None:
-    store = open_store("memory://")
+    store = open_ledger_factory("memory://")
     part = await open_part(store)
     ids = await part.produce([Message(b"a", request_index=0), Message(b"b", request_index=1)], None,
                              ProducerInfo("p", 1, 7), None)
@@ -123,7 +123,7 @@ async def test_producer_state_survives_restart() -> None:
 
 
 async def test_end_is_idempotent_and_null_without_messages() -> None:
-    store = open_store("memory://")
+    store = open_ledger_factory("memory://")
     part = await open_part(store)
     assert await part.end_txn((5, 5), TxnAction.COMMIT) is None
     await part.produce([Message(b"t")], (5, 6), None, None)
@@ -151,7 +151,7 @@ async def test_a_produce_racing_the_end_is_never_visible_as_committed() -> None:
 
     from streamtx.errors import ConflictError
 
-    store = open_store("memory://")
+    store = open_ledger_factory("memory://")
     part = await open_part(store)
     produce = asyncio.create_task(part.produce([Message(b"racing")], (6, 1), None, None))
     await asyncio.sleep(0)  # the append is in flight, not yet applied
@@ -172,7 +172,7 @@ async def test_a_commit_racing_the_first_append_waits_for_it_and_releases_it() -
     visible; never a marker-less commit that leaves the message open forever."""
     import asyncio
 
-    store = open_store("memory://")
+    store = open_ledger_factory("memory://")
     part = await open_part(store)
     produce = asyncio.create_task(part.produce([Message(b"racing")], (7, 1), None, None))
     await asyncio.sleep(0)  # the append is in flight, not yet applied
@@ -195,7 +195,7 @@ async def test_tbrecovery_measure() -> None:
 
 async def test_snapshot_ledger_stays_small() -> None:
     """Old indexes behind a long-lived segment do not pile up: live segments get rewritten."""
-    store = open_store("memory://")
+    store = open_ledger_factory("memory://")
     part = await open_part(store)
     await fill(part, 8)  # two sealed segments that live forever (nothing is trimmed)
     for i in range(300):

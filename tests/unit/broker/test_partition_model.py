@@ -15,7 +15,7 @@ from streamtx.broker.notify import Notifier
 from streamtx.broker.partition import Partition
 from streamtx.broker.settings import BrokerSettings
 from streamtx.broker.txnbuffer import TxnAction
-from streamtx.ledger import LedgerStore, open_store
+from streamtx.ledger import LedgerFactory, open_ledger_factory
 
 NAME = "persistent://t/n/m-partition-0"
 
@@ -27,7 +27,7 @@ op = st.one_of(
 )
 
 
-async def open_part(store: LedgerStore) -> Partition:
+async def open_part(store: LedgerFactory) -> Partition:
     s = BrokerSettings(snapshot_segment_size=2, snapshot_every_ops=10**9)  # type: ignore[call-arg]
     return await Partition.open(store, NAME, "persistent://t/n/m", s, Notifier())
 
@@ -38,7 +38,7 @@ def view(p: Partition) -> tuple[object, ...]:
 
 
 async def run(ops: list[tuple[str, int]]) -> None:
-    store = open_store("memory://")
+    store = open_ledger_factory("memory://")
     part = await open_part(store)
     ended: set[int] = set()
     for name, t in ops:

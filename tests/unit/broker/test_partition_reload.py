@@ -12,14 +12,14 @@ from streamtx.broker.codec import Message
 from streamtx.broker.partition import Partition, partition_ledger_name
 from streamtx.broker.txnbuffer import TxnAction
 from streamtx.errors import ConflictError, StreamtxError, UnavailableError
-from streamtx.ledger import open_store
-from streamtx.ledger.memory import MemoryLedgerStore
+from streamtx.ledger import open_ledger_factory
+from streamtx.ledger.memory import MemoryLedgerFactory
 from tests.unit.broker.test_partition import NAME, open_part
 
 TXN = (4, 1)
 
 
-async def break_partition(part: Partition, store: MemoryLedgerStore) -> None:
+async def break_partition(part: Partition, store: MemoryLedgerFactory) -> None:
     """Fail every try of one append, so the partition starts reloading from its ledger."""
     store.inject_append_failures(partition_ledger_name(NAME), 3)
     with pytest.raises(StreamtxError):
@@ -46,10 +46,10 @@ def hold_reloads(monkeypatch: pytest.MonkeyPatch) -> asyncio.Event:
 
 async def reloading_with_open_txn(
     monkeypatch: pytest.MonkeyPatch, *, reload_wait_ms: int
-) -> tuple[MemoryLedgerStore, Partition, asyncio.Event]:
+) -> tuple[MemoryLedgerFactory, Partition, asyncio.Event]:
     """A partition where TXN produced, now reloading (held until the event is set)."""
-    store = open_store("memory://")
-    assert isinstance(store, MemoryLedgerStore)
+    store = open_ledger_factory("memory://")
+    assert isinstance(store, MemoryLedgerFactory)
     part = await open_part(store, reload_wait_ms=reload_wait_ms)
     await part.produce([Message(b"m")], TXN, None, None)
     gate = hold_reloads(monkeypatch)
@@ -95,8 +95,8 @@ async def test_requests_during_a_long_reload_answer_503(monkeypatch: pytest.Monk
 
 async def test_an_end_whose_wait_saw_an_append_fail_is_retried(monkeypatch: pytest.MonkeyPatch) -> None:
     """The end waits for appends in flight; if one of them fails, it must not decide from stale state."""
-    store = open_store("memory://")
-    assert isinstance(store, MemoryLedgerStore)
+    store = open_ledger_factory("memory://")
+    assert isinstance(store, MemoryLedgerFactory)
     part = await open_part(store, reload_wait_ms=50)
     hold_reloads(monkeypatch)
     store.inject_append_failures(partition_ledger_name(NAME), 3, landed=False)

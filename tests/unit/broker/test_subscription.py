@@ -14,8 +14,8 @@ from streamtx.broker.subscription import SubscriptionType
 from streamtx.broker.topic import Outgoing, Topic
 from streamtx.cursor.cursor import Cursor, cursor_ledger_name
 from streamtx.errors import ConflictError, MalformedError, StreamtxError
-from streamtx.ledger import Position, open_store
-from streamtx.ledger.memory import MemoryLedgerStore
+from streamtx.ledger import Position, open_ledger_factory
+from streamtx.ledger.memory import MemoryLedgerFactory
 
 T = "persistent://t/n/u"
 
@@ -23,7 +23,7 @@ T = "persistent://t/n/u"
 @pytest.fixture
 async def broker() -> AsyncIterator[Broker]:
     settings = BrokerSettings(ledger_url="memory://", ack_timeout_ms=50)  # type: ignore[call-arg]
-    b = Broker(open_store("memory://"), settings, PendingAckClient(None, 1.0))
+    b = Broker(open_ledger_factory("memory://"), settings, PendingAckClient(None, 1.0))
     await b.start()
     await b.create_topic(T, 1)
     yield b
@@ -112,8 +112,8 @@ async def test_txn_cumulative_ack_commit_and_abort(broker: Broker) -> None:
 async def test_a_retried_commit_end_answers_only_once_its_deletes_are_durable() -> None:
     """The first end's cursor persist fails after the deletes were applied in memory; the
     retry finds nothing left to delete and must still persist them (issue 9, item 3)."""
-    store = open_store("memory://")
-    assert isinstance(store, MemoryLedgerStore)
+    store = open_ledger_factory("memory://")
+    assert isinstance(store, MemoryLedgerFactory)
     settings = BrokerSettings(ledger_url="memory://")  # type: ignore[call-arg]
     b = Broker(store, settings, PendingAckClient(None, 1.0))
     await b.start()

@@ -1,4 +1,4 @@
-"""A fake cluster behind httpx.MockTransport: records every call, answers like API.md."""
+"""A fake cluster behind httpx.MockTransport: records every call, answers like docs/api.md."""
 
 from __future__ import annotations
 

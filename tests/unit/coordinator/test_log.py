@@ -10,10 +10,10 @@ from streamtx.coordinator.log import TransactionLog
 from streamtx.coordinator.records import LogRef, NewTxn, Record, StatusChange
 from streamtx.coordinator.state import EndReason, TxnState
 from streamtx.coordinator.txnid import TxnId
-from streamtx.ledger.memory import MemoryLedgerStore
+from streamtx.ledger.memory import MemoryLedgerFactory
 
 
-async def _open(store: MemoryLedgerStore) -> TransactionLog:
+async def _open(store: MemoryLedgerFactory) -> TransactionLog:
     return await TransactionLog.open(store, cluster="c", coordinator_id=1, batching=BatchingSettings())
 
 
@@ -29,7 +29,7 @@ def _new(i: int) -> NewTxn:
 
 
 async def test_mixed_log_replays_without_deleted_records() -> None:
-    store = MemoryLedgerStore()
+    store = MemoryLedgerFactory()
     log = await _open(store)
     batched = await asyncio.gather(*(log.append(_new(i)) for i in range(20)))
     assert max(r.batch_size for r in batched) > 1  # concurrent appends share entries
@@ -58,7 +58,7 @@ async def test_mixed_log_replays_without_deleted_records() -> None:
 
 
 async def test_fully_deleted_entries_are_trimmed() -> None:
-    store = MemoryLedgerStore()
+    store = MemoryLedgerFactory()
     log = await _open(store)
     first = await asyncio.gather(*(log.append(_new(i)) for i in range(8)))
     keep = await log.append(_new(100))
@@ -73,7 +73,7 @@ async def test_fully_deleted_entries_are_trimmed() -> None:
 
 
 async def test_live_records_of_an_entry() -> None:
-    store = MemoryLedgerStore()
+    store = MemoryLedgerFactory()
     log = await _open(store)
     refs = await asyncio.gather(*(log.append(_new(i)) for i in range(6)))
     by_entry = [r for r in refs if r.position == refs[0].position]

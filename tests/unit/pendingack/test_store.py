@@ -10,8 +10,8 @@ import pytest
 from prometheus_client import CollectorRegistry
 
 from streamtx.errors import ConflictError, UnavailableError
-from streamtx.ledger import LedgerStore, open_store
-from streamtx.pendingack.broker import BrokerNotifier
+from streamtx.ledger import LedgerFactory, open_ledger_factory
+from streamtx.pendingack.broker_client import BrokerNotifier
 from streamtx.pendingack.records import MessageId, TxnId
 from streamtx.pendingack.settings import PendingAckSettings
 from streamtx.pendingack.store import PendingAckStore
@@ -41,13 +41,13 @@ def ids(*texts: str) -> list[MessageId]:
 
 
 @pytest.fixture
-async def ledgers() -> AsyncIterator[LedgerStore]:
-    store = open_store("memory://")
+async def ledgers() -> AsyncIterator[LedgerFactory]:
+    store = open_ledger_factory("memory://")
     yield store
     await store.close()
 
 
-async def open_store_(ledgers: LedgerStore, broker: BrokerNotifier, **kw: Any) -> PendingAckStore:
+async def open_store_(ledgers: LedgerFactory, broker: BrokerNotifier, **kw: Any) -> PendingAckStore:
     settings = PendingAckSettings.from_env()
     return await PendingAckStore.open(
         ledgers, TOPIC, SUB, writer_factory=writer_factory(settings, CollectorRegistry()),
@@ -57,7 +57,7 @@ async def open_store_(ledgers: LedgerStore, broker: BrokerNotifier, **kw: Any) -
 
 
 @pytest.mark.parametrize("batch", [True, False])
-async def test_ack_end_and_replay(ledgers: LedgerStore, batch: bool) -> None:
+async def test_ack_end_and_replay(ledgers: LedgerFactory, batch: bool) -> None:
     broker = RecordingBroker()
     store = await open_store_(ledgers, broker, batch=batch)
     await store.ack(A, ids("1:1", "1:2:0"), False)
@@ -85,7 +85,7 @@ async def test_ack_end_and_replay(ledgers: LedgerStore, batch: bool) -> None:
     await again.close()
 
 
-async def test_end_fails_while_broker_down_then_retry_succeeds(ledgers: LedgerStore) -> None:
+async def test_end_fails_while_broker_down_then_retry_succeeds(ledgers: LedgerFactory) -> None:
     broker = RecordingBroker()
     store = await open_store_(ledgers, broker)
     await store.ack(A, ids("1:1"), False)
@@ -100,7 +100,7 @@ async def test_end_fails_while_broker_down_then_retry_succeeds(ledgers: LedgerSt
     await store.close()
 
 
-async def test_concurrent_acks_of_one_message_only_one_wins(ledgers: LedgerStore) -> None:
+async def test_concurrent_acks_of_one_message_only_one_wins(ledgers: LedgerFactory) -> None:
     store = await open_store_(ledgers, RecordingBroker())
     results = await asyncio.gather(
         *(store.ack(TxnId(0, 10 + i), ids("1:1"), False) for i in range(10)), return_exceptions=True
@@ -113,7 +113,7 @@ async def test_concurrent_acks_of_one_message_only_one_wins(ledgers: LedgerStore
     await store.close()
 
 
-async def test_crash_between_broker_and_final_record_replays_open(ledgers: LedgerStore) -> None:
+async def test_crash_between_broker_and_final_record_replays_open(ledgers: LedgerFactory) -> None:
     """The broker was told but COMMITTED never landed: replay keeps the txn, a retried end finishes."""
     broker = RecordingBroker()
     store = await open_store_(ledgers, broker)
@@ -128,7 +128,7 @@ async def test_crash_between_broker_and_final_record_replays_open(ledgers: Ledge
     await again.close()
 
 
-async def test_a_fenced_store_answers_unavailable(ledgers: LedgerStore) -> None:
+async def test_a_fenced_store_answers_unavailable(ledgers: LedgerFactory) -> None:
     old = await open_store_(ledgers, RecordingBroker())
     await old.ack(A, ids("1:1"), False)
     new = await open_store_(ledgers, RecordingBroker())  # a second process took the log over
@@ -139,7 +139,7 @@ async def test_a_fenced_store_answers_unavailable(ledgers: LedgerStore) -> None:
     await new.close()
 
 
-async def test_replay_reads_batched_and_unbatched_entries_and_skips_deleted(ledgers: LedgerStore) -> None:
+async def test_replay_reads_batched_and_unbatched_entries_and_skips_deleted(ledgers: LedgerFactory) -> None:
     """A log written with batching on and off replays alike; batch-index deletes are honoured."""
     from streamtx.batching.codec import encode_batch
     from streamtx.cursor import Cursor
@@ -172,7 +172,7 @@ async def test_replay_reads_batched_and_unbatched_entries_and_skips_deleted(ledg
     await again.close()
 
 
-async def test_finished_records_are_deleted_and_the_log_trimmed(ledgers: LedgerStore) -> None:
+async def test_finished_records_are_deleted_and_the_log_trimmed(ledgers: LedgerFactory) -> None:
     store = await open_store_(ledgers, RecordingBroker(), trim_every_ends=5)
     for round_ in range(4):
         txns = [TxnId(round_, i) for i in range(10)]

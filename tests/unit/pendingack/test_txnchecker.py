@@ -10,7 +10,7 @@ import httpx
 import pytest
 
 from streamtx.errors import ConflictError
-from streamtx.ledger import LedgerStore, open_store
+from streamtx.ledger import LedgerFactory, open_ledger_factory
 from streamtx.pendingack.records import RecordKind, TxnId
 from streamtx.pendingack.state import SubscriptionState, TxnPhase
 from streamtx.pendingack.txnchecker import CoordinatorLookup, StuckTxnChecker, Verdict, verdict_of
@@ -20,8 +20,8 @@ C = TxnId(0, 3)
 
 
 @pytest.fixture
-async def ledgers() -> AsyncIterator[LedgerStore]:
-    store = open_store("memory://")
+async def ledgers() -> AsyncIterator[LedgerFactory]:
+    store = open_ledger_factory("memory://")
     yield store
     await store.close()
 
@@ -77,7 +77,7 @@ def test_stuck_txns_are_the_old_ones() -> None:
 # --- the store ----------------------------------------------------------------
 
 
-async def test_store_remembers_the_end_of_a_txn_it_never_saw(ledgers: LedgerStore) -> None:
+async def test_store_remembers_the_end_of_a_txn_it_never_saw(ledgers: LedgerFactory) -> None:
     broker = RecordingBroker()
     store = await open_store_(ledgers, broker)
     await store.end(A, commit=False)  # the coordinator's abort before any ack: 200, no broker call
@@ -102,7 +102,7 @@ def test_verdicts() -> None:
         assert verdict_of(state) is None
 
 
-async def test_checker_ends_stuck_txns_as_the_coordinator_did(ledgers: LedgerStore) -> None:
+async def test_checker_ends_stuck_txns_as_the_coordinator_did(ledgers: LedgerFactory) -> None:
     broker = RecordingBroker()
     store = await open_store_(ledgers, broker)
     clock = Clock()
@@ -131,7 +131,7 @@ async def test_checker_ends_stuck_txns_as_the_coordinator_did(ledgers: LedgerSto
     await store.close()
 
 
-async def test_checker_survives_a_failing_end(ledgers: LedgerStore) -> None:
+async def test_checker_survives_a_failing_end(ledgers: LedgerFactory) -> None:
     broker = RecordingBroker()
     store = await open_store_(ledgers, broker)
     await store.ack(A, ids("1:1"), False)
@@ -180,7 +180,7 @@ async def test_coordinator_lookup(status: int, body: dict[str, str], expected: V
     assert seen == ["/v1/transactions/0:1"]
 
 
-async def test_checker_skips_a_txn_whose_end_is_running(ledgers: LedgerStore) -> None:
+async def test_checker_skips_a_txn_whose_end_is_running(ledgers: LedgerFactory) -> None:
     broker = RecordingBroker()
     store = await open_store_(ledgers, broker)
     await store.ack(A, ids("1:1"), False)

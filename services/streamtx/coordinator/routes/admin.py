@@ -11,7 +11,7 @@ from streamtx.coordinator.coordinator import TransactionCoordinator
 from streamtx.coordinator.deps import CoordinatorsDep
 from streamtx.coordinator.registry import Coordinators
 from streamtx.coordinator.state import TxnState
-from streamtx.coordinator.store import TxnMeta
+from streamtx.coordinator.table import TxnMeta
 from streamtx.coordinator.txnid import TxnId
 from streamtx.errors import MalformedError
 

@@ -1,4 +1,4 @@
-"""The transaction API (API.md, "Transaction coordinator")."""
+"""The transaction API (docs/api.md, "Transaction coordinator")."""
 
 from __future__ import annotations
 
@@ -12,7 +12,7 @@ from streamtx.coordinator.records import Subscription
 from streamtx.coordinator.registry import Coordinators
 from streamtx.coordinator.settings import CoordinatorSettings
 from streamtx.coordinator.state import Action
-from streamtx.coordinator.store import TxnMeta
+from streamtx.coordinator.table import TxnMeta
 from streamtx.errors import MalformedError
 from streamtx.service import HotRequest, HotRoutes
 from streamtx.service.fastlane import first_error

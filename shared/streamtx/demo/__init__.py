@@ -1,4 +1,4 @@
-"""The exactly-once resharding demo (seed 003): workload, supervisor, chaos, checker.
+"""The exactly-once resharding demo (docs/background.md): workload, supervisor, chaos, checker.
 
 Pure parts (``records``, ``partitioner``, ``reorder``, ``stats``, ``checker``) know
 nothing of HTTP or processes; ``generator``, ``worker``, ``supervisor`` and

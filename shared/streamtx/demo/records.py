@@ -1,6 +1,6 @@
 """Search-log records: the demo's payload, and how they travel as messages.
 
-One record is what a search front end logs for one request (seed 003): a user
+One record is what a search front end logs for one request (docs/background.md): a user
 id, the request text, the source partition it was written to and a sequence
 number per source partition (0, 1, 2, ... without gaps), and the wall-clock time
 the generator sent it. The value is compact JSON padded with spaces to

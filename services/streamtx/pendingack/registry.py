@@ -28,8 +28,8 @@ from collections import OrderedDict
 from collections.abc import AsyncIterator
 
 from streamtx.errors import ConflictError, MalformedError, NotFoundError
-from streamtx.ledger import LedgerStore
-from streamtx.pendingack.broker import BrokerNotifier
+from streamtx.ledger import LedgerFactory
+from streamtx.pendingack.broker_client import BrokerNotifier
 from streamtx.pendingack.metrics import PendingAckMetrics
 from streamtx.pendingack.records import TxnId
 from streamtx.pendingack.settings import PendingAckSettings
@@ -55,7 +55,7 @@ class PendingAckStores:
     """The stores of one process, keyed by (topic, subscription); see the module docstring."""
 
     def __init__(
-        self, ledgers: LedgerStore, settings: PendingAckSettings, *, notifier: BrokerNotifier,
+        self, ledgers: LedgerFactory, settings: PendingAckSettings, *, notifier: BrokerNotifier,
         writer_factory: WriterFactory, metrics: PendingAckMetrics | None = None,
     ) -> None:
         self._ledgers = ledgers

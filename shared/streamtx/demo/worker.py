@@ -9,7 +9,7 @@ several and kill -9s them. Why each piece is there:
   (no per-partition Failover or Key_Shared dispatch yet), and a Shared
   subscription spread over all workers would hand one user's records to two
   workers whose transactions commit in either order, breaking the per-user
-  order seed 003 demands. So each worker reads the source through its own
+  order the resharding task demands (docs/background.md). So each worker reads the source through its own
   subscription (``reshard-w<i>``, kept across restarts) and acks what it does
   not own outside any transaction; a single owner per partition keeps order.
 - **Order under redelivery.** An abort, an ack timeout or a restart hands records

@@ -13,7 +13,7 @@ from streamtx.coordinator.records import (
     Subscription,
 )
 from streamtx.coordinator.state import EndReason, TxnState
-from streamtx.coordinator.store import TxnTable
+from streamtx.coordinator.table import TxnTable
 from streamtx.coordinator.txnid import TxnId
 from streamtx.ledger import Position
 

@@ -1,4 +1,4 @@
-"""Latency percentiles and the summary table of the demo (the talk's layout, seed 003).
+"""Latency percentiles and the summary table of the demo (docs/background.md).
 
 Seed 003's table for a 500 ms commit interval (YDB / Kafka, 100 MB/s, 8 hosts):
 write latency p50 4 / 28 ms, p99 153 / 96 ms; end-to-end p50 367 / 321 ms,

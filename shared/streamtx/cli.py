@@ -4,7 +4,7 @@
 variables, as in the container image); ``streamtx suite`` runs every installed
 service as its own process on embedded defaults (``make run``).
 
-``streamtx demo reshard`` runs seed 003's resharding task exactly once against a
+``streamtx demo reshard`` runs the resharding task exactly once against a
 suite it starts itself (see ``streamtx.demo``); ``streamtx verify`` checks a run
 (the destination topic against the generator's and the workers' histories) and
 exits non-zero on any anomaly.
@@ -96,7 +96,7 @@ def build_parser() -> argparse.ArgumentParser:
     a.add_argument("suite_args", nargs=argparse.REMAINDER)
     demo = commands.add_parser("demo", help="demos")
     demos = demo.add_subparsers(dest="demo", required=True)
-    r = demos.add_parser("reshard", help="exactly-once resharding of search logs (seed 003)")
+    r = demos.add_parser("reshard", help="exactly-once resharding of search logs (docs/background.md)")
     r.add_argument("--duration", type=float, default=30.0, help="seconds the generator writes (30)")
     r.add_argument("--rate", type=float, default=11_000.0,
                    help="records per second of ~190 bytes (11000, about 2.1 MB/s)")

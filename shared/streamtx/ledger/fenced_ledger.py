@@ -1,11 +1,11 @@
-"""The one Ledger implementation, over any :class:`~streamtx.ledger.raw.RawLog`.
+"""The one Ledger implementation, over any :class:`~streamtx.ledger.rawlog.RawLog`.
 
 It adds to a raw log:
 
 * group commit: appends waiting at the same moment go to the backend as one
   batch (one fsync on the file backend, one produce request on Kafka);
 * fencing: opening as a writer appends a fence, and an append that lands after
-  another writer's fence fails with :class:`FencedError` (see :mod:`.framing`);
+  another writer's fence fails with :class:`FencedError` (see :mod:`.frames`);
 * duplicate dropping: a failed raw append is retried with the same sequence
   numbers, and readers drop whatever copies landed twice. A backend may report
   a failure for frames that did land (a Kafka request timeout after the broker
@@ -34,10 +34,10 @@ from streamtx.errors import (
     LedgerError,
     LedgerUnavailableError,
 )
-from streamtx.ledger import framing
 from streamtx.ledger.base import Entry, Ledger, Position, SegmentStats, ledger_id_for
-from streamtx.ledger.framing import FenceState, FenceTracker
-from streamtx.ledger.raw import RawLog
+from streamtx.ledger.frames import FenceState, FenceTracker, FrameKind, encode_data, encode_fence
+from streamtx.ledger.frames import decode as decode_frame
+from streamtx.ledger.rawlog import RawLog
 
 log = logging.getLogger(__name__)
 
@@ -46,7 +46,7 @@ _append_attempts = 3
 _retry_backoff_s = 0.05
 
 
-class FramedLedger(Ledger):
+class FencedLedger(Ledger):
     """A ledger over a raw log; create it with :meth:`open`."""
 
     def __init__(self, name: str, raw: RawLog, start: int, state: FenceState) -> None:
@@ -73,7 +73,7 @@ class FramedLedger(Ledger):
         self._closed = False
 
     @classmethod
-    async def open(cls, name: str, raw: RawLog, *, writer: bool) -> FramedLedger:
+    async def open(cls, name: str, raw: RawLog, *, writer: bool) -> FencedLedger:
         start, state = await raw.trim_state()
         ledger = cls(name, raw, start, state)
         await ledger.refresh()
@@ -85,10 +85,10 @@ class FramedLedger(Ledger):
 
     def _judge(self, offset: int, raw: bytes) -> bytes | None:
         """Judge the frame at ``offset == self._known_end``; its payload if live."""
-        frame = framing.decode(raw)
+        frame = decode_frame(raw)
         live = self._tracker.accept(frame)
         self._known_end = offset + 1
-        if frame.kind is framing.FrameKind.FENCE:
+        if frame.kind is FrameKind.FENCE:
             self._fences.append((offset, frame.writer_id, frame.epoch))
         if not live:
             self._rejected.add(offset)
@@ -123,7 +123,7 @@ class FramedLedger(Ledger):
     async def _become_writer(self) -> None:
         self._writer_id = secrets.randbits(63) + 1
         self._epoch = self._tracker.state.max_epoch + 1
-        fence = framing.encode_fence(self._writer_id, self._epoch)
+        fence = encode_fence(self._writer_id, self._epoch)
         (offset,) = await self._raw.append_batch([fence])
         await self._catch_up(offset + 1)
         if self._tracker.state.writer_id != self._writer_id:
@@ -137,7 +137,7 @@ class FramedLedger(Ledger):
             raise FencedError(f"ledger {self.name}: this writer was fenced")
         if self._writer_task is None:
             raise LedgerError(f"ledger {self.name} was opened read-only")
-        frame = framing.encode_data(self._writer_id, self._epoch, self._next_seq, data)
+        frame = encode_data(self._writer_id, self._epoch, self._next_seq, data)
         self._next_seq += 1
         fut: asyncio.Future[Position] = asyncio.get_running_loop().create_future()
         self._queue.append((frame, fut))
@@ -223,11 +223,11 @@ class FramedLedger(Ledger):
                     async with self._track_lock:
                         payload = self._judge(off, raw) if off == self._known_end else None
                         if payload is None and off not in self._rejected:
-                            payload = framing.decode(raw).payload
+                            payload = decode_frame(raw).payload
                 elif off in self._rejected:
                     continue
                 else:
-                    payload = framing.decode(raw).payload
+                    payload = decode_frame(raw).payload
                 if payload is not None:
                     out.append(Entry(Position(self.ledger_id, off), payload))
                     if len(out) >= max_entries:
@@ -299,7 +299,7 @@ class FramedLedger(Ledger):
         if prev >= self._start:
             frames = await self._raw.read_raw(prev, 1)
             if frames and frames[0][0] == prev:
-                frame = framing.decode(frames[0][1])
+                frame = decode_frame(frames[0][1])
                 if frame.writer_id == state.writer_id or state.writer_id is None:
                     state.last_seq = {frame.writer_id: frame.seq}
         return state

@@ -3,7 +3,7 @@
 The source topic is written by "front ends": a user's records always go to the
 same source partition (``user_id mod n``), so a user's records have one total
 order in the source. The resharding job re-splits them by user-id RANGE, as in
-seed 003 (``[uid1, uid2)`` → one destination partition): destination partition
+docs/background.md (``[uid1, uid2)`` → one destination partition): destination partition
 ``i`` holds users ``[bounds[i], bounds[i+1])``; ranges are as equal as integers
 allow.
 """

@@ -7,8 +7,8 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from streamtx.errors import CorruptEntryError
-from streamtx.ledger import framing
-from streamtx.ledger.framing import FenceState, FenceTracker
+from streamtx.ledger import frames
+from streamtx.ledger.frames import FenceState, FenceTracker
 
 u63 = st.integers(min_value=1, max_value=2**63 - 1)
 u32 = st.integers(min_value=0, max_value=2**32 - 1)
@@ -16,31 +16,31 @@ u32 = st.integers(min_value=0, max_value=2**32 - 1)
 
 @given(u63, u32, st.integers(min_value=0, max_value=2**64 - 1), st.binary())
 def test_data_frame_round_trip(writer: int, epoch: int, seq: int, payload: bytes) -> None:
-    frame = framing.decode(framing.encode_data(writer, epoch, seq, payload))
+    frame = frames.decode(frames.encode_data(writer, epoch, seq, payload))
     assert (frame.kind, frame.writer_id, frame.epoch, frame.seq, frame.payload) == (
-        framing.FrameKind.DATA, writer, epoch, seq, payload)
+        frames.FrameKind.DATA, writer, epoch, seq, payload)
 
 
 def test_short_or_unknown_frames_are_corrupt() -> None:
     with pytest.raises(CorruptEntryError):
-        framing.decode(b"\x01\x00")
+        frames.decode(b"\x01\x00")
     with pytest.raises(CorruptEntryError):
-        framing.decode(b"\x09" + bytes(20))
+        frames.decode(b"\x09" + bytes(20))
 
 
 def test_zombie_frames_after_a_fence_are_dropped() -> None:
     t = FenceTracker()
-    assert not t.accept(framing.decode(framing.encode_fence(1, 1)))
-    assert t.accept(framing.decode(framing.encode_data(1, 1, 0, b"a")))
-    assert not t.accept(framing.decode(framing.encode_fence(2, 2)))
-    assert not t.accept(framing.decode(framing.encode_data(1, 1, 1, b"zombie")))
-    assert t.accept(framing.decode(framing.encode_data(2, 2, 0, b"b")))
+    assert not t.accept(frames.decode(frames.encode_fence(1, 1)))
+    assert t.accept(frames.decode(frames.encode_data(1, 1, 0, b"a")))
+    assert not t.accept(frames.decode(frames.encode_fence(2, 2)))
+    assert not t.accept(frames.decode(frames.encode_data(1, 1, 1, b"zombie")))
+    assert t.accept(frames.decode(frames.encode_data(2, 2, 0, b"b")))
 
 
 def test_retried_duplicates_are_dropped() -> None:
     t = FenceTracker()
-    t.accept(framing.decode(framing.encode_fence(7, 1)))
-    verdicts = [t.accept(framing.decode(framing.encode_data(7, 1, s, b""))) for s in (0, 1, 1, 0, 2)]
+    t.accept(frames.decode(frames.encode_fence(7, 1)))
+    verdicts = [t.accept(frames.decode(frames.encode_data(7, 1, s, b""))) for s in (0, 1, 1, 0, 2)]
     assert verdicts == [True, True, False, False, True]
 
 

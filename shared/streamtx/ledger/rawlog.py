@@ -2,7 +2,7 @@
 
 Backends (file, kafka, memory) implement :class:`RawLog`; the fencing,
 duplicate-dropping and group-commit logic that turns a raw log into a
-:class:`~streamtx.ledger.base.Ledger` lives once, in :mod:`.framed`.
+:class:`~streamtx.ledger.base.Ledger` lives once, in :mod:`.fenced_ledger`.
 """
 
 from __future__ import annotations
@@ -11,7 +11,7 @@ import abc
 from collections.abc import Sequence
 
 from streamtx.ledger.base import SegmentStats
-from streamtx.ledger.framing import FenceState
+from streamtx.ledger.frames import FenceState
 
 
 class RawLog(abc.ABC):

@@ -1,4 +1,4 @@
-"""A thin async client of the streamtx REST API (API.md), just what the demo needs.
+"""A thin async client of the streamtx REST API (docs/api.md), just what the demo needs.
 
 Each call is one HTTP request, no retries: the workload decides what a failure
 means (a worker aborts and redoes its transaction; the generator resends the
