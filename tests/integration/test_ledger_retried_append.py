@@ -2,7 +2,7 @@
 
 A backend may report a failure for frames it did store: Kafka times out after
 the broker appended, an fsync fails after the write reached the disk. The
-framed ledger retries with the same sequence numbers; the retry's copy is a
+fenced ledger retries with the same sequence numbers; the retry's copy is a
 duplicate, and the append must succeed with the position of the first copy.
 """
 
@@ -18,8 +18,8 @@ import pytest
 from streamtx.errors import LedgerUnavailableError
 from streamtx.ledger import Position
 from streamtx.ledger.base import SegmentStats
-from streamtx.ledger.file import FileRawLog
 from streamtx.ledger.fenced_ledger import FencedLedger
+from streamtx.ledger.file import FileRawLog
 from streamtx.ledger.frames import FenceState
 from streamtx.ledger.kafka import KafkaLedgerFactory
 from streamtx.ledger.memory import MemoryRawLog, _Frames

@@ -35,7 +35,7 @@ from streamtx.errors import (
     LedgerUnavailableError,
 )
 from streamtx.ledger.base import Entry, Ledger, Position, SegmentStats, ledger_id_for
-from streamtx.ledger.frames import FenceState, FenceTracker, FrameKind, encode_data, encode_fence
+from streamtx.ledger.frames import FenceState, FenceTracker, FrameKind, encode_data, encode_fence, seq_of
 from streamtx.ledger.frames import decode as decode_frame
 from streamtx.ledger.rawlog import RawLog
 
@@ -186,7 +186,7 @@ class FencedLedger(Ledger):
             if offset in self._rejected:
                 # Dropped: a copy of this very frame landed first (an earlier try of
                 # this batch), or another writer's fence came before it.
-                first = self._own_live.get(framing.seq_of(frame))
+                first = self._own_live.get(seq_of(frame))
                 if first is not None and first != offset:
                     if not fut.done():
                         fut.set_result(Position(self.ledger_id, first))
@@ -197,7 +197,7 @@ class FencedLedger(Ledger):
                 fut.set_result(Position(self.ledger_id, offset))
         if self._own_live:
             # Forget the settled seqs (and those of batches that failed for good: lower).
-            last_seq = framing.seq_of(batch[-1][0])
+            last_seq = seq_of(batch[-1][0])
             self._own_live = {s: o for s, o in self._own_live.items() if s > last_seq}
         if self._fenced:
             _fail(self._queue, FencedError(f"ledger {self.name}: writer fenced"))
