@@ -70,8 +70,8 @@ from streamtx.errors import (
 )
 from streamtx.ledger import segment
 from streamtx.ledger.base import Ledger, LedgerFactory, SegmentStats
-from streamtx.ledger.framecache import FrameCache
 from streamtx.ledger.fenced_ledger import FencedLedger
+from streamtx.ledger.framecache import FrameCache
 from streamtx.ledger.frames import FenceState
 from streamtx.ledger.ioexec import SerialExecutor
 from streamtx.ledger.rawlog import RawLog
