@@ -15,12 +15,12 @@ from streamtx.broker.notify import Notifier
 from streamtx.broker.partition import Partition
 from streamtx.broker.producers import ProducerTable, Verdict, written
 from streamtx.broker.settings import BrokerSettings
-from streamtx.ledger import LedgerStore, open_store
+from streamtx.ledger import LedgerFactory, open_ledger_factory
 
 NAME = "persistent://t/n/x-partition-0"
 
 
-async def open_part(store: LedgerStore, **kw: object) -> Partition:
+async def open_part(store: LedgerFactory, **kw: object) -> Partition:
     s = BrokerSettings(**{"snapshot_every_ops": 10**9, **kw})  # type: ignore[arg-type]
     return await Partition.open(store, NAME, "persistent://t/n/x", s, Notifier())
 
@@ -31,7 +31,7 @@ def producer_json_bytes(part: Partition) -> int:
 
 
 async def test_snapshot_of_a_busy_producer_stays_small_and_dedup_survives_it() -> None:
-    store = open_store("memory://")
+    store = open_ledger_factory("memory://")
     part = await open_part(store)
     size = 500
     for seq in range(40):
@@ -54,7 +54,7 @@ async def test_snapshot_of_a_busy_producer_stays_small_and_dedup_survives_it() -
 
 
 async def test_names_beyond_the_cap_are_forgotten_and_the_snapshot_with_them() -> None:
-    store = open_store("memory://")
+    store = open_ledger_factory("memory://")
     part = await open_part(store, producer_max_names=100)
     for i in range(2000):
         await part.produce([Message(b"v")], None, ProducerInfo(f"p{i}", 1, 0), None)
