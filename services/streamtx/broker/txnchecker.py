@@ -6,9 +6,11 @@ partition registered with it; a client that produced without registering, or a
 zombie producing after the end, would leave the partition blocked forever. So
 every ``stuck_txn_interval_s`` the broker asks the coordinator about each
 transaction open here longer than ``stuck_txn_after_s``, and ends it the way
-the coordinator did (COMMITTED: commit; ABORTED, TIMEOUT or unknown: abort).
-Open or ending transactions are left alone. Without a coordinator URL nothing
-is checked.
+the coordinator did (its answers are read by :mod:`streamtx.service.txnlookup`:
+COMMITTED: commit; ABORTED, TIMEOUT or unknown to its coordinator: abort).
+Open or ending transactions are left alone, and so are those whose coordinator
+id the configured coordinator does not serve: its 404 says nothing about them.
+Without a coordinator URL nothing is checked.
 """
 
 from __future__ import annotations
@@ -20,17 +22,15 @@ from collections.abc import Callable, Iterable
 from streamtx.broker.codec import TxnId, txn_str
 from streamtx.broker.partition import Partition
 from streamtx.broker.txnbuffer import TxnAction
-from streamtx.errors import NotFoundError, StreamtxError
-from streamtx.service import ServiceClient
+from streamtx.errors import StreamtxError
+from streamtx.service.txnlookup import CoordinatorLookup
 
 log = logging.getLogger(__name__)
-
-_verdicts = {"COMMITTED": TxnAction.COMMIT, "ABORTED": TxnAction.ABORT, "TIMEOUT": TxnAction.ABORT}
 
 
 class StuckTxnChecker:
     def __init__(self, coordinator_url: str, *, token: str | None, after_s: float, interval_s: float) -> None:
-        self._client = ServiceClient(coordinator_url, token=token, attempts=1, timeout_s=5.0)
+        self._lookup = CoordinatorLookup(coordinator_url, token=token)
         self._after_s = after_s
         self._interval_s = interval_s
 
@@ -50,14 +50,11 @@ class StuckTxnChecker:
                         log.warning("%s: ending stuck txn %s failed: %s", part.name, txn_str(txn), exc)
 
     async def verdict(self, txn: TxnId) -> TxnAction | None:
-        try:
-            body = await self._client.request("GET", f"/v1/transactions/{txn_str(txn)}")
-        except NotFoundError:
-            return TxnAction.ABORT
-        except StreamtxError as exc:
-            log.info("coordinator did not answer about %s: %s", txn_str(txn), exc)
+        """How the coordinator ended ``txn``; None when it did not (or cannot) say."""
+        commit = await self._lookup(txn_str(txn))
+        if commit is None:
             return None
-        return _verdicts.get(str((body or {}).get("state")))
+        return TxnAction.COMMIT if commit else TxnAction.ABORT
 
     async def aclose(self) -> None:
-        await self._client.aclose()
+        await self._lookup.aclose()

@@ -5,6 +5,11 @@ Every change is appended to the transaction log first and applied to the
 rebuilds exactly the state clients were told about. Changes to one
 transaction are ordered by its lock; the end fan-out runs outside it.
 
+A participant that answers an end with 409 ended the transaction the other
+way (see :mod:`.participants_client`): the transaction still reaches its final state, and the
+violation is logged, counted and kept for the admin view (:attr:`violations`,
+in memory, the latest ``max_violations_kept``); callers of that end get 409.
+
 Ids: a ``RESERVE_IDS`` record is made durable before any id below its counter
 is handed out, and replay resumes above the highest reservation. Deleting a
 finished transaction's records therefore never lets its id come back.
@@ -18,13 +23,14 @@ import gc
 import heapq
 import logging
 import time
+from collections import OrderedDict
 from collections.abc import Callable, Coroutine, Iterator
 from dataclasses import dataclass
 from typing import Any
 
 from streamtx.coordinator.log import TransactionLog
 from streamtx.coordinator.metrics import CoordinatorMetrics
-from streamtx.coordinator.participants_client import Participants
+from streamtx.coordinator.participants_client import Participants, Violation
 from streamtx.coordinator.records import (
     AddPartitions,
     AddSubscriptions,
@@ -99,6 +105,7 @@ class CoordinatorConfig:
     max_concurrent_timeouts: int = 256
     retry_backoff_ms: int = 50
     retry_max_backoff_ms: int = 5000
+    max_violations_kept: int = 1000
 
 
 class TransactionCoordinator:
@@ -133,6 +140,8 @@ class TransactionCoordinator:
         self._wake = asyncio.Event()
         self._timeout_slots = asyncio.Semaphore(config.max_concurrent_timeouts)
         self._tasks: set[asyncio.Task[Any]] = set()
+        # Transactions a participant ended the other way: (final state, what each said).
+        self.violations: OrderedDict[TxnId, tuple[TxnState, list[Violation]]] = OrderedDict()
         metrics.track_active(lambda: self.table.active)
 
     # --- start and stop -------------------------------------------------------------
@@ -235,6 +244,8 @@ class TransactionCoordinator:
             if decision is Decision.CONFLICT:
                 raise ConflictError(f"transaction {txn} is {_describe(meta)}: cannot {action.value}")
             if decision is Decision.DONE:
+                if meta.txn in self.violations:
+                    raise _violation_error(meta.txn, meta.state, self.violations[meta.txn][1])
                 return meta.state
             if meta.pending is not None:
                 # The same end was tried and its append failed (it may have landed):
@@ -285,11 +296,17 @@ class TransactionCoordinator:
     async def _finish(self, meta: TxnMeta, done: asyncio.Future[TxnState]) -> None:
         try:
             action = Action.COMMIT if meta.state is TxnState.COMMITTING else Action.ABORT
-            await self._participants.end(meta.txn, action, list(meta.partitions), list(meta.subscriptions))
+            violations = await self._participants.end(
+                meta.txn, action, list(meta.partitions), list(meta.subscriptions)
+            )
             final = final_state(meta.state, meta.reason)
             await self._apply_until_durable(StatusChange(meta.txn, final, meta.reason, self._clock()))
             self._count_final(meta)
-            done.set_result(final)
+            if violations:
+                self._report_violations(meta.txn, final, violations)
+                done.set_exception(_violation_error(meta.txn, final, violations))
+            else:
+                done.set_result(final)
         except asyncio.CancelledError:
             done.set_exception(UnavailableError("the coordinator is shutting down"))
             raise
@@ -313,6 +330,15 @@ class TransactionCoordinator:
                 log.warning("%s: logging %s failed, retrying: %s", record.txn, record.state.name, exc)
                 await asyncio.sleep(delay_s)
                 delay_s = min(delay_s * 2, self._config.retry_max_backoff_ms / 1000)
+
+    def _report_violations(self, txn: TxnId, final: TxnState, violations: list[Violation]) -> None:
+        self.metrics.violations.inc(len(violations))
+        log.error("PROTOCOL VIOLATION: %s is %s, but %s", txn, final.name,
+                  "; ".join(f"{v.participant} had ended it the other way ({v.answer})" for v in violations))
+        self.violations[txn] = (final, violations)
+        self.violations.move_to_end(txn)
+        while len(self.violations) > self._config.max_violations_kept:
+            self.violations.popitem(last=False)
 
     def _count_final(self, meta: TxnMeta) -> None:
         m = self.metrics
@@ -468,6 +494,12 @@ class TransactionCoordinator:
             raise ConflictError(f"transaction {meta.txn} is {_describe(meta)}, not OPEN")
         if self._clock() >= meta.timeout_at_ms:
             raise ConflictError(f"transaction {meta.txn} timed out")
+
+
+def _violation_error(txn: TxnId, final: TxnState, violations: list[Violation]) -> ConflictError:
+    who = ", ".join(v.participant for v in violations)
+    return ConflictError(f"transaction {txn} is {final.name}, but {who} had ended it the other way "
+                         "(a protocol violation: see /admin/v3/transactions/protocolViolations)")
 
 
 def _describe(meta: TxnMeta) -> str:

@@ -11,7 +11,9 @@ Per coordinator, labels ``cluster`` and ``coordinator_id``:
   the edges of Pulsar's ``pulsar_txn_execution_latency_le_*`` buckets;
 * ``pulsar_txn_created_count``, ``pulsar_txn_committed_count``, ``pulsar_txn_aborted_count``,
   ``pulsar_txn_timeout_count`` — the four counters again under the names Pulsar's own
-  Grafana dashboard reads (gauges there, read from the same counters here).
+  Grafana dashboard reads (gauges there, read from the same counters here);
+* ``streamtx_txn_protocol_violations_total`` — participants that answered an end
+  with 409, having ended the transaction the other way (not Pulsar's; alert on any).
 
 The PIP-160 batched-log metrics come from :mod:`streamtx.batching.metrics`.
 """
@@ -40,6 +42,7 @@ class _Families:
     appends: Counter
     active: Gauge
     latency: Histogram
+    violations: Counter
 
 
 class _PulsarCounts(Collector):
@@ -91,6 +94,11 @@ def _families_of(registry: CollectorRegistry) -> _Families:
                 "pulsar_txn_execution_latency_seconds", "Time from open to final state",
                 (*_labels, "outcome"), buckets=latency_buckets, registry=registry,
             ),
+            violations=Counter(
+                "streamtx_txn_protocol_violations",
+                "Participants that ended a transaction the other way than its coordinator decided",
+                _labels, registry=registry,
+            ),
         )
         registry.register(_PulsarCounts({
             "created": fam.created, "committed": fam.committed, "aborted": fam.aborted,
@@ -110,6 +118,7 @@ class CoordinatorMetrics:
         self.aborted = fam.aborted.labels(*labels)
         self.timed_out = fam.timed_out.labels(*labels)
         self.appends = fam.appends.labels(*labels)
+        self.violations = fam.violations.labels(*labels)
         self._active = fam.active.labels(*labels)
         self._latency = fam.latency
         self._labels = labels

@@ -18,6 +18,7 @@ from streamtx.coordinator.settings import CoordinatorSettings
 from streamtx.coordinator.txnid import TxnId
 from streamtx.errors import NotFoundError, UnavailableError
 from streamtx.ledger import LedgerFactory
+from streamtx.service.txnlookup import NOT_SERVED
 
 log = logging.getLogger(__name__)
 
@@ -111,7 +112,7 @@ class Coordinators:
         if tc is None:
             if cid in self.ids:
                 raise UnavailableError(f"coordinator {cid} is still recovering")
-            raise NotFoundError(f"coordinator {cid} is not served here (this process owns {self.ids})")
+            raise NotFoundError(f"coordinator {cid} is {NOT_SERVED} (this process owns {self.ids})")
         return tc
 
     def owner(self, txn: TxnId) -> TransactionCoordinator:
@@ -120,7 +121,7 @@ class Coordinators:
             return self.by_id(txn.coordinator_id)
         except NotFoundError:
             raise NotFoundError(
-                f"transaction {txn} belongs to coordinator {txn.coordinator_id}, not served here"
+                f"transaction {txn} belongs to coordinator {txn.coordinator_id}, {NOT_SERVED}"
             ) from None
 
     async def close(self) -> None:

@@ -8,25 +8,15 @@ before the first ack and was forgotten in a restart) would hold its messages
 forever. So every ``stuck_txn_interval_s`` the store asks the coordinator
 (``GET {coordinator_url}/v1/transactions/{txn}``) about each transaction that
 has held acks here for longer than ``stuck_txn_after_s``, and ends it the way
-the coordinator did:
-
-* ``COMMITTED`` -> commit; ``ABORTED`` or ``TIMEOUT`` -> abort;
-* 404 (the coordinator does not know it, e.g. its records were deleted after
-  ``finished_retention_ms``) -> abort, except the 404 of a coordinator that
-  does not serve the transaction's coordinator id (nothing is known then);
-* ``OPEN``, ``COMMITTING``, ``ABORTING`` or no answer -> left alone: the
-  coordinator still ends it (its timeout, its retried fan-out), or the next
-  round asks again.
+the coordinator did. The coordinator's answers and what they mean are
+:mod:`streamtx.service.txnlookup`'s (shared with the broker's checker,
+``streamtx.broker.txnchecker``).
 
 A transaction whose end is running right now is skipped; one whose end failed
 (the broker was down) and nobody repeats it is ended by a later round.
 
 Only the subscriptions opened since this process started are checked (see
-:mod:`.registry`). Without a coordinator URL nothing is checked. The broker has its own checker
-for transaction buffers (``streamtx.broker.txnchecker``), with the same verdicts
-except that it reads every 404 as "abort", the foreign-coordinator one too; the
-two could share :class:`CoordinatorLookup` (not done here: the broker is being
-changed elsewhere).
+:mod:`.registry`). Without a coordinator URL nothing is checked.
 """
 
 from __future__ import annotations
@@ -35,47 +25,16 @@ import asyncio
 import logging
 from collections.abc import Awaitable, Callable, Iterable
 
-from streamtx.errors import NotFoundError, StreamtxError
+from streamtx.errors import StreamtxError
 from streamtx.pendingack.records import TxnId
 from streamtx.pendingack.store import PendingAckStore
-from streamtx.service import ServiceClient
+from streamtx.service.txnlookup import CoordinatorLookup, Verdict, verdict_of
+
+__all__ = ["CoordinatorLookup", "Lookup", "StuckTxnChecker", "Verdict", "verdict_of"]
 
 log = logging.getLogger(__name__)
 
-# True: commit, False: abort, None: leave it alone.
-Verdict = bool | None
 Lookup = Callable[[TxnId], Awaitable[Verdict]]
-
-_verdicts: dict[str, bool] = {"COMMITTED": True, "ABORTED": False, "TIMEOUT": False}
-_foreign = "not served here"  # the coordinator's 404 for an id it does not own
-
-
-def verdict_of(state: str | None) -> Verdict:
-    """What to do with a transaction the coordinator reports in ``state``."""
-    return _verdicts.get(state or "")
-
-
-class CoordinatorLookup:
-    """Asks the coordinator how a transaction ended (one try per round, no retries)."""
-
-    def __init__(self, coordinator_url: str, *, token: str | None, timeout_s: float = 5.0) -> None:
-        self._client = ServiceClient(coordinator_url, token=token, attempts=1, timeout_s=timeout_s)
-
-    async def __call__(self, txn: TxnId) -> Verdict:
-        try:
-            body = await self._client.request("GET", f"/v1/transactions/{txn}")
-        except NotFoundError as exc:
-            if _foreign in str(exc):
-                log.warning("stuck txn %s: its coordinator is not served at the configured URL: %s", txn, exc)
-                return None
-            return False
-        except StreamtxError as exc:
-            log.info("coordinator did not answer about %s: %s", txn, exc)
-            return None
-        return verdict_of(str((body or {}).get("state")))
-
-    async def aclose(self) -> None:
-        await self._client.aclose()
 
 
 class StuckTxnChecker:

@@ -30,13 +30,17 @@ _by_status: dict[int, type[StreamtxError]] = {
 
 def error_from_response(response: httpx.Response) -> StreamtxError:
     """The streamtx error an error response stands for."""
+    code: object = None
     try:
         body = response.json()
-        message = f"{body.get('error')}: {body.get('message')}"
-    except ValueError:
+        code = body.get("error")
+        message = f"{code}: {body.get('message')}"
+    except (ValueError, AttributeError):
         message = response.text[:200]
     cls = _by_status.get(response.status_code, UnavailableError)
     err = cls(f"{response.request.method} {response.request.url.path}: {message}")
+    if isinstance(code, str) and code:
+        err.code = code  # the peer's own code (a 409 may be "conflict" or "fenced")
     return err
 
 

@@ -35,6 +35,8 @@ class Participant:
     down: bool = False  # answer every call with 503
     conflict_txns: set[str] = field(default_factory=set)  # prepare answers 409 for these
     delay_s: float = 0.0  # sleep before answering an end (to catch the TC mid-fan-out)
+    ended_other_way: set[str] = field(default_factory=set)  # partition ends of these answer 409
+    fenced_ends: int = 0  # answer the next N partition ends with 409 "fenced" (a broker that lost its ledger)
     # (txn, "partition"|"subscription", name) -> the first action applied; a
     # different later action is a violation of atomicity.
     ended: dict[tuple[str, str, str], str] = field(default_factory=dict)
@@ -47,6 +49,8 @@ class Participant:
             self.ended.clear()
             self.violations.clear()
             self.conflict_txns.clear()
+            self.ended_other_way.clear()
+            self.fenced_ends = 0
             self.fail_next, self.fail_ends, self.down, self.delay_s = 0, 0, False, 0.0
 
     def _failing(self, end: bool = False) -> bool:
@@ -98,6 +102,16 @@ def build_app(p: Participant) -> FastAPI:
         if p._failing(end=True):
             record("partitions/end", body, 503)
             return unavailable()
+        with p.lock:
+            fenced = p.fenced_ends > 0
+            p.fenced_ends -= fenced
+        if fenced:
+            record("partitions/end", body, 409)
+            return JSONResponse({"error": "fenced", "message": "writer fenced"}, status_code=409)
+        if body["txn_id"] in p.ended_other_way:  # as the broker answers after its checker aborted
+            record("partitions/end", body, 409)
+            return JSONResponse({"error": "conflict", "message": f"txn {body['txn_id']} already ended "
+                                 "here: the other way"}, status_code=409)
         p._end(body["txn_id"], "partition", body["partition"], body["action"])
         record("partitions/end", body, 200)
         return {**body, "marker": None}

@@ -109,6 +109,20 @@ async def slow_transactions(coordinators: CoordinatorsDep, timeout_ms: int) -> d
     return out
 
 
+@router.get("/protocolViolations")
+async def protocol_violations(coordinators: CoordinatorsDep) -> dict[str, Any]:
+    """Transactions a participant had ended the other way (it answered the end with 409), by id.
+
+    Each: its final state here and, per participant, the action asked, its answer and
+    when. Kept in memory, the latest ones per coordinator (``max_violations_kept``).
+    """
+    out: dict[str, Any] = {}
+    for tc in coordinators:
+        for txn, (final, violations) in tc.violations.items():
+            out[str(txn)] = {"status": final.name, "violations": [v.as_json() for v in violations]}
+    return out
+
+
 def batch_log_stat(coordinators: Coordinators) -> dict[str, Any]:
     flags = [(tc.coordinator_id, tc.log.batching_enabled) for tc in coordinators]
     return {
