@@ -3,9 +3,9 @@ PY      := .venv/bin/python
 PIP     := .venv/bin/pip
 STAMP   := .venv/.stamp-setup
 DATA    ?= data
-export PYTHONPATH := shared:services:.
+export PYTHONPATH := shared:services:spark-jobs:.
 
-.PHONY: setup run test lint bench bench-log bench-tc bench-txn bench-peer demo demo-long clean
+.PHONY: setup run test lint spark-histograms bench bench-log bench-tc bench-txn bench-peer demo demo-long clean
 
 setup: $(STAMP)
 
@@ -29,7 +29,7 @@ test: setup
 	$(PY) -m pytest -q -p no:cacheprovider
 
 lint: setup
-	.venv/bin/ruff check shared services tests bench
+	.venv/bin/ruff check shared services spark-jobs tests bench
 	.venv/bin/mypy shared services
 
 bench: bench-log bench-tc bench-txn
@@ -45,6 +45,11 @@ bench-txn: setup
 
 bench-peer: setup
 	$(PY) bench/peer.py
+
+# Spark jobs over the ledgers of $(DATA) (spark-jobs/; ARGS adds options, e.g. ARGS='--pattern txnlog/*').
+SPARK_OUT ?= $(DATA)/spark
+spark-histograms: setup
+	$(PY) spark-jobs/histograms.py --ledgers file://$(abspath $(DATA)) --out $(SPARK_OUT) $(ARGS)
 
 demo: setup
 	$(PY) -m streamtx.cli demo reshard

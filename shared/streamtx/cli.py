@@ -8,6 +8,9 @@ service as its own process on embedded defaults (``make run``).
 suite it starts itself (see ``streamtx.demo``); ``streamtx verify`` checks a run
 (the destination topic against the generator's and the workers' histories) and
 exits non-zero on any anomaly.
+
+``streamtx jobs histograms|compact`` runs a Spark job over the ledgers
+(``spark-jobs/``; ``spark-submit spark-jobs/<job>.py`` does the same on a cluster).
 """
 
 from __future__ import annotations
@@ -79,6 +82,16 @@ def _verify(args: argparse.Namespace) -> int:
     return 0 if asyncio.run(go()) else 1
 
 
+def _jobs(argv: list[str]) -> int:
+    jobs = ("histograms", "compact")  # spark-jobs/streamtx/jobs/<job>.py
+    if not argv or argv[0] not in jobs:
+        print(f"usage: streamtx jobs {{{','.join(jobs)}}} [--help | options]", file=sys.stderr)
+        return 0 if argv[:1] in (["-h"], ["--help"]) else 2
+    job = importlib.import_module(f"streamtx.jobs.{argv[0]}")
+    code: int = job.main(argv[1:])
+    return code
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="streamtx", description=__doc__,
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
@@ -94,6 +107,9 @@ def build_parser() -> argparse.ArgumentParser:
     a = commands.add_parser("suite", help="run every service locally (`streamtx suite --help`)",
                             add_help=False)
     a.add_argument("suite_args", nargs=argparse.REMAINDER)
+    j = commands.add_parser("jobs", add_help=False,
+                            help="Spark jobs over the ledgers: `streamtx jobs histograms|compact --help`")
+    j.add_argument("job_args", nargs=argparse.REMAINDER)
     demo = commands.add_parser("demo", help="demos")
     demos = demo.add_subparsers(dest="demo", required=True)
     r = demos.add_parser("reshard", help="exactly-once resharding of search logs (docs/background.md)")
@@ -133,6 +149,8 @@ def main(argv: list[str] | None = None) -> None:
 
         suite_main(argv[1:])
         return
+    if argv[:1] == ["jobs"]:  # each job parses its own options (--help included)
+        raise SystemExit(_jobs(argv[1:]))
     args = build_parser().parse_args(argv)
     raise SystemExit(args.func(args))
 

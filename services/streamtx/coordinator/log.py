@@ -19,8 +19,8 @@ import asyncio
 from collections.abc import Awaitable, Callable, Iterable, Sequence
 
 from streamtx.batching import BufferedWriter
-from streamtx.batching.codec import decode_entry
 from streamtx.batching.metrics import BatchedLogMetrics
+from streamtx.batching.replay import replay_entries
 from streamtx.batching.settings import BatchingSettings
 from streamtx.coordinator import records
 from streamtx.coordinator.records import LogRef, Record
@@ -117,21 +117,11 @@ class TransactionLog:
             ahead.cancel()
 
     def _replay_entries(self, entries: list[Entry], apply: Callable[[LogRef, Record], object]) -> int:
-        cursor = self._cursor
-        count = 0
-        for entry in entries:
-            position = entry.position
-            if cursor.is_deleted(position):
-                continue
-            raws = decode_entry(entry.data)
-            size = len(raws)
-            deleted = cursor.deleted_batch_indexes(position) if size > 1 else None
+        def one(position: Position, index: int, size: int, raw: bytes) -> None:
             # tuple.__new__: a NamedTuple's own constructor costs twice as much.
-            for index, raw in enumerate(raws):
-                if deleted is None or not deleted >> index & 1:
-                    apply(_tuple_new(LogRef, (position, index, size)), decode(raw))
-                    count += 1
-        return count
+            apply(_tuple_new(LogRef, (position, index, size)), decode(raw))
+
+        return replay_entries(entries, self._cursor, one)[0]
 
     # --- deleting ----------------------------------------------------------------
 

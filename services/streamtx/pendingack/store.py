@@ -30,7 +30,7 @@ from typing import Any, Protocol
 
 from prometheus_client import CollectorRegistry
 
-from streamtx.batching import decode_entry
+from streamtx.batching.replay import replay_entries
 from streamtx.cursor import Cursor
 from streamtx.errors import ConflictError, FencedError, LedgerError, MalformedError, UnavailableError
 from streamtx.ledger import Ledger, LedgerFactory, Position
@@ -150,19 +150,14 @@ class PendingAckStore:
             chunk = await self.ledger.read(start, _replay_chunk)
             if not chunk:
                 break
-            for entry in chunk:
-                entries += 1
-                if self.cursor.is_deleted(entry.position):
-                    skipped += 1
-                    continue
-                payloads = decode_entry(entry.data)
-                for index, payload in enumerate(payloads):
-                    if len(payloads) > 1 and self.cursor.is_deleted(entry.position, index):
-                        skipped += 1
-                        continue
-                    records += 1
-                    slot = LogSlot(entry.position, index, len(payloads))
-                    garbage.extend(self.state.apply(decode(payload), slot))
+            entries += len(chunk)
+
+            def one(position: Position, index: int, size: int, payload: bytes) -> None:
+                garbage.extend(self.state.apply(decode(payload), LogSlot(position, index, size)))
+
+            applied, dropped = replay_entries(chunk, self.cursor, one)
+            records += applied
+            skipped += dropped
             last = chunk[-1].position
             start = Position(last.ledger_id, self.ledger.next_entry_id(last.entry_id))
         self.replay = ReplayStats(entries, records, skipped, loop.time() - started)

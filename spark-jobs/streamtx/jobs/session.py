@@ -1,0 +1,78 @@
+"""The Spark session of a job, and the project library shipped to its executors.
+
+``local[*]`` by default; ``--master`` (or ``spark-submit --master``) for any
+cluster. Executors decode ledgers with the project's own codecs, so the
+launcher zips the ``streamtx`` package (the library in ``shared/``, the
+services' pure codecs in ``services/``, the jobs in ``spark-jobs/``: one
+namespace, merged into one tree in the zip) and adds it with ``addPyFile``.
+Nothing is copied by hand: the zip is rebuilt from the source tree on every
+run.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+import tempfile
+import zipfile
+from pathlib import Path
+from typing import Any
+
+repo_root = Path(__file__).resolve().parents[3]
+_roots = ("shared", "services", "spark-jobs")
+
+
+def library_zip(directory: str | None = None) -> str:
+    """Zip every ``streamtx`` module of the three roots into one file; its path."""
+    fd, path = tempfile.mkstemp(prefix="streamtx-lib-", suffix=".zip", dir=directory)
+    os.close(fd)
+    with zipfile.ZipFile(path, "w", zipfile.ZIP_DEFLATED) as zf:
+        for root in _roots:
+            pkg = repo_root / root / "streamtx"
+            for file in sorted(pkg.rglob("*.py")):
+                zf.write(file, str(Path("streamtx") / file.relative_to(pkg)))
+    return path
+
+
+def get_session(master: str | None = None, app: str = "streamtx", *, shuffle_partitions: int = 8) -> Any:
+    """The job's SparkSession (an active one is reused: spark-submit, tests)."""
+    from pyspark.sql import SparkSession
+
+    os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
+    os.environ.setdefault("PYSPARK_DRIVER_PYTHON", sys.executable)
+    active = SparkSession.getActiveSession()
+    if active is not None:
+        spark = active
+    else:
+        from pyspark import SparkConf
+
+        builder = SparkSession.builder.appName(app)
+        if master or not SparkConf().contains("spark.master"):  # spark-submit sets it
+            builder = builder.master(master or "local[*]")
+        spark = (
+            builder.config("spark.ui.enabled", "false")
+            .config("spark.sql.shuffle.partitions", str(shuffle_partitions))
+            .config("spark.python.worker.reuse", "true")
+            .config("spark.ui.showConsoleProgress", "false")
+            .config("spark.sql.execution.arrow.pyspark.enabled", "true")
+            .config("spark.driver.memory", os.environ.get("STREAMTX_SPARK_DRIVER_MEMORY", "2g"))
+            .getOrCreate()
+        )
+        spark.sparkContext.setLogLevel("WARN")
+    ship_library(spark)
+    return spark
+
+
+def slices(spark: Any, n: int) -> int:
+    """Spark partitions for ``n`` tasks: a few per core (one per tiny split costs more than it reads)."""
+    return max(1, min(n, spark.sparkContext.defaultParallelism * 3))
+
+
+def ship_library(spark: Any) -> None:
+    """Add the library zip to the session once."""
+    sc = spark.sparkContext
+    if getattr(sc, "_streamtx_zip", None):
+        return
+    path = library_zip()
+    sc.addPyFile(path)
+    sc._streamtx_zip = path
