@@ -26,6 +26,18 @@ class MalformedError(StreamtxError):
     code, status = "malformed", 400
 
 
+class UnauthorizedError(StreamtxError):
+    """No credentials, or credentials this service does not accept."""
+
+    code, status = "unauthorized", 401
+
+
+class ForbiddenError(StreamtxError):
+    """The credentials do not allow this request."""
+
+    code, status = "forbidden", 403
+
+
 class NotFoundError(StreamtxError):
     """The named thing does not exist."""
 

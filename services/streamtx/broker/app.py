@@ -23,7 +23,7 @@ def build_app(settings: BrokerSettings | None = None) -> FastAPI:
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
         store = open_ledger_factory(settings.ledger_url)
         pendingack = PendingAckClient(settings.pendingack_url, settings.pendingack_timeout_s,
-                                      settings.admin_token or settings.client_token)
+                                      settings.outgoing_token())
         broker = Broker(store, settings, pendingack)
         await broker.start()
         app.state.broker = broker

@@ -59,7 +59,7 @@ class Broker:
         self._tasks.append(asyncio.create_task(self._snapshot_timer()))
         if self.settings.coordinator_url:
             self._checker = StuckTxnChecker(
-                self.settings.coordinator_url, token=self.settings.admin_token or self.settings.client_token,
+                self.settings.coordinator_url, token=self.settings.outgoing_token(),
                 after_s=self.settings.stuck_txn_after_s, interval_s=self.settings.stuck_txn_interval_s)
             self._tasks.append(asyncio.create_task(self._checker.run(self._partitions)))
 

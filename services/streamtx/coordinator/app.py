@@ -34,7 +34,7 @@ def create_coordinator_app(settings: CoordinatorSettings) -> FastAPI:
             max_backoff_s=settings.fanout_max_backoff_ms / 1000,
             timeout_s=settings.fanout_request_timeout_ms / 1000,
             prepare_attempts=settings.prepare_attempts,
-            token=settings.admin_token,
+            token=settings.outgoing_token(),
         )
         def fenced(cid: int) -> None:
             # Another process writes this coordinator's log now: stop taking traffic.

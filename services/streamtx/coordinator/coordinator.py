@@ -187,12 +187,12 @@ class TransactionCoordinator:
 
     # --- the client operations -----------------------------------------------------
 
-    async def create(self, timeout_ms: int) -> TxnMeta:
-        """Open a transaction; it is durable (and its id reserved) when this returns."""
+    async def create(self, timeout_ms: int, owner: str = "") -> TxnMeta:
+        """Open a transaction for ``owner``; it is durable (and its id reserved) when this returns."""
         self._check_serving()
         counter = await self._allocate()
         txn = TxnId.of(self.coordinator_id, counter)
-        meta = await self._apply(NewTxn(txn, timeout_ms, self._clock()))
+        meta = await self._apply(NewTxn(txn, timeout_ms, self._clock(), owner))
         assert meta is not None
         deadline = meta.timeout_at_ms
         heapq.heappush(self._heap, (deadline, counter, txn))

@@ -6,8 +6,10 @@ from typing import Annotated
 
 from fastapi import Depends, Request
 
+from streamtx.coordinator.coordinator import TransactionCoordinator
 from streamtx.coordinator.registry import Coordinators
 from streamtx.coordinator.txnid import TxnId
+from streamtx.service.auth import PrincipalDep, check_owner
 
 # Every dependency is async: FastAPI runs a plain `def` one in a worker thread,
 # a thread hop per request on the hot path.
@@ -25,3 +27,18 @@ async def txn_from_path(txn: str) -> TxnId:
 
 CoordinatorsDep = Annotated[Coordinators, Depends(get_coordinators)]
 TxnPath = Annotated[TxnId, Depends(txn_from_path)]
+
+
+async def owned_txn(
+    coordinators: CoordinatorsDep, txn: TxnPath, principal: PrincipalDep
+) -> TransactionCoordinator:
+    """The ``{txn}``'s coordinator, once the caller may touch the transaction: its owner, a
+    service or an admin (403 otherwise, before the body is even read)."""
+    coordinator = coordinators.owner(txn)
+    # Unknown (or not yet replayed) transactions are left to the operation's own 404/503.
+    if principal is not None and (meta := coordinator.table.get(txn)) is not None:
+        check_owner(principal, meta.owner, f"transaction {txn}")
+    return coordinator
+
+
+OwnedTxnDep = Annotated[TransactionCoordinator, Depends(owned_txn)]

@@ -8,14 +8,17 @@ strings are UTF-8 with a u16 byte length in front::
     1       1     version   1
     2       ...   body, by type:
 
-    NEW                txn_most u64, txn_least u64, timeout_ms u64, opened_at_ms u64
+    NEW                txn_most u64, txn_least u64, timeout_ms u64, opened_at_ms u64[, len u16, owner]
     ADD_PARTITIONS     txn_most u64, txn_least u64, count u16, count x (len u16, partition)
     ADD_SUBSCRIPTIONS  txn_most u64, txn_least u64, count u16, count x (len u16, topic, len u16, subscription)
     STATUS             txn_most u64, txn_least u64, state u8, reason u8, at_ms u64
     RESERVE_IDS        counter_hi u64, counter_lo u64   (every counter below this may be in use)
 
 ``opened_at_ms`` and ``at_ms`` are wall-clock milliseconds since the epoch, so
-timeouts and retention survive restarts. ``state`` and ``reason`` are the codes
+timeouts and retention survive restarts. ``owner`` is the subject of the
+token that opened the transaction (only that client may touch it, when auth
+is on); absent (no bytes at all) when there was none, as in records written
+before owners were kept. ``state`` and ``reason`` are the codes
 of :class:`~streamtx.coordinator.state.TxnState` and ``EndReason``.
 
 The buffered writer marks a batched entry with the magic bytes ``0x0e 0x01``
@@ -45,6 +48,7 @@ _status = struct.Struct(">BBQQBBQ")
 _reserve = struct.Struct(">BBQQ")
 _u16 = struct.Struct(">H")
 _new_unpack = _new.unpack
+_new_size = _new.size
 _status_unpack = _status.unpack
 _tuple_new = tuple.__new__
 _states = tuple(TxnState)  # index = code (codes are 0..n-1, in order)
@@ -76,6 +80,7 @@ class NewTxn:
     txn: TxnId
     timeout_ms: int
     opened_at_ms: int
+    owner: str = ""
 
 
 @dataclass(slots=True)
@@ -118,7 +123,8 @@ def encode(record: Record) -> bytes:
     """The bytes of one record (ValueError when a field does not fit its width)."""
     if isinstance(record, NewTxn):
         t = record.txn
-        return _new.pack(T_NEW, version, t.most, t.least, record.timeout_ms, record.opened_at_ms)
+        head = _new.pack(T_NEW, version, t.most, t.least, record.timeout_ms, record.opened_at_ms)
+        return head + _string(record.owner) if record.owner else head
     if isinstance(record, StatusChange):
         t = record.txn
         return _status.pack(T_STATUS, version, t.most, t.least, record.state, record.reason, record.at_ms)
@@ -146,8 +152,13 @@ def decode(data: bytes) -> Record:
         if data[1] != version:
             raise CorruptEntryError(f"transaction-log record version {data[1]} is not {version}")
         if kind == T_NEW:
-            _, _, most, least, timeout_ms, opened_at_ms = _new_unpack(data)
-            return NewTxn(_tuple_new(TxnId, (most, least)), timeout_ms, opened_at_ms)
+            if len(data) == _new_size:
+                _, _, most, least, timeout_ms, opened_at_ms = _new_unpack(data)
+                return NewTxn(_tuple_new(TxnId, (most, least)), timeout_ms, opened_at_ms)
+            _, _, most, least, timeout_ms, opened_at_ms = _new.unpack_from(data)
+            owner, end = _strings(data, _new_size, 1)
+            _expect_end(data, end)
+            return NewTxn(_tuple_new(TxnId, (most, least)), timeout_ms, opened_at_ms, owner[0])
         if kind == T_STATUS:
             _, _, most, least, state, reason, at_ms = _status_unpack(data)
             return StatusChange(_tuple_new(TxnId, (most, least)), _states[state], _reasons[reason], at_ms)

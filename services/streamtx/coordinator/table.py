@@ -48,6 +48,7 @@ class TxnMeta:
     txn: TxnId
     timeout_ms: int
     opened_at_ms: int
+    owner: str = ""  # the subject that opened it ("" when auth was off)
     state: TxnState = TxnState.OPEN
     reason: EndReason = EndReason.CLIENT
     ended_at_ms: int = 0  # when the final state was logged (0 while not final)
@@ -116,7 +117,8 @@ class TxnTable:
         meta = self.txns.get(txn)
         if kind is NewTxn:
             if meta is None:
-                meta = self.txns[txn] = TxnMeta(txn, record.timeout_ms, record.opened_at_ms)  # type: ignore[union-attr]
+                new: NewTxn = record  # type: ignore[assignment]
+                meta = self.txns[txn] = TxnMeta(txn, new.timeout_ms, new.opened_at_ms, new.owner)
                 self.active += 1
             meta.refs.append(ref)  # a duplicate NEW is kept only to be deleted with the rest
             return meta

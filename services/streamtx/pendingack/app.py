@@ -33,7 +33,7 @@ def build_app(settings: PendingAckSettings | None = None) -> FastAPI:
         ledgers = open_ledger_factory(settings.ledger_url)
         notifier: BrokerNotifier = (
             HttpBrokerNotifier(settings.broker_url, timeout_s=settings.broker_end_timeout_s,
-                               token=settings.admin_token or settings.client_token)
+                               token=settings.outgoing_token())
             if settings.broker_url else NoBroker()
         )
         stores = PendingAckStores(
@@ -44,7 +44,7 @@ def build_app(settings: PendingAckSettings | None = None) -> FastAPI:
         lookup: CoordinatorLookup | None = None
         checker: asyncio.Task[None] | None = None
         if settings.coordinator_url:
-            token = settings.admin_token or settings.client_token
+            token = settings.outgoing_token()
             lookup = CoordinatorLookup(settings.coordinator_url, token=token)
             checker = asyncio.create_task(StuckTxnChecker(
                 lookup, after_s=settings.stuck_txn_after_s, interval_s=settings.stuck_txn_interval_s,

@@ -8,10 +8,16 @@
     streamtx-admin pending-ack-batch-log set --enable false | pending-ack-batch-log get
     streamtx-admin buffer stats persistent://t/n/x-partition-0
     streamtx-admin pending-ack stats persistent://t/n/x sub [--internal]
+    streamtx-admin token create --subject app1 --role client --tenant a [--expires-in-s 86400]
 
 ``--url`` (or ``STREAMTX_URL``) is any service's URL; the others are found
 through ``/v1/cluster``. ``--token`` (or ``STREAMTX_ADMIN_TOKEN``) is the
 admin bearer token. Errors print ``{"error", "message"}`` and exit with 1.
+
+``token create`` calls no service: it signs a JWT with the HS256 secret in
+``STREAMTX_AUTH_JWT_SECRET`` (the services' setting of the same name), or with
+the RS256 private key in ``--private-key-file`` (the services then hold only
+the public key).
 """
 
 from __future__ import annotations
@@ -24,6 +30,7 @@ import sys
 from collections.abc import Awaitable, Callable, Sequence
 from typing import Any
 
+from streamtx.auth.tokens import ROLES, issue
 from streamtx.client.admin import AdminClient
 from streamtx.client.client import StreamtxClient
 from streamtx.errors import StreamtxError
@@ -97,12 +104,44 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("topic")
     p.add_argument("subscription")
     p.add_argument("--internal", action="store_true")
+
+    token = _group(sub, "token", "signed bearer tokens (offline: no service is called)")
+    p = token.add_parser("create", help="issue a JWT")
+    p.set_defaults(offline=create_token)
+    p.add_argument("--subject", required=True, help="who the token is for (owner of its transactions)")
+    p.add_argument("--role", action="append", choices=ROLES, required=True, help="repeatable")
+    p.add_argument("--tenant", action="append", default=[], help="repeatable; '*' for every tenant")
+    p.add_argument("--expires-in-s", type=float, default=None, help="default: never expires")
+    p.add_argument("--private-key-file", default=None, help="RS256 PEM private key (default: HS256 with "
+                   "$STREAMTX_AUTH_JWT_SECRET)")
     return parser
+
+
+def create_token(ns: argparse.Namespace) -> dict[str, Any]:
+    """A signed token and what it carries."""
+    if ns.private_key_file:
+        with open(ns.private_key_file) as f:
+            key, algorithm = f.read(), "RS256"
+    else:
+        key, algorithm = os.environ.get("STREAMTX_AUTH_JWT_SECRET", ""), "HS256"
+        if not key:
+            raise ValueError("set STREAMTX_AUTH_JWT_SECRET or pass --private-key-file")
+    token = issue(key, subject=ns.subject, roles=ns.role, tenants=ns.tenant,
+                  expires_in_s=ns.expires_in_s, algorithm=algorithm)
+    return {"token": token, "subject": ns.subject, "roles": ns.role, "tenants": ns.tenant,
+            "algorithm": algorithm}
 
 
 async def run(argv: Sequence[str] | None = None) -> int:
     """Parse, call, print; the exit status."""
     ns = build_parser().parse_args(argv)
+    if (offline := getattr(ns, "offline", None)) is not None:
+        try:
+            print(json.dumps(offline(ns), indent=2, sort_keys=True))
+        except (ValueError, OSError) as exc:
+            print(json.dumps({"error": "malformed", "message": str(exc)}), file=sys.stderr)
+            return 1
+        return 0
     try:
         async with StreamtxClient(ns.url, token=ns.token) as client:
             result = await ns.run(AdminClient(client), ns)

@@ -6,14 +6,14 @@ from collections.abc import Callable
 from contextlib import AbstractAsyncContextManager
 from typing import Any
 
-from fastapi import FastAPI, Request
+from fastapi import FastAPI
 from fastapi.responses import JSONResponse, Response
 from prometheus_client import REGISTRY, CollectorRegistry, generate_latest
 from prometheus_client.exposition import CONTENT_TYPE_LATEST
 from prometheus_fastapi_instrumentator import Instrumentator
 from prometheus_fastapi_instrumentator import metrics as http_metrics
 
-from streamtx.service.auth import Authorize, authorizer
+from streamtx.service.auth import authorizer
 from streamtx.service.bodylimit import BodyLimit
 from streamtx.service.errors import error_response, install_error_handlers
 from streamtx.service.fastlane import FastLane, HotRoutes, LaneTable, observer
@@ -47,7 +47,6 @@ def create_app(
     app.state.service = state
     install_error_handlers(app)
     authorize = authorizer(settings)
-    _install_auth(app, authorize)
 
     # HTTP metrics go to a registry of this app so several apps can share a
     # process (tests); domain metrics live in the default registry. Only request
@@ -58,7 +57,8 @@ def create_app(
     instrumentator.add(http_metrics.requests(registry=http_registry))
     instrumentator.add(http_metrics.latency(registry=http_registry))
     instrumentator.instrument(app)
-    # Added last, so it runs first: hot routes skip the layers above (fastlane.py).
+    # Added last, so it runs first: hot routes skip the layers above (fastlane.py), and
+    # it checks every request's token (auth.py).
     app.state.fast_lane = LaneTable(enabled=settings.fast_lane)
     app.add_middleware(FastLane, table=app.state.fast_lane, state=app.state,
                        observe=observer(instrumentator), authorize=authorize)
@@ -85,18 +85,6 @@ def create_app(
         return {"cluster": settings.cluster, "services": settings.services()}
 
     return app
-
-
-def _install_auth(app: FastAPI, authorize: Authorize | None) -> None:
-    if authorize is None:
-        return
-
-    @app.middleware("http")
-    async def auth(request: Request, call_next: Callable[[Request], Any]) -> Any:
-        denied = authorize(request.url.path, request.headers.get("authorization", ""))
-        if denied is not None:
-            return error_response(*denied)
-        return await call_next(request)
 
 
 def include_hot(app: FastAPI, routes: HotRoutes) -> None:

@@ -18,8 +18,9 @@ A hot route is declared once, with :class:`HotRoutes`, and served two ways:
 
 The contract is the same both ways: the handler answers 200 with JSON bytes; a
 :class:`~streamtx.errors.StreamtxError` becomes the API's error body; requests
-are counted by the app's HTTP-metrics functions under the route's template;
-bearer tokens are checked by the app's own rule (:mod:`streamtx.service.auth`).
+are counted by the app's HTTP-metrics functions under the route's template.
+The lane also checks the bearer token of every request of the app, hot or not
+(:mod:`streamtx.service.auth`), and hands the caller on in the scope.
 """
 
 from __future__ import annotations
@@ -41,8 +42,10 @@ from starlette.datastructures import State
 from starlette.exceptions import HTTPException
 from starlette.types import ASGIApp, Receive, Scope, Send
 
+from streamtx.auth.policy import Denial
+from streamtx.auth.tokens import Principal
 from streamtx.errors import MalformedError, StreamtxError
-from streamtx.service.auth import Authorize
+from streamtx.service.auth import PRINCIPAL, Authorize, principal_in
 from streamtx.service.errors import codes as _codes
 
 log = logging.getLogger(__name__)
@@ -52,12 +55,14 @@ Q = TypeVar("Q", bound=BaseModel)
 
 @dataclass(slots=True)
 class HotRequest:
-    """What a hot handler gets: path parameters, the raw query string, the body, the app's state."""
+    """What a hot handler gets: path parameters, the raw query string, the body, the app's state,
+    the caller (None when auth is off)."""
 
     params: dict[str, str]
     query_string: bytes
     body: bytes
     state: State
+    principal: Principal | None = None
 
     def json(self, model: type[Q]) -> Q:
         """The body validated straight from bytes by ``model`` (pydantic's JSON parser); 400 when bad."""
@@ -156,7 +161,7 @@ class HotRoutes:
         def register(handler: Handler) -> Handler:
             async def endpoint(request: Request) -> Response:
                 hot = HotRequest(dict(request.path_params), request.scope.get("query_string", b""),
-                                 await request.body(), request.app.state)
+                                 await request.body(), request.app.state, principal_in(request.scope))
                 return Response(await handler(hot), media_type="application/json")
 
             self.router.add_api_route(
@@ -202,32 +207,33 @@ class FastLane:
         self.authorize = authorize
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        if scope["type"] != "http" or not self.table.enabled:
+        if scope["type"] != "http":
             await self.app(scope, receive, send)
             return
-        found = self.table.match(scope["method"], scope["path"])
+        principal = None
+        if self.authorize is not None:
+            # Every request of the app is checked here, hot or not: the rule lives in one place.
+            verdict = self.authorize(scope["method"], scope["path"], _header(scope, b"authorization"))
+            if type(verdict) is Denial:
+                await _answer(send, verdict.status, error_body(verdict.code, verdict.message))
+                return
+            if verdict is not None:
+                principal = scope[PRINCIPAL] = verdict
+        found = self.table.match(scope["method"], scope["path"]) if self.table.enabled else None
         if found is None:
             await self.app(scope, receive, send)
             return
         route, params = found
         start = time.perf_counter()
-        answer = await self._serve(route, params, scope, receive)
+        answer = await self._serve(route, params, scope, receive, principal)  # type: ignore[arg-type]
         if answer is None:  # the client went away before its body arrived
             return
         status, payload = answer
-        await send({"type": "http.response.start", "status": status,
-                    "headers": [(b"content-type", b"application/json"),
-                                (b"content-length", b"%d" % len(payload))]})
-        await send({"type": "http.response.body", "body": payload})
+        await _answer(send, status, payload)
         self.observe(scope, route.template, status, time.perf_counter() - start)
 
     async def _serve(self, route: HotRoute, params: dict[str, str], scope: Scope,
-                     receive: Receive) -> tuple[int, bytes] | None:
-        if self.authorize is not None:
-            denied = self.authorize(scope["path"], _header(scope, b"authorization"))
-            if denied is not None:
-                status, code, message = denied
-                return status, error_body(code, message)
+                     receive: Receive, principal: Principal | None) -> tuple[int, bytes] | None:
         chunks: list[bytes] = []
         try:
             while True:
@@ -239,7 +245,7 @@ class FastLane:
                     break
         except HTTPException as exc:  # the body limit (bodylimit.py) stopped the read
             return exc.status_code, error_body(_codes.get(exc.status_code, "error"), str(exc.detail))
-        request = HotRequest(params, scope.get("query_string", b""), b"".join(chunks), self.state)
+        request = HotRequest(params, scope.get("query_string", b""), b"".join(chunks), self.state, principal)
         try:
             return 200, await route.handler(request)
         except StreamtxError as exc:
@@ -247,6 +253,13 @@ class FastLane:
         except Exception as exc:
             log.exception("unhandled error")
             return 500, error_body("internal", f"internal error: {type(exc).__name__}")
+
+
+async def _answer(send: Send, status: int, payload: bytes) -> None:
+    await send({"type": "http.response.start", "status": status,
+                "headers": [(b"content-type", b"application/json"),
+                            (b"content-length", b"%d" % len(payload))]})
+    await send({"type": "http.response.body", "body": payload})
 
 
 def error_body(code: str, message: str) -> bytes:

@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
-from pydantic import Field
+from pathlib import Path
+
+from pydantic import Field, model_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
 
@@ -19,12 +21,34 @@ class ServiceSettings(BaseSettings):
     broker_url: str | None = Field(None, description="base URL of the partition broker")
     pendingack_url: str | None = Field(None, description="base URL of the pending-ack store")
     replication_url: str | None = Field(None, description="base URL of the replication controller")
-    admin_token: str | None = Field(None, description="when set, admin paths need this bearer token")
-    client_token: str | None = Field(None, description="when set, data paths need this bearer token")
+    # Auth (README "Security"): on when any credential below is set, off otherwise (make run).
+    admin_token: str | None = Field(None, description="static token with the admin role (all paths)")
+    client_token: str | None = Field(None, description="static token with the client role, every tenant")
+    service_token: str | None = Field(
+        None, description="the credential this service sends to its peers (a JWT with the service role, "
+        "or a static token); accepted as a static service token too; default: admin_token")
+    auth_jwt_secret: str | None = Field(None, description="verify HS256-signed JWTs with this secret")
+    auth_jwt_public_key: str | None = Field(None, description="verify RS256-signed JWTs with this PEM key")
+    auth_jwt_public_key_file: Path | None = Field(None, description="... or with the PEM key in this file")
+    auth_token_cache_size: int = Field(10_000, ge=0, description="verified tokens kept (LRU)")
+    auth_token_cache_ttl_s: float = Field(300.0, ge=0, description="re-verify a cached token after this")
     max_body_bytes: int = Field(
         16 << 20, ge=1024, description="a larger request body is refused with 413 before it is read",
     )
     fast_lane: bool = Field(True, description="serve the hot routes ahead of FastAPI's stack (fastlane.py)")
+
+    @model_validator(mode="after")
+    def _one_jwt_key(self) -> ServiceSettings:
+        keys = [self.auth_jwt_secret, self.auth_jwt_public_key, self.auth_jwt_public_key_file]
+        if sum(k is not None for k in keys) > 1:
+            raise ValueError("set one of auth_jwt_secret, auth_jwt_public_key, auth_jwt_public_key_file")
+        if self.auth_jwt_secret is not None and len(self.auth_jwt_secret.encode()) < 32:
+            raise ValueError("auth_jwt_secret must be at least 32 bytes (RFC 7518, 3.2)")
+        return self
+
+    def outgoing_token(self) -> str | None:
+        """The bearer token for calls to peer services (their internal paths need the service role)."""
+        return self.service_token or self.admin_token
 
     def services(self) -> dict[str, str]:
         """The URLs `/v1/cluster` advertises (services not deployed are absent)."""

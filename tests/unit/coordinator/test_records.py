@@ -23,7 +23,7 @@ u64 = st.integers(0, 2**64 - 1)
 txn_ids = st.builds(TxnId, u64, u64)
 names = st.text(max_size=40)
 record_strategy = st.one_of(
-    st.builds(NewTxn, txn_ids, u64, u64),
+    st.builds(NewTxn, txn_ids, u64, u64, st.text(max_size=50)),
     st.builds(AddPartitions, txn_ids, st.lists(names, max_size=8).map(tuple)),
     st.builds(
         AddSubscriptions, txn_ids,
@@ -67,6 +67,7 @@ def test_layout_is_as_documented() -> None:
     raw = records.encode(NewTxn(TxnId(1, 2), 3, 4))
     assert raw == bytes([1, 1]) + (1).to_bytes(8, "big") + (2).to_bytes(8, "big") \
         + (3).to_bytes(8, "big") + (4).to_bytes(8, "big")
+    assert records.encode(NewTxn(TxnId(1, 2), 3, 4, "alice")) == raw + b"\x00\x05alice"
     raw = records.encode(AddSubscriptions(TxnId(0, 5), (Subscription("t", "s"),)))
     assert raw == bytes([3, 1]) + bytes(8) + (5).to_bytes(8, "big") + b"\x00\x01" \
         + b"\x00\x01t" + b"\x00\x01s"

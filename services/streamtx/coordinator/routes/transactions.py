@@ -7,7 +7,7 @@ from typing import Annotated
 from fastapi import APIRouter
 from pydantic import BaseModel, Field, StringConstraints, ValidationError
 
-from streamtx.coordinator.deps import CoordinatorsDep, TxnPath
+from streamtx.coordinator.deps import OwnedTxnDep, TxnPath
 from streamtx.coordinator.records import Subscription
 from streamtx.coordinator.registry import Coordinators
 from streamtx.coordinator.settings import CoordinatorSettings
@@ -15,6 +15,7 @@ from streamtx.coordinator.state import Action
 from streamtx.coordinator.table import TxnMeta
 from streamtx.errors import MalformedError
 from streamtx.service import HotRequest, HotRoutes
+from streamtx.service.auth import PrincipalDep, check_tenants
 from streamtx.service.fastlane import first_error
 
 router = APIRouter(prefix="/v1/transactions", tags=["transactions"])
@@ -106,43 +107,50 @@ async def create_transaction(request: HotRequest) -> bytes:
     timeout_ms = settings.default_timeout_ms if body is None or body.timeout_ms is None else body.timeout_ms
     if timeout_ms > settings.max_timeout_ms:
         raise MalformedError(f"timeout_ms {timeout_ms} exceeds the maximum {settings.max_timeout_ms}")
-    meta = await coordinators.pick().create(timeout_ms)
+    owner = request.principal.subject if request.principal is not None else ""
+    meta = await coordinators.pick().create(timeout_ms, owner)
     return b'{"txn_id":"%d:%d"}' % meta.txn
 
 
+def _tenant(topic: str) -> str:
+    return topic.removeprefix("persistent://").split("/", 1)[0]
+
+
 @router.get("/{txn}", response_model=TxnPublic)
-async def get_transaction(coordinators: CoordinatorsDep, txn: TxnPath) -> TxnPublic:
+async def get_transaction(coordinator: OwnedTxnDep, txn: TxnPath) -> TxnPublic:
     """A transaction's state and participants."""
-    return public(coordinators.owner(txn).get(txn))
+    return public(coordinator.get(txn))
 
 
 @router.post("/{txn}/partitions", response_model=TxnPublic)
-async def add_partitions(coordinators: CoordinatorsDep, txn: TxnPath, body: PartitionsAdd) -> TxnPublic:
+async def add_partitions(
+    coordinator: OwnedTxnDep, txn: TxnPath, body: PartitionsAdd, principal: PrincipalDep
+) -> TxnPublic:
     """Register partitions with the transaction (idempotent); 409 unless it is open."""
-    meta = await coordinators.owner(txn).add_partitions(txn, body.partitions)
-    return public(meta)
+    check_tenants(principal, {_tenant(p) for p in body.partitions})
+    return public(await coordinator.add_partitions(txn, body.partitions))
 
 
 @router.post("/{txn}/subscriptions", response_model=TxnPublic)
 async def add_subscriptions(
-    coordinators: CoordinatorsDep, txn: TxnPath, body: SubscriptionsAdd
+    coordinator: OwnedTxnDep, txn: TxnPath, body: SubscriptionsAdd, principal: PrincipalDep
 ) -> TxnPublic:
     """Register subscriptions with the transaction (idempotent); 409 unless it is open."""
+    check_tenants(principal, {_tenant(s.topic) for s in body.subscriptions})
     subs = [Subscription(s.topic, s.subscription) for s in body.subscriptions]
-    meta = await coordinators.owner(txn).add_subscriptions(txn, subs)
-    return public(meta)
+    return public(await coordinator.add_subscriptions(txn, subs))
 
 
 @router.post("/{txn}/commit", response_model=TxnEnded)
-async def commit(coordinators: CoordinatorsDep, txn: TxnPath) -> TxnEnded:
+async def commit(coordinator: OwnedTxnDep, txn: TxnPath) -> TxnEnded:
     """Commit; answers once every participant committed. 409 when aborting/aborted/timed out
     or when a subscription reports an overlapping commit (the transaction is then aborted)."""
-    state = await coordinators.owner(txn).end(txn, Action.COMMIT)
+    state = await coordinator.end(txn, Action.COMMIT)
     return TxnEnded(txn_id=str(txn), state=state.name)
 
 
 @router.post("/{txn}/abort", response_model=TxnEnded)
-async def abort(coordinators: CoordinatorsDep, txn: TxnPath) -> TxnEnded:
+async def abort(coordinator: OwnedTxnDep, txn: TxnPath) -> TxnEnded:
     """Abort; answers once every participant aborted. 409 when committing or committed."""
-    state = await coordinators.owner(txn).end(txn, Action.ABORT)
+    state = await coordinator.end(txn, Action.ABORT)
     return TxnEnded(txn_id=str(txn), state=state.name)
