@@ -79,6 +79,7 @@ class Partition:
         self._reload_task: asyncio.Task[None] | None = None
         self._snapshot_task: asyncio.Task[None] | None = None
         self._labels = (settings.cluster, name)
+        metrics.watch(self)
 
     @classmethod
     async def open(cls, store: LedgerFactory, name: str, topic: str, settings: BrokerSettings,
@@ -375,6 +376,14 @@ class Partition:
     def max_read_position(self) -> Position | None:
         return self.tb.max_read_position()
 
+    def max_read_figures(self) -> tuple[tuple[str, str], int, int] | None:
+        """For the metrics: ((cluster, topic), maxReadPosition's entry id, entries behind the last)."""
+        mrp, last = self.tb.max_read_position(), self.tb.last_position
+        if mrp is None or last is None:
+            return None
+        behind = last.entry_id - mrp.entry_id if last.ledger_id == mrp.ledger_id else last.entry_id + 1
+        return self._labels, mrp.entry_id, max(0, behind)
+
     def stuck_txns(self, older_than_s: float) -> list[TxnId]:
         """Txns open here for longer than ``older_than_s`` (since this process saw them)."""
         now = asyncio.get_running_loop().time()
@@ -453,6 +462,7 @@ class Partition:
         return out
 
     async def close(self) -> None:
+        metrics.unwatch(self)
         if self._reload_task is not None:
             self._reload_task.cancel()
         if self._snapshot_task is not None:

@@ -143,6 +143,11 @@ class TransactionCoordinator:
         # Transactions a participant ended the other way: (final state, what each said).
         self.violations: OrderedDict[TxnId, tuple[TxnState, list[Violation]]] = OrderedDict()
         metrics.track_active(lambda: self.table.active)
+        metrics.track_ending_oldest(self._ending_oldest_s)
+
+    def _ending_oldest_s(self, state: str) -> float:
+        since = self.table.oldest_ending_ms(TxnState[state])
+        return 0.0 if since is None else max(0.0, (self._clock() - since) / 1000)
 
     # --- start and stop -------------------------------------------------------------
 

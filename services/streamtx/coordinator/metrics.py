@@ -7,6 +7,9 @@ Per coordinator, labels ``cluster`` and ``coordinator_id``:
   ``pulsar_txn_timeout_total`` (aborted by timeout), ``pulsar_txn_append_log_total``
   (transaction-log records appended) — counters;
 * ``pulsar_txn_active_count`` — transactions not yet finished (a gauge read at scrape);
+* ``streamtx_coordinator_ending_oldest_seconds{state}`` — how long the oldest
+  transaction in COMMITTING (or ABORTING) has waited for its fan-out (0 when none;
+  read at scrape): the "stuck committing" alert reads it;
 * ``pulsar_txn_execution_latency_seconds`` — open to final state, per outcome, with
   the edges of Pulsar's ``pulsar_txn_execution_latency_le_*`` buckets;
 * ``pulsar_txn_created_count``, ``pulsar_txn_committed_count``, ``pulsar_txn_aborted_count``,
@@ -23,6 +26,7 @@ from __future__ import annotations
 import weakref
 from collections.abc import Callable
 from dataclasses import dataclass
+from functools import partial
 
 from prometheus_client import REGISTRY, CollectorRegistry, Counter, Gauge, Histogram
 from prometheus_client.core import GaugeMetricFamily
@@ -41,6 +45,7 @@ class _Families:
     timed_out: Counter
     appends: Counter
     active: Gauge
+    ending_oldest: Gauge
     latency: Histogram
     violations: Counter
 
@@ -90,6 +95,11 @@ def _families_of(registry: CollectorRegistry) -> _Families:
                 "pulsar_txn_active_count", "Transactions not yet finished", _labels, registry=registry,
                 multiprocess_mode="livesum",
             ),
+            ending_oldest=Gauge(
+                "streamtx_coordinator_ending_oldest_seconds",
+                "Time the oldest transaction in this ending state has waited for its fan-out",
+                (*_labels, "state"), registry=registry, multiprocess_mode="max",
+            ),
             latency=Histogram(
                 "pulsar_txn_execution_latency_seconds", "Time from open to final state",
                 (*_labels, "outcome"), buckets=latency_buckets, registry=registry,
@@ -120,12 +130,18 @@ class CoordinatorMetrics:
         self.appends = fam.appends.labels(*labels)
         self.violations = fam.violations.labels(*labels)
         self._active = fam.active.labels(*labels)
+        self._ending_oldest = fam.ending_oldest
         self._latency = fam.latency
         self._labels = labels
 
     def track_active(self, count: Callable[[], int]) -> None:
         """Read the active-transaction gauge from ``count`` at every scrape."""
         self._active.set_function(count)
+
+    def track_ending_oldest(self, seconds_in: Callable[[str], float]) -> None:
+        """Read, at every scrape, how long the oldest COMMITTING / ABORTING txn has waited."""
+        for state in ("COMMITTING", "ABORTING"):
+            self._ending_oldest.labels(*self._labels, state).set_function(partial(seconds_in, state))
 
     def observe_latency(self, outcome: str, seconds: float) -> None:
         self._latency.labels(*self._labels, outcome).observe(seconds)

@@ -52,6 +52,7 @@ class TxnMeta:
     state: TxnState = TxnState.OPEN
     reason: EndReason = EndReason.CLIENT
     ended_at_ms: int = 0  # when the final state was logged (0 while not final)
+    ending_since_ms: int = 0  # when COMMITTING/ABORTING was logged (0 before)
     # Insertion-ordered sets; the value says whether the ADD record is durable
     # (False: its append failed, so a repeat must log it again).
     partitions: dict[str, bool] = field(default_factory=dict)
@@ -151,6 +152,7 @@ class TxnTable:
         meta.pending = None
         if new in ending_states:  # sets, not the properties: this runs per replayed record
             meta.reason = record.reason
+            meta.ending_since_ms = record.at_ms
         elif new in final_states:
             meta.ended_at_ms = record.at_ms
             self.active -= 1
@@ -172,3 +174,7 @@ class TxnTable:
 
     def unfinished(self) -> list[TxnMeta]:
         return [m for m in self.txns.values() if not m.state.is_final]
+
+    def oldest_ending_ms(self, state: TxnState) -> int | None:
+        """When the longest-waiting transaction in ``state`` (COMMITTING, ABORTING) entered it."""
+        return min((m.ending_since_ms for m in self.txns.values() if m.state is state), default=None)

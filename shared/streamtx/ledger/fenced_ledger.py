@@ -34,6 +34,7 @@ from streamtx.errors import (
     LedgerError,
     LedgerUnavailableError,
 )
+from streamtx.ledger import metrics
 from streamtx.ledger.base import Entry, Ledger, Position, SegmentStats, ledger_id_for
 from streamtx.ledger.frames import FenceState, FenceTracker, FrameKind, encode_data, encode_fence, seq_of
 from streamtx.ledger.frames import decode as decode_frame
@@ -158,9 +159,11 @@ class FencedLedger(Ledger):
                 _fail(batch, LedgerClosedError(f"ledger {self.name} closed mid-append"))
                 raise
             except LedgerError as exc:
+                metrics.append_failed(exc, len(batch))
                 _fail(batch, exc)
             except Exception as exc:  # a backend bug must not kill the writer silently
                 log.exception("ledger %s: append failed", self.name)
+                metrics.append_failed(exc, len(batch))
                 _fail(batch, LedgerUnavailableError(f"{self.name}: {exc!r}"))
 
     async def _append_with_retry(self, frames: list[bytes]) -> list[int]:
@@ -192,7 +195,9 @@ class FencedLedger(Ledger):
                         fut.set_result(Position(self.ledger_id, first))
                     continue
                 self._fenced = True
-                _fail([(frame, fut)], FencedError(f"ledger {self.name}: writer fenced"))
+                fenced = FencedError(f"ledger {self.name}: writer fenced")
+                metrics.append_failed(fenced, 1)
+                _fail([(frame, fut)], fenced)
             elif not fut.done():
                 fut.set_result(Position(self.ledger_id, offset))
         if self._own_live:

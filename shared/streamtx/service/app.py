@@ -8,7 +8,7 @@ from typing import Any
 
 from fastapi import FastAPI
 from fastapi.responses import JSONResponse, Response
-from prometheus_client import REGISTRY, CollectorRegistry, generate_latest
+from prometheus_client import REGISTRY, CollectorRegistry, Gauge, generate_latest
 from prometheus_client.exposition import CONTENT_TYPE_LATEST
 from prometheus_fastapi_instrumentator import Instrumentator
 from prometheus_fastapi_instrumentator import metrics as http_metrics
@@ -56,6 +56,10 @@ def create_app(
     instrumentator = Instrumentator(registry=http_registry, excluded_handlers=["/metrics"])
     instrumentator.add(http_metrics.requests(registry=http_registry))
     instrumentator.add(http_metrics.latency(registry=http_registry))
+    # 1 while /readyz answers 200 (the "coordinator not ready" alert reads it;
+    # the scrape adds the service label).
+    Gauge("streamtx_service_ready", "1 while the service is ready (/readyz answers 200)", ["cluster"],
+          registry=http_registry).labels(settings.cluster).set_function(lambda: float(state.ready))
     instrumentator.instrument(app)
     # Added last, so it runs first: hot routes skip the layers above (fastlane.py), and
     # it checks every request's token (auth.py).

@@ -1,0 +1,20 @@
+"""Ledger metrics (default registry): appends that failed for good, by error.
+
+``streamtx_ledger_append_errors_total{error}`` counts entries whose append
+failed after the ledger's own retries (``error`` is the exception's class:
+``LedgerUnavailableError``, ``FencedError``, ...). The ledger layer knows no
+cluster; the scrape adds it. Operators page on its rate (alert
+``StreamtxLedgerAppendErrors``).
+"""
+
+from __future__ import annotations
+
+from prometheus_client import Counter
+
+append_errors = Counter(
+    "streamtx_ledger_append_errors", "Ledger entries whose append failed for good", ["error"]
+)
+
+
+def append_failed(exc: BaseException, entries: int) -> None:
+    append_errors.labels(type(exc).__name__).inc(entries)

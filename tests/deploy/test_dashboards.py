@@ -1,0 +1,197 @@
+"""The Grafana dashboards: lint, then every panel's query against a real Prometheus.
+
+The test that matters starts the suite and Debian's Prometheus with the repo's
+scrape config (deploy/prometheus/prometheus.yml, only the targets' addresses
+replaced) and alert rules, runs a transactional workload, and evaluates every
+query of every panel over the run through Prometheus's HTTP API: each must
+parse and return data. Variables are expanded as Grafana would with "All".
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+import uuid
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+
+from streamtx.client import StreamtxClient
+from streamtx.errors import ConflictError
+from tests.deploy import dashboards
+from tests.support.prometheus import Prometheus, prometheus_server
+from tests.support.suite import Suite, eventually, receive
+
+ROOT = Path(__file__).resolve().parents[2]
+ALERTS = ROOT / "charts" / "streamtx" / "files" / "prometheus" / "alerts.yml"
+EXPECTED = {"overview.json", "transactions.json", "batched-log.json", "transaction-buffer.json",
+            "pending-acks.json"}
+
+
+# --- lint ---------------------------------------------------------------------
+
+
+def test_the_dashboards_are_there() -> None:
+    assert EXPECTED <= set(dashboards.load())
+
+
+@pytest.mark.parametrize("name", sorted(dashboards.load()))
+def test_dashboard_lint(name: str) -> None:
+    board = dashboards.load()[name]
+    assert board["uid"].startswith("streamtx-") and board["title"].startswith("streamtx / ")
+    ids = [p["id"] for p in dashboards.panels(board)]
+    assert len(ids) == len(set(ids)), "panel ids must be unique"
+    variables = {v["name"]: v for v in board["templating"]["list"]}
+    assert variables["datasource"]["type"] == "datasource"
+    assert variables["datasource"]["query"] == "prometheus"
+    assert "cluster" in variables
+    datasource = {"type": "prometheus", "uid": "${datasource}"}
+    for panel in dashboards.panels(board):
+        if panel["type"] == "row":
+            continue
+        where = f"{name}: {panel['title']}"
+        assert panel["datasource"] == datasource, where
+        assert panel["fieldConfig"]["defaults"].get("unit"), f"{where}: no unit"
+        assert panel.get("description"), f"{where}: no description"
+        assert panel["targets"], where
+        for target in panel["targets"]:
+            assert target["datasource"] == datasource and target["expr"].strip(), where
+            used = {m for m in ("$cluster", "$coordinator", "$topic") if m in target["expr"]}
+            assert used <= {f"${v}" for v in variables}, f"{where}: undefined variable"
+        assert panel["gridPos"]["w"] <= 24, where
+    for var in variables.values():
+        if var["type"] == "query":
+            assert var["datasource"] == datasource, var["name"]
+
+
+def test_dashboard_uids_are_unique() -> None:
+    uids = [b["uid"] for b in dashboards.load().values()]
+    assert len(uids) == len(set(uids))
+
+
+# --- against a real Prometheus ------------------------------------------------
+
+SCRAPE_S = 1
+
+
+def scrape_config(suite: Suite) -> dict[str, Any]:
+    """The repo's scrape config with the suite's addresses and this test's pace."""
+    config = yaml.safe_load((ROOT / "deploy" / "prometheus" / "prometheus.yml").read_text())
+    config["global"] = {"scrape_interval": f"{SCRAPE_S}s", "evaluation_interval": f"{SCRAPE_S}s"}
+    config["rule_files"] = [str(ALERTS)]
+    (job,) = [j for j in config["scrape_configs"] if j["job_name"] == "streamtx"]
+    for static in job["static_configs"]:
+        service = static["labels"]["service"]
+        static["targets"] = [f"127.0.0.1:{suite.procs[service].port}"]
+        static["labels"]["cluster"] = "standalone"
+    config["scrape_configs"] = [job]
+    return config
+
+
+@pytest.fixture(scope="module")
+def observed(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[Prometheus, float, float]]:
+    """A suite and a Prometheus scraping it, after a workload: (prometheus, start, end)."""
+    tmp = tmp_path_factory.mktemp("observed")
+    suite = Suite(
+        f"file://{tmp / 'ledgers'}", tmp,
+        coordinator_env={"STREAMTX_TIMEOUT_CHECK_INTERVAL_MS": "100"},
+        broker_env={"STREAMTX_SNAPSHOT_EVERY_OPS": "5", "STREAMTX_SNAPSHOT_INTERVAL_S": "0.5"},
+    )
+    with suite, prometheus_server(scrape_config(suite), tmp) as prom:
+        start = time.time()
+        prom.wait_scraped({"streamtx"}, since=start)
+        asyncio.run(workload(suite.url))
+        end = time.time()
+        prom.wait_scraped({"streamtx"}, since=end + SCRAPE_S)
+        yield prom, start, time.time()
+
+
+async def workload(url: str, rounds: int = 40) -> None:
+    """Consume-transform-produce transactions, with aborts, an ack conflict, a timeout."""
+    src, out = (f"persistent://t/n/{s}-{uuid.uuid4().hex[:6]}" for s in ("src", "out"))
+    async with StreamtxClient(url) as client:
+        await client.create_topic(src, 2)
+        await client.create_topic(out, 2)
+        feed = await client.producer(src, name="feed")
+        sink = await client.producer(out, name="sink")
+        worker = await client.consumer(src, "work", "earliest", "Shared", name="w1")
+        rival = await client.consumer(src, "work", name="w2")
+        # Held open through the run: the output's maxReadPosition lags behind.
+        holder = await client.new_transaction(timeout_ms=120_000)
+        await sink.send(b"held", partition=0, txn=holder)
+        doomed = await client.new_transaction(timeout_ms=300)  # times out
+        await sink.send(b"doomed", partition=1, txn=doomed)
+        for i in range(rounds):
+            for k in range(5):
+                await feed.send(f"m{i}-{k}".encode(), key=f"k{k}")
+            got = await receive(worker, 5, timeout_s=5)
+            txn = await client.new_transaction(timeout_ms=30_000)
+            for m in got:
+                await sink.send(m.value.upper(), key=m.key, txn=txn)
+            await worker.ack(got, txn=txn)
+            if i % 10 == 3:  # another txn acking the same ids: the 409 conflict
+                other = await client.new_transaction(timeout_ms=30_000)
+                with pytest.raises(ConflictError):
+                    await rival.ack(got[:1], txn=other)
+                await other.abort()
+            if i % 7 == 5:
+                await txn.abort()
+                await worker.nack(got)
+            else:
+                await txn.commit()
+            await asyncio.sleep(0.2)
+
+        async def timed_out() -> bool:
+            return (await client.transaction_metadata(doomed.txn_id))["state"] == "TIMEOUT"
+
+        await eventually(timed_out, what="the short txn times out")
+        await holder.commit()
+
+
+def test_every_panel_query_returns_data(observed: tuple[Prometheus, float, float]) -> None:
+    prom, start, end = observed
+    values = {"cluster": ".+", "coordinator": ".+", "topic": ".+", "datasource": "prometheus"}
+    empty: list[str] = []
+    checked = 0
+    for name, board in dashboards.load().items():
+        for title, expr in dashboards.queries(board):
+            query = dashboards.expand(expr, values, rate_interval=f"{10 * SCRAPE_S}s")
+            result = prom.query_range(query, start, end)  # raises if it does not parse
+            points = [float(v) for series in result for _, v in series["values"]]
+            if not any(p == p for p in points):  # every value NaN, or none at all
+                empty.append(f"{name} / {title}: {query}")
+            checked += 1
+    assert checked >= 40
+    assert empty == []
+
+
+def test_every_variable_has_values(observed: tuple[Prometheus, float, float]) -> None:
+    prom, start, end = observed
+    for name, board in dashboards.load().items():
+        for var in board["templating"]["list"]:
+            if var["type"] != "query":
+                continue
+            metric, label = _label_values(var["query"]["query"])
+            metric = dashboards.expand(metric, {"cluster": ".+"}, "10s")
+            got = prom.api(f"label/{label}/values", **{"match[]": metric, "start": start, "end": end})
+            assert got, f"{name}: ${var['name']} has no values"
+
+
+def test_alert_rules_load_and_evaluate(observed: tuple[Prometheus, float, float]) -> None:
+    prom, _, _ = observed
+    groups = prom.api("rules")["groups"]
+    rules = [r for g in groups for r in g["rules"]]
+    assert len(rules) == sum(len(g["rules"]) for g in yaml.safe_load(ALERTS.read_text())["groups"])
+    assert all(r["health"] == "ok" for r in rules), [r for r in rules if r["health"] != "ok"]
+    # A healthy run pages nobody.
+    firing = [r["name"] for r in rules if r["state"] == "firing"]
+    assert firing == []
+
+
+def _label_values(query: str) -> tuple[str, str]:
+    inner = query.removeprefix("label_values(").removesuffix(")")
+    metric, _, label = inner.rpartition(",")
+    return metric.strip(), label.strip()
