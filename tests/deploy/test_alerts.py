@@ -27,7 +27,8 @@ def test_promtool_check_rules() -> None:
 
 
 def test_promtool_test_rules() -> None:
-    done = subprocess.run([binary("promtool"), "test", "rules", str(UNIT_TESTS)], capture_output=True, text=True)
+    done = subprocess.run([binary("promtool"), "test", "rules", str(UNIT_TESTS)],
+                          capture_output=True, text=True)
     assert done.returncode == 0, done.stdout + done.stderr
 
 

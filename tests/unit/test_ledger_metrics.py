@@ -6,7 +6,7 @@ import pytest
 from prometheus_client import REGISTRY
 
 from streamtx.errors import LedgerUnavailableError
-from streamtx.ledger.memory import MemoryLedgerStore
+from streamtx.ledger.memory import MemoryLedgerFactory
 
 
 def errors(kind: str) -> float:
@@ -14,7 +14,7 @@ def errors(kind: str) -> float:
 
 
 async def test_failed_appends_are_counted_once_per_entry() -> None:
-    store = MemoryLedgerStore()
+    store = MemoryLedgerFactory()
     ledger = await store.open("metrics-log")
     before = errors("LedgerUnavailableError")
     store.inject_append_failures("metrics-log", 1_000_000)
