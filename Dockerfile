@@ -16,8 +16,8 @@ COPY shared/ shared/
 COPY services/ services/
 RUN pip wheel --no-cache-dir --wheel-dir /wheels .
 
-# --- run: no compiler, no pip cache, no source tree --------------------------
-FROM python:3.11-slim
+# --- runtime: no compiler, no pip cache, no source tree ----------------------
+FROM python:3.11-slim AS runtime
 RUN useradd --system --uid 10001 --create-home --home-dir /var/lib/streamtx streamtx
 COPY --from=build /wheels /tmp/wheels
 RUN pip install --no-cache-dir --no-index --find-links /tmp/wheels streamtx && rm -rf /tmp/wheels
@@ -32,3 +32,16 @@ EXPOSE 8080
 HEALTHCHECK --interval=10s --timeout=5s --start-period=30s --retries=3 CMD ["streamtx", "probe", "healthz"]
 ENTRYPOINT ["streamtx", "serve"]
 CMD ["broker"]
+
+# --- spark: the runtime plus a Java runtime, for `streamtx jobs` (compose
+# profile "spark"); built only when asked for (--target spark).
+FROM runtime AS spark
+USER root
+RUN apt-get update && apt-get install -y --no-install-recommends openjdk-17-jre-headless \
+    && rm -rf /var/lib/apt/lists/*
+USER 10001
+ENTRYPOINT ["streamtx", "jobs"]
+CMD ["histograms", "--help"]
+
+# --- the default target: the runtime image.
+FROM runtime

@@ -79,7 +79,7 @@ SCRAPE_S = 1
 
 def scrape_config(suite: Suite) -> dict[str, Any]:
     """The repo's scrape config with the suite's addresses and this test's pace."""
-    config = yaml.safe_load((ROOT / "deploy" / "prometheus" / "prometheus.yml").read_text())
+    config: dict[str, Any] = yaml.safe_load((ROOT / "deploy" / "prometheus" / "prometheus.yml").read_text())
     config["global"] = {"scrape_interval": f"{SCRAPE_S}s", "evaluation_interval": f"{SCRAPE_S}s"}
     config["rule_files"] = [str(ALERTS)]
     (job,) = [j for j in config["scrape_configs"] if j["job_name"] == "streamtx"]
@@ -145,7 +145,7 @@ async def workload(url: str, rounds: int = 40) -> None:
             await asyncio.sleep(0.2)
 
         async def timed_out() -> bool:
-            return (await client.transaction_metadata(doomed.txn_id))["state"] == "TIMEOUT"
+            return bool((await client.transaction_metadata(doomed.txn_id))["state"] == "TIMEOUT")
 
         await eventually(timed_out, what="the short txn times out")
         await holder.commit()

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import shlex
 from dataclasses import dataclass, field
@@ -10,7 +11,8 @@ from pathlib import Path
 
 @dataclass
 class Stage:
-    """One ``FROM`` stage: its base, its ``ENV`` and its exec-form commands."""
+    """One ``FROM`` stage: its base image, its ``ENV`` and its exec-form commands
+    (a stage built on an earlier one starts with what that one set)."""
 
     base: str
     name: str | None = None
@@ -44,7 +46,13 @@ def parse(path: Path) -> list[Stage]:
     for word, rest in _instructions(path.read_text()):
         if word == "FROM":
             parts = rest.split()
-            stages.append(Stage(base=parts[0], name=parts[2] if len(parts) > 2 else None))
+            name = parts[2] if len(parts) > 2 else None
+            parent = next((s for s in stages if s.name == parts[0]), None)
+            if parent is None:
+                stages.append(Stage(base=parts[0], name=name))
+            else:  # FROM an earlier stage: everything it set carries over
+                stages.append(dataclasses.replace(
+                    parent, name=name, env=dict(parent.env), runs=list(parent.runs)))
             continue
         stage = stages[-1]
         if word == "ENV":
