@@ -265,26 +265,3 @@ async def test_no_broker_at_all_fails_retriably_and_fast() -> None:
         assert time.monotonic() - started < 10
     finally:
         await asyncio.wait_for(store.close(), 10)
-
-
-@pytest.mark.slow
-async def test_measure_concurrent_appends(kafka_bootstrap: str) -> None:
-    """64 appenders of 200-byte records for 3 s through FencedLedger."""
-    async with opened(kafka_url(kafka_bootstrap)) as store:
-        ledger = await store.open("bench")
-        payload = b"x" * 200
-        deadline = time.monotonic() + 3.0
-        counts = [0] * 64
-
-        async def appender(i: int) -> None:
-            while time.monotonic() < deadline:
-                await ledger.append(payload)
-                counts[i] += 1
-
-        started = time.monotonic()
-        await asyncio.gather(*(appender(i) for i in range(64)))
-        elapsed = time.monotonic() - started
-        total = sum(counts)
-        print(f"\nkafka ledger (tansu): {total} appends in {elapsed:.2f}s = {total / elapsed:.0f}/s")
-        assert total > 0
-        assert ledger.last_position() is not None

@@ -13,13 +13,6 @@ import sys
 import httpcore._synchronization as sync
 
 
-def test_sniffio_is_importable_so_httpcore_never_searches_sys_path() -> None:
-    assert sync.current_async_library.__module__ == "httpcore._synchronization"
-    import sniffio  # noqa: F401 - the import that must succeed
-
-    assert sys.modules.get("sniffio") is not None
-
-
 def test_current_async_library_does_no_import_search() -> None:
     calls: list[str] = []
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import base64
+import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
@@ -63,6 +64,16 @@ class BrokerClient:
     def tb_stats(self, topic: str, partition: int) -> Any:
         return self.call("GET", f"/admin/v3/transactions/transactionBufferStats/t/n/{topic}",
                          params={"partition": partition})
+
+    def wait_snapshot(self, topic: str, partitions: list[int], since_ms: float,
+                      timeout_s: float = 30.0) -> None:
+        """Wait until the timer snapshotted each partition at ``since_ms`` or later (give a time
+        before the partition's last transaction op: only ops make a snapshot due)."""
+        deadline = time.monotonic() + timeout_s
+        for p in partitions:
+            while self.tb_stats(topic, p)["lastSnapshotTimestamp"] < since_ms:
+                assert time.monotonic() < deadline, f"no snapshot of {topic}-{p} in {timeout_s}s"
+                time.sleep(0.05)
 
 
 def values(msgs: list[dict[str, Any]]) -> list[str]:

@@ -19,6 +19,7 @@ def test_broker_on_kafka(broker_factory: BrokerFactory, kafka_bootstrap: str) ->
     b.subscribe("kf", "s", "Exclusive")
     b.produce("kf", ["p0"], msg={"partition": 0})
     b.produce("kf", ["t-commit"], txn_id="5:1", msg={"partition": 0})
+    since_ms = time.time() * 1000
     for i in range(5):
         b.produce("kf", [f"t-abort{i}"], txn_id=f"5:{10 + i}", msg={"partition": 1})
         b.end(f"5:{10 + i}", P.format(1), "abort")
@@ -27,7 +28,7 @@ def test_broker_on_kafka(broker_factory: BrokerFactory, kafka_bootstrap: str) ->
     b.end("5:1", P.format(0), "commit")
     b.produce("kf", ["dup"], producer={"name": "pr", "epoch": 1, "sequence": 1})
     b.produce("kf", ["dup"], producer={"name": "pr", "epoch": 1, "sequence": 1})
-    time.sleep(0.6)  # a timer snapshot
+    b.wait_snapshot("kf", [1], since_ms)
     before = b.tb_stats("kf", 1)
     assert before["abortedTxnCount"] == 5 and before["segmentsSize"] == 2
     b.proc.restart()

@@ -73,6 +73,7 @@ def _everything(broker: BrokerClient, topic: str, sub: str) -> list[str]:
 def test_kill9_recovers_tb_from_snapshot_with_same_messages(broker_factory: BrokerFactory) -> None:
     broker = broker_factory(snapshot_interval_s=0.2, snapshot_segment_size=3, snapshot_every_ops=5)
     broker.create_topic("k", 2)
+    since_ms = time.time() * 1000
     for i in range(20):
         part = i % 2
         txn = f"3:{i}"
@@ -81,7 +82,7 @@ def test_kill9_recovers_tb_from_snapshot_with_same_messages(broker_factory: Brok
         broker.end(txn, P0.format("k")[:-1] + str(part), "abort" if i % 3 else "commit")
     broker.produce("k", ["still-open"], txn_id="3:99", msg={"partition": 0})
     broker.produce("k", ["behind-open"], msg={"partition": 0})
-    time.sleep(0.6)  # let the timer snapshot
+    broker.wait_snapshot("k", [0, 1], since_ms)
     before = _everything(broker, "k", "r1")
     stats_before = [broker.tb_stats("k", p) for p in (0, 1)]
     assert stats_before[0]["lastSnapshotTimestamp"] > 0 and stats_before[0]["segmentsSize"] >= 1
