@@ -14,6 +14,7 @@ WORKDIR /src
 COPY pyproject.toml README.md ./
 COPY shared/ shared/
 COPY services/ services/
+COPY spark-jobs/ spark-jobs/
 RUN pip wheel --no-cache-dir --wheel-dir /wheels .
 
 # --- runtime: no compiler, no pip cache, no source tree ----------------------

@@ -77,6 +77,7 @@ def test_services_run_on_kafka_with_auth_on(compose: dict[str, Any]) -> None:
         assert env["STREAMTX_LEDGER_URL"] == "kafka://kafka:9092"
         assert env["STREAMTX_ADMIN_TOKEN"].startswith("${STREAMTX_ADMIN_TOKEN:?")
         assert env["STREAMTX_CLIENT_TOKEN"].startswith("${STREAMTX_CLIENT_TOKEN:?")
+        assert env["STREAMTX_SERVICE_TOKEN"].startswith("${STREAMTX_SERVICE_TOKEN:?")
         for peer in STREAMTX:
             assert env[f"STREAMTX_{peer.upper()}_URL"] == f"http://{peer}:{env['STREAMTX_PORT']}"
         assert svc["depends_on"]["kafka"]["condition"] == "service_healthy"

@@ -12,6 +12,7 @@ import os
 import subprocess
 import sys
 import sysconfig
+import tomllib
 import zipfile
 from pathlib import Path
 
@@ -66,12 +67,12 @@ def test_wheel_holds_every_module(wheel: Path) -> None:
     names = set(zipfile.ZipFile(wheel).namelist())
     expected = {
         "/".join(path.relative_to(ROOT / top).parts)
-        for top in ("shared", "services")
+        for top in ("shared", "services", "spark-jobs")
         for path in (ROOT / top / "streamtx").rglob("*.py")
     }
     assert len(expected) > 100
     assert expected - names == set()
-    assert not any(n.startswith(("shared/", "services/", "tests/")) for n in names)
+    assert not any(n.startswith(("shared/", "services/", "spark-jobs/", "tests/")) for n in names)
 
 
 def test_image_commands_run_a_service_from_the_wheel(venv: Path, tmp_path: Path) -> None:
@@ -124,3 +125,11 @@ def test_image_is_multi_stage_slim_and_non_root() -> None:
     assert any("--no-index" in run for run in final.runs)
     assert any("pip wheel" in run for run in build.runs)
     assert all(k.startswith("STREAMTX_") or k == "PYTHONUNBUFFERED" for k in final.env)
+
+
+def test_the_image_build_sees_every_root_the_wheel_maps() -> None:
+    wheel = tomllib.loads((ROOT / "pyproject.toml").read_text())["tool"]["hatch"]["build"]["targets"]["wheel"]
+    text, ignore = (ROOT / "Dockerfile").read_text(), (ROOT / ".dockerignore").read_text().split()
+    for root in wheel["sources"]:
+        assert f"COPY {root}/ {root}/" in text, root
+        assert f"!{root}/" in ignore, root
