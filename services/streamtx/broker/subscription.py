@@ -28,6 +28,7 @@ from streamtx.broker.notify import Notifier
 from streamtx.broker.settings import BrokerSettings
 from streamtx.errors import ConflictError, MalformedError
 from streamtx.ledger import Position
+from streamtx.service.longpoll import LongPoll
 
 TxnId = tuple[int, int]
 _unknown_txn: TxnId = (0, 0)  # held since before a restart: the store did not say by whom
@@ -114,8 +115,13 @@ class Subscription:
         info.last_seen = now
 
     async def fetch(self, consumer: str, max_messages: int, wait_ms: int,
-                    partitions: list[int] | None = None) -> list[dict[str, Any]]:
-        """Long-poll for messages; ``partitions`` limits the fetch to those partitions."""
+                    partitions: list[int] | None = None, poll: LongPoll | None = None,
+                    ) -> list[dict[str, Any]]:
+        """Long-poll for messages; ``partitions`` limits the fetch to those partitions.
+
+        The wait ends early, with what was found (nothing), once ``poll`` ends:
+        the client went away or the service is stopping.
+        """
         parts = self.parts
         if partitions is not None:
             bad = [i for i in partitions if not 0 <= i < len(self.parts)]
@@ -129,21 +135,21 @@ class Subscription:
             await _until_ready(parts)
             remaining = end - loop.time()
             if not self.held_ready.is_set():
-                # Held positions are not known yet (pending-ack store not answering).
-                try:
-                    await asyncio.wait_for(self.held_ready.wait(), max(remaining, 0))
-                except TimeoutError:
+                # Held positions are not known yet (pending-ack store not answering);
+                # restoring them wakes the notifier.
+                if remaining <= 0 or (poll is not None and poll.ended):
                     return []
+                await self.notifier.wait(remaining, poll)
                 continue
             out = await self._fetch_once(consumer, max_messages, loop.time(), parts)
-            if out or remaining <= 0:
+            if out or remaining <= 0 or (poll is not None and poll.ended):
                 self.consumers[consumer].delivered += len(out)
                 self.consumers[consumer].last_seen = loop.time()
                 metrics.messages_out.labels(*self._labels).inc(len(out))
                 return out
             wake = self._next_deadline()
             timeout = remaining if wake is None else min(remaining, max(wake - loop.time(), 0.001))
-            await self.notifier.wait(timeout)
+            await self.notifier.wait(timeout, poll)
 
     async def _fetch_once(self, consumer: str, limit: int, now: float,
                           parts: list[PartitionDispatch]) -> list[dict[str, Any]]:

@@ -2,7 +2,8 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable
+import contextlib
+from collections.abc import AsyncIterator, Callable
 from contextlib import AbstractAsyncContextManager
 from typing import Any
 
@@ -17,6 +18,7 @@ from streamtx.service.auth import authorizer
 from streamtx.service.bodylimit import BodyLimit
 from streamtx.service.errors import error_response, install_error_handlers
 from streamtx.service.fastlane import FastLane, HotRoutes, LaneTable, observer
+from streamtx.service.longpoll import LongPolls
 from streamtx.service.settings import ServiceSettings
 
 
@@ -36,15 +38,26 @@ def create_app(
     state: ServiceState,
 ) -> FastAPI:
     """A service app with the routes and handlers docs/api.md requires of every service."""
+    polls = LongPolls()
+
+    @contextlib.asynccontextmanager
+    async def lifespan_ending_polls(app: FastAPI) -> AsyncIterator[None]:
+        async with lifespan(app):
+            try:
+                yield
+            finally:  # (serve() ends them earlier, as soon as the stop signal arrives)
+                polls.end_all()
+
     # Metrics are Prometheus (below). FastAPI's native OpenTelemetry hook asks
     # the OTel API for its providers on every request even when none is set up:
     # about 8% of a small request's CPU, profiled.
     app = FastAPI(
-        title=title, lifespan=lifespan,
+        title=title, lifespan=lifespan_ending_polls,
         telemetry={"tracing": False, "metrics": False, "logs": False},
     )
     app.state.settings = settings
     app.state.service = state
+    app.state.long_polls = polls
     install_error_handlers(app)
     authorize = authorizer(settings)
 
@@ -61,6 +74,8 @@ def create_app(
     Gauge("streamtx_service_ready", "1 while the service is ready (/readyz answers 200)", ["cluster"],
           registry=http_registry).labels(settings.cluster).set_function(lambda: float(state.ready))
     instrumentator.instrument(app)
+    Gauge("streamtx_long_polls_open", "long-poll requests waiting now (fetches)",
+          registry=http_registry).set_function(lambda: len(polls))
     # Added last, so it runs first: hot routes skip the layers above (fastlane.py), and
     # it checks every request's token (auth.py).
     app.state.fast_lane = LaneTable(enabled=settings.fast_lane)

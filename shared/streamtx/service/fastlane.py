@@ -47,6 +47,7 @@ from streamtx.auth.tokens import Principal
 from streamtx.errors import MalformedError, StreamtxError
 from streamtx.service.auth import PRINCIPAL, Authorize, principal_in
 from streamtx.service.errors import codes as _codes
+from streamtx.service.longpoll import LongPoll, LongPolls
 
 log = logging.getLogger(__name__)
 
@@ -56,13 +57,18 @@ Q = TypeVar("Q", bound=BaseModel)
 @dataclass(slots=True)
 class HotRequest:
     """What a hot handler gets: path parameters, the raw query string, the body, the app's state,
-    the caller (None when auth is off)."""
+    the caller (None when auth is off).
+
+    ``poll``: on a ``long_poll`` route, ended when the client goes away or the
+    service stops (:mod:`streamtx.service.longpoll`).
+    """
 
     params: dict[str, str]
     query_string: bytes
     body: bytes
     state: State
     principal: Principal | None = None
+    poll: LongPoll | None = None
 
     def json(self, model: type[Q]) -> Q:
         """The body validated straight from bytes by ``model`` (pydantic's JSON parser); 400 when bad."""
@@ -105,6 +111,7 @@ class HotRoute:
     template: str
     pattern: re.Pattern[str]
     handler: Handler
+    long_poll: bool = False
 
 
 def compile_template(template: str) -> re.Pattern[str]:
@@ -143,9 +150,12 @@ class HotRoutes:
 
     def route(
         self, method: str, path: str, *, body: type[BaseModel] | None = None, body_required: bool = True,
-        query: type[BaseModel] | None = None, **kwargs: Any,
+        query: type[BaseModel] | None = None, long_poll: bool = False, **kwargs: Any,
     ) -> Callable[[Handler], Handler]:
-        """Register ``handler`` for ``method path``; ``body``/``query`` models document the request."""
+        """Register ``handler`` for ``method path``; ``body``/``query`` models document the request.
+
+        ``long_poll``: the handler may wait; it gets a :class:`LongPoll` in ``request.poll``.
+        """
         extra: dict[str, Any] = dict(kwargs.pop("openapi_extra", None) or {})
         if body is not None:
             extra["requestBody"] = {"required": body_required,
@@ -162,13 +172,17 @@ class HotRoutes:
             async def endpoint(request: Request) -> Response:
                 hot = HotRequest(dict(request.path_params), request.scope.get("query_string", b""),
                                  await request.body(), request.app.state, principal_in(request.scope))
-                return Response(await handler(hot), media_type="application/json")
+                if not long_poll:
+                    return Response(await handler(hot), media_type="application/json")
+                polls: LongPolls = request.app.state.long_polls
+                async with polls.open(request.receive) as hot.poll:
+                    return Response(await handler(hot), media_type="application/json")
 
             self.router.add_api_route(
                 path, endpoint, methods=[method], name=handler.__name__,
                 description=handler.__doc__ or "", openapi_extra=extra, **kwargs,
             )
-            self.routes.append(HotRoute(method, template, pattern, handler))
+            self.routes.append(HotRoute(method, template, pattern, handler, long_poll))
             return handler
 
         return register
@@ -203,6 +217,7 @@ class FastLane:
         self.app = app
         self.table = table
         self.state = state
+        self.polls: LongPolls = state.long_polls
         self.observe = observe
         self.authorize = authorize
 
@@ -247,6 +262,9 @@ class FastLane:
             return exc.status_code, error_body(_codes.get(exc.status_code, "error"), str(exc.detail))
         request = HotRequest(params, scope.get("query_string", b""), b"".join(chunks), self.state, principal)
         try:
+            if route.long_poll:
+                async with self.polls.open(receive) as request.poll:
+                    return 200, await route.handler(request)
             return 200, await route.handler(request)
         except StreamtxError as exc:
             return exc.status, error_body(exc.code, exc.message)

@@ -2,11 +2,16 @@
 
 from __future__ import annotations
 
+import asyncio
 import gc
 import logging
+import socket
+from types import FrameType
 
 import uvicorn
 from fastapi import FastAPI
+
+from streamtx.service.longpoll import LongPolls
 
 #: gc thresholds of every service (CPython's default is 700, 10, 10).
 GC_THRESHOLDS = (20_000, 20, 50)
@@ -28,9 +33,38 @@ def tune_gc() -> None:
     gc.set_threshold(*GC_THRESHOLDS)
 
 
+class _Server(uvicorn.Server):
+    """uvicorn, ending the app's long polls as soon as a stop signal arrives.
+
+    uvicorn waits for open requests (up to ``timeout_graceful_shutdown``)
+    before the lifespan's shutdown runs, so ending them there would be too late:
+    a fetch waiting 30 s kept Ctrl-C waiting, then was cancelled with a traceback.
+    """
+
+    def __init__(self, config: uvicorn.Config, polls: LongPolls) -> None:
+        super().__init__(config)
+        self._polls = polls
+        self._loop: asyncio.AbstractEventLoop | None = None
+
+    async def startup(self, sockets: list[socket.socket] | None = None) -> None:
+        self._loop = asyncio.get_running_loop()
+        await super().startup(sockets)
+
+    def handle_exit(self, sig: int, frame: FrameType | None) -> None:
+        if self._loop is not None:  # a signal handler: hand it to the loop
+            self._loop.call_soon_threadsafe(self._polls.end_all)
+        super().handle_exit(sig, frame)
+
+
 def serve(app: FastAPI, host: str, port: int) -> None:
     tune_gc()
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(levelname)s %(message)s")
     # No proxy-header rewriting: no service reads the client address.
-    uvicorn.run(app, host=host, port=port, log_level="warning", access_log=False,
-                proxy_headers=False, server_header=False, timeout_graceful_shutdown=5)
+    config = uvicorn.Config(app, host=host, port=port, log_level="warning", access_log=False,
+                            proxy_headers=False, server_header=False, timeout_graceful_shutdown=5)
+    try:
+        _Server(config, app.state.long_polls).run()
+    except KeyboardInterrupt:
+        # uvicorn re-raises a Ctrl-C once it has stopped cleanly; asyncio's runner
+        # turns that into KeyboardInterrupt. Nothing is left to do: exit quietly.
+        pass

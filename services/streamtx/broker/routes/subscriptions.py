@@ -78,16 +78,18 @@ class FetchQuery(BaseModel):
     partitions: str | None = Field(None, pattern=r"^\d+(,\d+)*$")
 
 
-@hot.get("/messages", query=FetchQuery, response_model=MessagesPublic)
+@hot.get("/messages", query=FetchQuery, long_poll=True, response_model=MessagesPublic)
 async def fetch(request: HotRequest) -> bytes:
-    """Messages for this consumer, waiting up to ``wait_ms`` for the first (long poll)."""
+    """Messages for this consumer, waiting up to ``wait_ms`` for the first (long poll).
+
+    The wait ends early (an empty answer) when the client disconnects or the broker stops."""
     broker = broker_of(request.state)
     settings: BrokerSettings = request.state.settings
     q = request.query(FetchQuery)
     s = _subscription(broker, request.params)
     only = None if q.partitions is None else [int(p) for p in q.partitions.split(",")]
     got = await s.fetch(q.consumer, min(q.max, settings.max_fetch_messages),
-                        min(q.wait_ms, settings.max_wait_ms), only)
+                        min(q.wait_ms, settings.max_wait_ms), only, request.poll)
     # Bytes straight from orjson: pydantic serializing list[dict[str, Any]] cost more.
     return orjson.dumps({"messages": got})
 
