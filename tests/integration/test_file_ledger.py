@@ -16,7 +16,7 @@ from pathlib import Path
 import pytest
 
 from streamtx.errors import CorruptEntryError, FencedError, LedgerClosedError
-from streamtx.ledger import Ledger, Position, segment
+from streamtx.ledger import Ledger, Position, frames, segment
 from streamtx.ledger.file import FileLedgerFactory, FileRawLog
 from tests.support.append_forever import key_of, payload_for
 
@@ -162,13 +162,16 @@ async def test_a_torn_or_corrupt_tail_is_cut_off(tmp_path: Path, damage: str) ->
 
     store = FileLedgerFactory(str(tmp_path))
     try:
-        ledger = await store.open("tail", writer=False)  # recovery cuts the tail
-        assert _file_size(path) == (good_size if last_survives else last)
+        damaged_size = _file_size(path)
+        ledger = await store.open("tail", writer=False)  # reads up to the tail, never cuts it
+        assert _file_size(path) == damaged_size
         kept = positions if last_survives else positions[:-1]
         assert list((await read_all(ledger)).items()) == [
             (p.entry_id, b"entry-%02d" % i * 3) for i, p in enumerate(kept)
         ]
-        writer = await store.open("tail")
+        writer = await store.open("tail")  # a writer cuts the torn tail (then appends its fence)
+        fence = segment.HEADER_SIZE + frames.HEADER_SIZE
+        assert _file_size(path) == (good_size if last_survives else last) + fence
         newer = await writer.append(b"after repair")
         assert newer > kept[-1]
     finally:

@@ -50,3 +50,14 @@ def test_fence_state_round_trip(writer: int | None, epoch: int, max_epoch: int, 
     again = FenceState.decode(state.encode())
     assert (again.writer_id, again.epoch, again.max_epoch, again.last_seq) == (
         state.writer_id, state.epoch, state.max_epoch, state.last_seq)
+
+
+def test_a_filler_is_never_live_and_keeps_its_size() -> None:
+    t = FenceTracker()
+    assert not t.accept(frames.decode(frames.encode_fence(7, 1)))
+    filler = frames.encode_filler(50)
+    assert len(filler) == 50 and frames.decode(filler).kind is frames.FrameKind.FILLER
+    assert not t.accept(frames.decode(filler))
+    assert t.accept(frames.decode(frames.encode_data(7, 1, 0, b"a")))  # the writer goes on
+    with pytest.raises(ValueError):
+        frames.encode_filler(frames.HEADER_SIZE - 1)

@@ -145,3 +145,24 @@ def test_trim_state_round_trip(start: int, state: bytes) -> None:
     damaged[3] ^= 0x10
     with pytest.raises(CorruptEntryError):
         segment.decode_trim_state(bytes(damaged))
+
+
+@given(st.lists(st.binary(min_size=1, max_size=300), min_size=1, max_size=5), st.data())
+def test_find_entry_tells_a_torn_tail_from_entries_after_it(payloads: list[bytes], data: st.DataObject
+                                                            ) -> None:
+    """Any prefix of one entry is a torn tail (nothing found); garbage before whole entries is not."""
+    entries = segment.encode_entries(payloads)
+    first_len = HEADER_SIZE + len(payloads[0])
+    cut = data.draw(st.integers(min_value=1, max_value=first_len - 1))
+    assert segment.find_entry(entries[:cut], 1) == segment.Resync(None, True)
+    garbage = data.draw(st.binary(min_size=1, max_size=64))
+    found = segment.find_entry(garbage + entries, 1)
+    assert found.complete and found.found is not None and found.found <= len(garbage)
+
+
+def test_find_entry_skips_zeros_and_gives_up_past_its_budget() -> None:
+    entry = segment.encode_entries([b"x" * 100])
+    assert segment.find_entry(bytes(1 << 20) + entry, 1) == segment.Resync(1 << 20, True)
+    big = segment.encode_entries([b"y" * 5000])
+    assert segment.find_entry(b"\xff" + big, 1, crc_budget=100) == segment.Resync(None, False)
+    assert segment.find_entry(b"\xff" + big, 1, plausible=lambda b, p, n: False) == segment.Resync(None, True)

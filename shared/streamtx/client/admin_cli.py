@@ -9,6 +9,8 @@
     streamtx-admin buffer stats persistent://t/n/x-partition-0
     streamtx-admin pending-ack stats persistent://t/n/x sub [--internal]
     streamtx-admin token create --subject app1 --role client --tenant a [--expires-in-s 86400]
+    streamtx-admin ledger check DATA_DIR [--ledger NAME ...]
+    streamtx-admin ledger repair DATA_DIR (--ledger NAME ... | --all) [--truncate]
 
 ``--url`` (or ``STREAMTX_URL``) is any service's URL; the others are found
 through ``/v1/cluster``. ``--token`` (or ``STREAMTX_ADMIN_TOKEN``) is the
@@ -18,6 +20,12 @@ admin bearer token. Errors print ``{"error", "message"}`` and exit with 1.
 ``STREAMTX_AUTH_JWT_SECRET`` (the services' setting of the same name), or with
 the RS256 private key in ``--private-key-file`` (the services then hold only
 the public key).
+
+``ledger`` works on the files of the file ledger backend (``DATA_DIR`` is the
+directory of ``file://DATA_DIR``), not through a service: ``check`` reports torn
+tails and corruption of every ledger (or the ``--ledger`` names), ``repair``
+fixes what it can (see :mod:`streamtx.ledger.filecheck`); both exit with 2 when
+something is (left) damaged. Run ``repair`` while the services are stopped.
 """
 
 from __future__ import annotations
@@ -33,7 +41,7 @@ from typing import Any
 from streamtx.auth.tokens import ROLES, issue
 from streamtx.client.admin import AdminClient
 from streamtx.client.client import StreamtxClient
-from streamtx.errors import StreamtxError
+from streamtx.errors import LedgerError, MalformedError, StreamtxError
 
 Command = Callable[[AdminClient, argparse.Namespace], Awaitable[Any]]
 
@@ -114,6 +122,17 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--expires-in-s", type=float, default=None, help="default: never expires")
     p.add_argument("--private-key-file", default=None, help="RS256 PEM private key (default: HS256 with "
                    "$STREAMTX_AUTH_JWT_SECRET)")
+
+    ledger = _group(sub, "ledger", "file ledger segments (offline)")
+    for name, help in (("check", "report torn tails and corruption"), ("repair", "repair what can be")):
+        p = ledger.add_parser(name, help=help)
+        p.set_defaults(offline=_ledger_command)
+        p.add_argument("data_dir", help="the file backend's directory (file://DATA_DIR)")
+        p.add_argument("--ledger", action="append", default=[], help="a ledger name (repeatable)")
+        if name == "repair":
+            p.add_argument("--all", action="store_true", help="every ledger under DATA_DIR")
+            p.add_argument("--truncate", action="store_true",
+                           help="also cut the last segment at corruption (drops every entry after it)")
     return parser
 
 
@@ -132,16 +151,48 @@ def create_token(ns: argparse.Namespace) -> dict[str, Any]:
             "algorithm": algorithm}
 
 
+
+def _ledger_command(ns: argparse.Namespace) -> dict[str, Any]:
+    # Imported here: the admin API commands need no ledger code.
+    from streamtx.ledger import filecheck, segment
+
+    root = ns.data_dir.removeprefix("file://")
+    if not os.path.isdir(root):
+        raise MalformedError(f"{root} is not a directory")
+    if ns.action == "repair" and not ns.ledger and not ns.all:
+        raise MalformedError("repair needs --ledger NAME (repeatable) or --all")
+    if ns.ledger:
+        dirs = [os.path.join(root, segment.ledger_dir_name(n)) for n in ns.ledger]
+    else:
+        dirs = sorted(os.path.join(root, d) for d in os.listdir(root)
+                      if not d.startswith(".") and os.path.isfile(os.path.join(root, d, filecheck.LOCK_NAME)))
+    try:
+        if ns.action == "check":
+            reports = [filecheck.check_ledger(d) for d in dirs]
+            ok = all(r.clean for r in reports)
+        else:
+            reports = [filecheck.repair_ledger(d, truncate=ns.truncate) for d in dirs]
+            ok = not any(r.refused for r in reports)
+    except OSError as exc:
+        raise LedgerError(f"ledger files under {root}: {exc}") from exc
+    ns.exit_status = 0 if ok else 2
+    return {"ledgers": [{"name": segment.ledger_name_of(os.path.basename(r.directory)), **r.as_json()}
+                        for r in reports], "clean": ok}
+
+
 async def run(argv: Sequence[str] | None = None) -> int:
     """Parse, call, print; the exit status."""
     ns = build_parser().parse_args(argv)
     if (offline := getattr(ns, "offline", None)) is not None:
         try:
             print(json.dumps(offline(ns), indent=2, sort_keys=True))
+        except StreamtxError as exc:
+            print(json.dumps({"error": exc.code, "message": exc.message}), file=sys.stderr)
+            return 1
         except (ValueError, OSError) as exc:
             print(json.dumps({"error": "malformed", "message": str(exc)}), file=sys.stderr)
             return 1
-        return 0
+        return int(getattr(ns, "exit_status", 0))
     try:
         async with StreamtxClient(ns.url, token=ns.token) as client:
             result = await ns.run(AdminClient(client), ns)

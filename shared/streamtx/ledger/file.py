@@ -29,10 +29,13 @@ the directory) and only then deletes whole segments below the new start; the
 last segment is never deleted, so the next offset is always known.
 
 Recovery: opening a ledger scans every segment into an in-memory index (the
-byte position of each entry). Bytes that do not form a valid entry at the end
-of the *last* segment are a torn write: they are cut off (ftruncate + fsync)
-under the lock, never anything before them. Anywhere else they are corruption
-and raise :class:`CorruptEntryError`.
+byte position of each entry). Bytes that do not form a valid entry are judged
+under the lock (:mod:`.filecheck`): at the end of the *last* segment with
+nothing valid after them they are a torn write, which a writer cuts off
+(ftruncate + fsync; a read-only open leaves it and reads up to it); followed by
+a valid entry, or in a sealed segment, they are corruption: the open fails with
+:class:`CorruptEntryError` naming the file and byte, and nothing is cut
+(``streamtx-admin ledger check|repair``).
 
 Several handles (in one process or many) may share a ledger. Appends take the
 lock and first catch up with what others appended (the last segment grew, or a
@@ -68,7 +71,7 @@ from streamtx.errors import (
     LedgerUnavailableError,
     TooLargeError,
 )
-from streamtx.ledger import segment
+from streamtx.ledger import filecheck, segment
 from streamtx.ledger.base import Ledger, LedgerFactory, SegmentStats
 from streamtx.ledger.fenced_ledger import FencedLedger
 from streamtx.ledger.framecache import FrameCache
@@ -82,7 +85,7 @@ T = TypeVar("T")
 
 _scan_chunk_bytes = 4 << 20  # read size while scanning a segment
 _read_budget_bytes = 8 << 20  # most bytes one read_raw returns (at least one entry)
-_lock_name, _trim_name = "LOCK", "TRIM"
+_lock_name, _trim_name = filecheck.LOCK_NAME, "TRIM"
 _datasync: Callable[[int], None] = getattr(os, "fdatasync", os.fsync)
 
 
@@ -107,8 +110,11 @@ class _Segment:
 class FileRawLog(RawLog):
     """A raw log in one ledger directory; create it with :meth:`open`."""
 
-    def __init__(self, directory: str, *, segment_bytes: int, pool: ThreadPoolExecutor | None = None) -> None:
+    def __init__(self, directory: str, *, segment_bytes: int, pool: ThreadPoolExecutor | None = None,
+                 writable: bool = True) -> None:
         self._dir = directory
+        self._writable = writable  # False: never cut a torn tail (a read-only open)
+        self._torn_reported = False
         self._segment_bytes = segment_bytes
         self._segs: list[_Segment] = []
         self._start = 0  # logical first offset, as far as this handle knows
@@ -124,8 +130,8 @@ class FileRawLog(RawLog):
 
     @classmethod
     async def open(cls, directory: str, *, segment_bytes: int = 64 << 20,
-                   pool: ThreadPoolExecutor | None = None) -> FileRawLog:
-        raw = cls(directory, segment_bytes=segment_bytes, pool=pool)
+                   pool: ThreadPoolExecutor | None = None, writable: bool = True) -> FileRawLog:
+        raw = cls(directory, segment_bytes=segment_bytes, pool=pool, writable=writable)
         try:
             await raw._run(raw._open_sync)
         except BaseException:
@@ -335,16 +341,21 @@ class FileRawLog(RawLog):
                 continue
             reason = res.reason
             break
-        if seg.end >= size:
-            return
-        where = f"{seg.path} at byte {seg.end} of {size}"
-        if sealed:
-            raise CorruptEntryError(f"{where}: {reason}")
-        if locked:
-            log.warning("%s: %s; cutting off a torn tail of %d bytes", where, reason, size - seg.end)
+        if seg.end >= size or not (locked or sealed):
+            return  # unlocked: a write in progress, or a torn tail the next locked refresh judges
+        damage = filecheck.judge(seg.fd, seg.path, seg.end, size, seg.next_offset, sealed=sealed,
+                                 reason=reason)
+        if damage.corrupt:
+            filecheck.count(self._dir)
+            log.error("%s", damage.describe())
+            raise CorruptEntryError(damage.describe())
+        if self._writable:
+            log.warning("%s; cutting it off", damage.describe())
             os.ftruncate(seg.fd, seg.end)
             os.fsync(seg.fd)
-        # Unlocked: a write in progress, or a torn tail the next locked refresh cuts off.
+        elif not self._torn_reported:
+            self._torn_reported = True  # a read-only handle never cuts: the next writer will
+            log.warning("%s; left in place (read-only)", damage.describe())
 
     def _forget_trimmed(self, present: set[int]) -> None:
         """Another handle trimmed: drop our segments whose files are gone."""
@@ -440,7 +451,8 @@ class FileLedgerFactory(LedgerFactory):
         return os.path.join(self._root, segment.ledger_dir_name(name))
 
     async def open(self, name: str, *, writer: bool = True) -> Ledger:
-        raw = await FileRawLog.open(self.ledger_dir(name), segment_bytes=self._segment_bytes, pool=self._io)
+        raw = await FileRawLog.open(self.ledger_dir(name), segment_bytes=self._segment_bytes, pool=self._io,
+                                    writable=writer)
         try:
             ledger = await FencedLedger.open(name, raw, writer=writer)
         except BaseException:

@@ -3,7 +3,7 @@
 Every physical record a backend stores is one frame. Layout (big-endian)::
 
     offset  size  field
-    0       1     kind       1 = data, 2 = fence
+    0       1     kind       1 = data, 2 = fence, 3 = filler
     1       8     writer_id  random id of the writer that appended it
     9       4     epoch      the writer's epoch (max epoch seen at open + 1)
     13      8     seq        per-writer sequence of data frames, from 0; 0 for a fence
@@ -13,7 +13,9 @@ The fencing rule (:class:`FenceTracker`): the last fence in log order names the
 one current writer; a data frame from any other writer that lands after it is
 dropped (a zombie), and a data frame whose ``seq`` is not above the last one
 accepted from its writer is dropped (a duplicate left by a retried append).
-Entries that are dropped, and fences, still occupy an entry id.
+Entries that are dropped, and fences, still occupy an entry id. A filler frame
+(written by ``streamtx-admin ledger repair`` over an entry that failed its
+checksum, so later entries keep their ids) is never live; its payload is zeros.
 
 This module is pure: no I/O.
 """
@@ -33,6 +35,7 @@ HEADER_SIZE = _HEADER.size  # 21 bytes
 class FrameKind(IntEnum):
     DATA = 1
     FENCE = 2
+    FILLER = 3
 
 
 @dataclass(frozen=True, slots=True)
@@ -54,11 +57,18 @@ def encode_fence(writer_id: int, epoch: int) -> bytes:
     return _HEADER.pack(FrameKind.FENCE, writer_id, epoch, 0)
 
 
+def encode_filler(size: int) -> bytes:
+    """A filler frame of exactly ``size`` bytes (at least the header's)."""
+    if size < HEADER_SIZE:
+        raise ValueError(f"a filler frame needs at least {HEADER_SIZE} bytes, not {size}")
+    return _HEADER.pack(FrameKind.FILLER, 0, 0, 0) + bytes(size - HEADER_SIZE)
+
+
 def decode(raw: bytes) -> Frame:
     if len(raw) < HEADER_SIZE:
         raise CorruptEntryError(f"frame of {len(raw)} bytes is shorter than its header")
     kind, writer_id, epoch, seq = _HEADER.unpack_from(raw)
-    if kind not in (FrameKind.DATA, FrameKind.FENCE):
+    if kind not in (FrameKind.DATA, FrameKind.FENCE, FrameKind.FILLER):
         raise CorruptEntryError(f"unknown frame kind {kind}")
     return Frame(FrameKind(kind), writer_id, epoch, seq, raw[HEADER_SIZE:])
 
@@ -107,6 +117,8 @@ class FenceTracker:
     def accept(self, frame: Frame) -> bool:
         """Feed the next frame; True when it is a live data entry."""
         st = self.state
+        if frame.kind is FrameKind.FILLER:
+            return False
         st.max_epoch = max(st.max_epoch, frame.epoch)
         if frame.kind is FrameKind.FENCE:
             st.writer_id, st.epoch = frame.writer_id, frame.epoch

@@ -35,7 +35,7 @@ import hashlib
 import re
 import struct
 from array import array
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from enum import Enum
 
@@ -120,6 +120,65 @@ def scan(buf: bytes, base: int = 0) -> ScanResult:
         pos = stop
     res.end = base + pos
     return res
+
+
+@dataclass(frozen=True, slots=True)
+class Resync:
+    """What :func:`find_entry` found after a bad entry."""
+
+    found: int | None  # position in the buffer of the first valid entry, if any
+    complete: bool  # False: the search gave up (budget spent) before the buffer's end
+
+
+_nonzero = re.compile(rb"[^\x00]")
+
+
+def find_entry(
+    buf: bytes,
+    start: int,
+    *,
+    plausible: Callable[[bytes, int, int], bool] | None = None,
+    crc_budget: int = 1 << 30,
+) -> Resync:
+    """The first position at or after ``start`` where a whole, checksummed entry begins.
+
+    What tells a torn tail (nothing valid after the bad bytes) from corruption
+    (valid entries after them). Every byte position is a candidate; a cheap
+    filter keeps the checksums few: the length must fit the rest of the buffer
+    (so it starts with zero bytes, found with ``bytes.find``), a run of zeros is
+    skipped (a length is never 0), and ``plausible(buf, payload_start, length)``
+    may reject a candidate before its checksum. At most ``crc_budget`` bytes are
+    checksummed; past that the answer is "not complete" and the caller should
+    assume the worst.
+    """
+    size, i, spent = len(buf), start, 0
+    while True:
+        rest = size - i - HEADER_SIZE
+        if rest < 1:
+            return Resync(None, True)
+        # A length that fits ``rest`` has this many leading zero bytes at least.
+        zeros = 4 - (rest.bit_length() + 7) // 8
+        if zeros > 0:
+            i = buf.find(bytes(zeros), i)
+            if i < 0 or size - i - HEADER_SIZE < 1:
+                return Resync(None, True)
+        length, crc = _HEADER.unpack_from(buf, i)
+        if length == 0:
+            m = _nonzero.search(buf, i)
+            if m is None:
+                return Resync(None, True)
+            i = max(i + 1, m.start() - 3)
+            continue
+        stop = i + HEADER_SIZE + length
+        if length <= max_entry_bytes and stop <= size and (
+            plausible is None or plausible(buf, i + HEADER_SIZE, length)
+        ):
+            spent += length
+            if spent > crc_budget:
+                return Resync(None, False)
+            if crc32c(buf[i + HEADER_SIZE : stop]) == crc:
+                return Resync(i, True)
+        i += 1
 
 
 def decode_run(buf: bytes, count: int) -> list[bytes]:
