@@ -56,6 +56,12 @@ class TooLargeError(StreamtxError):
     code, status = "too_large", 413
 
 
+class TooManyRequestsError(StreamtxError):
+    """The caller holds too much already (open transactions); retry once some of it is released."""
+
+    code, status = "too_many_requests", 429
+
+
 class UnavailableError(StreamtxError):
     """A dependency is down or this node is not ready; retry later."""
 

@@ -22,6 +22,7 @@ import contextlib
 import gc
 import heapq
 import logging
+import sys
 import time
 from collections import OrderedDict
 from collections.abc import Callable, Coroutine, Iterator
@@ -31,6 +32,7 @@ from typing import Any
 from streamtx.coordinator.log import TransactionLog
 from streamtx.coordinator.metrics import CoordinatorMetrics
 from streamtx.coordinator.participants_client import Participants, Violation
+from streamtx.coordinator.quota import OpenTxnQuota, check_participants
 from streamtx.coordinator.records import (
     AddPartitions,
     AddSubscriptions,
@@ -106,6 +108,8 @@ class CoordinatorConfig:
     retry_backoff_ms: int = 50
     retry_max_backoff_ms: int = 5000
     max_violations_kept: int = 1000
+    max_partitions_per_txn: int = 4096
+    max_subscriptions_per_txn: int = 4096
 
 
 class TransactionCoordinator:
@@ -121,8 +125,11 @@ class TransactionCoordinator:
         *,
         clock: Callable[[], int] = wall_ms,
         on_fenced: Callable[[int], None] = lambda _: None,
+        quota: OpenTxnQuota | None = None,
     ) -> None:
         self.coordinator_id = coordinator_id
+        # Open transactions per client, shared by the process's coordinators (quota.py).
+        self.quota = quota or OpenTxnQuota(limit=sys.maxsize)
         self.log = txn_log
         self.table = TxnTable(coordinator_id)
         self._participants = participants
@@ -164,6 +171,7 @@ class TransactionCoordinator:
                 self._spawn_finish(meta)
             elif meta.state is TxnState.OPEN:
                 self._heap.append((meta.timeout_at_ms, meta.txn.counter, meta.txn))
+                self.quota.adopt(meta.txn, meta.owner)
         heapq.heapify(self._heap)  # expired ones fire on the timeout task's first round
         self.recover_ended_ms = self._clock()
         self.status = "Ready"
@@ -193,12 +201,21 @@ class TransactionCoordinator:
     # --- the client operations -----------------------------------------------------
 
     async def create(self, timeout_ms: int, owner: str = "") -> TxnMeta:
-        """Open a transaction for ``owner``; it is durable (and its id reserved) when this returns."""
+        """Open a transaction for ``owner``; it is durable (and its id reserved) when this returns.
+
+        429 when ``owner`` already has its limit of open transactions.
+        """
         self._check_serving()
-        counter = await self._allocate()
-        txn = TxnId.of(self.coordinator_id, counter)
-        meta = await self._apply(NewTxn(txn, timeout_ms, self._clock(), owner))
+        self.quota.reserve(owner)
+        try:
+            counter = await self._allocate()
+            txn = TxnId.of(self.coordinator_id, counter)
+            meta = await self._apply(NewTxn(txn, timeout_ms, self._clock(), owner))
+        except BaseException:
+            self.quota.cancel(owner)
+            raise
         assert meta is not None
+        self.quota.bind(txn, owner)
         deadline = meta.timeout_at_ms
         heapq.heappush(self._heap, (deadline, counter, txn))
         if deadline < self._sleep_until_ms:
@@ -219,6 +236,7 @@ class TransactionCoordinator:
         async with meta.get_lock():
             self._check_open(meta)
             new = tuple(p for p in dict.fromkeys(partitions) if not meta.partitions.get(p))
+            check_participants("partitions", txn, meta.partitions, new, self._config.max_partitions_per_txn)
             if new:
                 for p in new:
                     # Ended on whatever happens next: the append may land even if it fails here.
@@ -233,6 +251,8 @@ class TransactionCoordinator:
         async with meta.get_lock():
             self._check_open(meta)
             new = tuple(s for s in dict.fromkeys(subscriptions) if not meta.subscriptions.get(s))
+            check_participants("subscriptions", txn, meta.subscriptions, new,
+                               self._config.max_subscriptions_per_txn)
             if new:
                 for s in new:
                     meta.subscriptions.setdefault(s, False)
@@ -479,7 +499,10 @@ class TransactionCoordinator:
                 self._on_fenced(self.coordinator_id)
             raise UnavailableError(f"coordinator {self.coordinator_id} lost its log: {exc.message}") from exc
         self.metrics.appends.inc()
-        return self.table.apply(ref, record)
+        meta = self.table.apply(ref, record)
+        if isinstance(record, StatusChange) and record.state is not TxnState.OPEN:
+            self.quota.release(record.txn)
+        return meta
 
     def _spawn(self, coro: Coroutine[Any, Any, None], name: str) -> None:
         task = asyncio.create_task(coro, name=f"tc{self.coordinator_id}-{name}")

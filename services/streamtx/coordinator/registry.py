@@ -14,6 +14,7 @@ from streamtx.coordinator.coordinator import CoordinatorConfig, TransactionCoord
 from streamtx.coordinator.log import TransactionLog
 from streamtx.coordinator.metrics import CoordinatorMetrics
 from streamtx.coordinator.participants_client import Participants
+from streamtx.coordinator.quota import OpenTxnQuota
 from streamtx.coordinator.settings import CoordinatorSettings
 from streamtx.coordinator.txnid import TxnId
 from streamtx.errors import NotFoundError, UnavailableError
@@ -35,6 +36,8 @@ def config_of(settings: CoordinatorSettings) -> CoordinatorConfig:
         max_concurrent_timeouts=settings.max_concurrent_timeouts,
         retry_backoff_ms=settings.fanout_backoff_ms,
         retry_max_backoff_ms=settings.fanout_max_backoff_ms,
+        max_partitions_per_txn=settings.max_partitions_per_txn,
+        max_subscriptions_per_txn=settings.max_subscriptions_per_txn,
     )
 
 
@@ -62,6 +65,7 @@ class Coordinators:
         self.ids = list(settings.coordinator_ids)
         self._by_id: dict[int, TransactionCoordinator] = {}
         self._round_robin = itertools.cycle(self.ids)
+        self.quota = OpenTxnQuota(settings.max_open_txns_per_client)
 
     async def start(self) -> None:
         """Open and recover every coordinator (concurrently), retrying until each is up."""
@@ -80,7 +84,7 @@ class Coordinators:
                 tc = TransactionCoordinator(
                     cid, txn_log, self._participants,
                     CoordinatorMetrics(s.cluster, cid, registry=self._registry), config_of(s),
-                    on_fenced=self._on_fenced,
+                    on_fenced=self._on_fenced, quota=self.quota,
                 )
                 await tc.recover()
                 self._by_id[cid] = tc

@@ -55,6 +55,11 @@ class CoordinatorSettings(ServiceSettings):
     prepare_attempts: int = Field(
         5, ge=1, description="tries of a subscription prepare before a commit answers 503 (txn stays open)"
     )
+    # Limits (quota.py): 429 past the open transactions of one client (the token's
+    # subject; with auth off every caller is one client), 409 past the participants of one txn.
+    max_open_txns_per_client: int = Field(10_000, ge=1, description="open transactions one client may hold")
+    max_partitions_per_txn: int = Field(4096, ge=1, description="partitions one transaction may register")
+    max_subscriptions_per_txn: int = Field(4096, ge=1, description="subscriptions one txn may register")
     max_concurrent_timeouts: int = Field(256, ge=1, description="timeout aborts running at once")
 
     @field_validator("coordinator_ids", mode="before")

@@ -19,12 +19,14 @@ from streamtx.errors import (
     NotFoundError,
     StreamtxError,
     TooLargeError,
+    TooManyRequestsError,
     UnavailableError,
 )
 
 _json_headers = {"content-type": "application/json"}
 _by_status: dict[int, type[StreamtxError]] = {
     400: MalformedError, 404: NotFoundError, 409: ConflictError, 413: TooLargeError,
+    429: TooManyRequestsError,
 }
 
 
