@@ -5,7 +5,7 @@ STAMP   := .venv/.stamp-setup
 DATA    ?= data
 export PYTHONPATH := shared:services:spark-jobs:.
 
-.PHONY: setup run test lint spark-histograms bench bench-log bench-tc bench-txn bench-peer demo demo-long clean
+.PHONY: setup run test lint spark-histograms bench bench-log bench-tc bench-txn bench-peer demo demo-long clean bench-bounded
 
 setup: $(STAMP)
 
@@ -43,6 +43,9 @@ bench-tc: setup
 
 bench-txn: setup
 	$(PY) bench/transactions.py
+
+bench-bounded: setup
+	$(PY) bench/bounded.py
 
 bench-peer: setup
 	$(PY) bench/peer.py
