@@ -31,15 +31,8 @@ from collections.abc import Iterator
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
-from prometheus_client import Counter
-
 from streamtx.errors import LedgerError
-from streamtx.ledger import frames, segment
-
-corruptions = Counter(
-    "streamtx_ledger_corruptions", "Ledger segment files found corrupt (the ledger refused to open)",
-    ["ledger"],
-)
+from streamtx.ledger import frames, metrics, segment
 
 LOCK_NAME = "LOCK"
 _frame_kinds = frozenset(k.value for k in frames.FrameKind)
@@ -97,7 +90,7 @@ def judge(fd: int, path: str, byte: int, size: int, entry_id: int, *, sealed: bo
 
 def count(ledger_dir: str) -> None:
     """Count one refused open of a corrupt ledger."""
-    corruptions.labels(os.path.basename(ledger_dir.rstrip("/"))).inc()
+    metrics.corruption_found(os.path.basename(ledger_dir.rstrip("/")))
 
 
 # --- the operator's check and repair (offline; blocking I/O) --------------------------
