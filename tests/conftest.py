@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 from streamtx.ledger import LedgerFactory, open_ledger_factory
-from tests.support.procs import tansu_broker
+from tests.support.procs import redis_server, tansu_broker
 
 
 @pytest.fixture(scope="session")
@@ -17,6 +17,13 @@ def kafka_bootstrap() -> Iterator[str]:
     """One tansu broker for the whole session (memory-only, so topics are named per test)."""
     with tansu_broker() as bootstrap:
         yield bootstrap
+
+
+@pytest.fixture(scope="session")
+def redis_url() -> Iterator[str]:
+    """One redis-server for the whole session (tests use keys of their own)."""
+    with redis_server() as url:
+        yield url
 
 
 def kafka_url(bootstrap: str) -> str:

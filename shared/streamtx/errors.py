@@ -68,6 +68,16 @@ class UnavailableError(StreamtxError):
     code, status, retriable = "unavailable", 503, True
 
 
+class NotOwnerError(UnavailableError):
+    """Another replica owns this log (``owner``: its URL, None while it moves)."""
+
+    code = "not_owner"
+
+    def __init__(self, message: str = "", owner: str | None = None) -> None:
+        super().__init__(message)
+        self.owner = owner
+
+
 # --- ledger layer -----------------------------------------------------------
 
 

@@ -74,3 +74,21 @@ def tansu_broker() -> Iterator[str]:
         yield f"127.0.0.1:{port}"
     finally:
         stop(proc)
+
+
+@contextlib.contextmanager
+def redis_server() -> Iterator[str]:
+    """A throw-away redis-server (no persistence) on a free port; yields ``redis://...``."""
+    binary = shutil.which("redis-server")
+    if binary is None:
+        raise FileNotFoundError("redis-server not found: run `make setup` (apt-get install redis-server)")
+    port = free_port()
+    proc = subprocess.Popen(
+        [binary, "--port", str(port), "--bind", "127.0.0.1", "--save", "", "--appendonly", "no"],
+        stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+    )
+    try:
+        wait_for_port(port, proc=proc)
+        yield f"redis://127.0.0.1:{port}/0"
+    finally:
+        stop(proc)

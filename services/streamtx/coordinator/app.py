@@ -9,11 +9,13 @@ from collections.abc import AsyncIterator
 
 from fastapi import FastAPI
 
+from streamtx.coordinator import replicas
 from streamtx.coordinator.participants_client import Participants
 from streamtx.coordinator.registry import Coordinators
-from streamtx.coordinator.routes import admin, transactions
+from streamtx.coordinator.routes import admin, lookup, transactions
 from streamtx.coordinator.settings import CoordinatorSettings
 from streamtx.ledger import open_ledger_factory
+from streamtx.ownership import Ownership
 from streamtx.service import ServiceState, create_app, include_hot
 
 log = logging.getLogger(__name__)
@@ -41,11 +43,21 @@ def create_coordinator_app(settings: CoordinatorSettings) -> FastAPI:
             state.ready, state.reason = False, f"coordinator {cid} was fenced by another process"
             log.error(state.reason)
 
-        coordinators = Coordinators(settings, store, participants, on_fenced=fenced)
+        ownership: Ownership | None = None
+        if settings.redis_url:
+            coordinators = Coordinators(settings, store, participants,
+                                        on_fenced=lambda cid: replicas.lost(app.state.ownership, cid))
+            ownership = replicas.ownership(settings, coordinators)
+        else:
+            coordinators = Coordinators(settings, store, participants, on_fenced=fenced)
         app.state.coordinators = coordinators
+        app.state.ownership = ownership
         state.reason = "replaying the transaction logs"
 
         async def start() -> None:
+            if ownership is not None:
+                await replicas.join(ownership, state)
+                return
             await coordinators.start()
             state.ready = True
             log.info("coordinators %s ready", coordinators.ids)
@@ -59,6 +71,9 @@ def create_coordinator_app(settings: CoordinatorSettings) -> FastAPI:
             starting.cancel()
             with contextlib.suppress(asyncio.CancelledError):
                 await starting
+            if ownership is not None:
+                await ownership.stop()  # hand every id over at once, not after the lease runs out
+                await ownership.leases.aclose()
             await coordinators.close()
             await participants.aclose()
             await store.close()
@@ -68,4 +83,5 @@ def create_coordinator_app(settings: CoordinatorSettings) -> FastAPI:
     )
     include_hot(app, transactions.hot)
     app.include_router(admin.router)
+    app.include_router(lookup.router)
     return app

@@ -17,7 +17,7 @@ from streamtx.coordinator.participants_client import Participants
 from streamtx.coordinator.quota import OpenTxnQuota
 from streamtx.coordinator.settings import CoordinatorSettings
 from streamtx.coordinator.txnid import TxnId
-from streamtx.errors import NotFoundError, UnavailableError
+from streamtx.errors import NotFoundError, NotOwnerError, UnavailableError
 from streamtx.ledger import LedgerFactory
 from streamtx.service.txnlookup import NOT_SERVED
 
@@ -44,8 +44,11 @@ def config_of(settings: CoordinatorSettings) -> CoordinatorConfig:
 class Coordinators:
     """Coordinator ids of this process; new transactions go round-robin over the ready ones.
 
-    A transaction id of a coordinator this process does not own is answered
-    404: ids are never moved between processes, so no other answer can help.
+    Alone (no ``redis_url``) the process owns every configured id for its life.
+    With replicas the ids it owns change as :class:`~streamtx.ownership.Ownership`
+    hands them in (:meth:`acquire`) and out (:meth:`release`); a transaction of an
+    id another replica owns is answered :class:`NotOwnerError` with that replica's
+    URL (a redirect). An id nobody configured is 404.
     """
 
     def __init__(
@@ -62,19 +65,40 @@ class Coordinators:
         self._store = store
         self._participants = participants
         self._registry = registry
-        self.ids = list(settings.coordinator_ids)
+        self.all_ids = list(settings.coordinator_ids)
+        self.ids: list[int] = []  # owned now, recovered or not
         self._by_id: dict[int, TransactionCoordinator] = {}
-        self._round_robin = itertools.cycle(self.ids)
+        self._turn = itertools.count()
+        self.owners: dict[int, str | None] = {}  # other replicas' ids -> their URL (replicas only)
         self.quota = OpenTxnQuota(settings.max_open_txns_per_client)
 
     async def start(self) -> None:
-        """Open and recover every coordinator (concurrently), retrying until each is up."""
+        """Own every configured id: open and recover each (concurrently), retrying until it is up."""
+        self.ids = list(self.all_ids)
         await asyncio.gather(*(self._start_one(cid) for cid in self.ids))
 
-    async def _start_one(self, cid: int) -> None:
+    async def acquire(self, cid: int) -> None:
+        """Take ``cid`` over (its lease is ours): opening its log fences the previous owner."""
+        self.ids.append(cid)
+        self.owners.pop(cid, None)
+        try:
+            await self._start_one(cid, attempts=3)
+        except BaseException:
+            self.ids.remove(cid)
+            raise
+
+    async def release(self, cid: int) -> None:
+        """Stop serving ``cid``: its pending log writes are flushed and the log closed."""
+        if cid in self.ids:
+            self.ids.remove(cid)
+        tc = self._by_id.pop(cid, None)
+        if tc is not None:
+            await _quietly_close(tc)
+
+    async def _start_one(self, cid: int, attempts: int | None = None) -> None:
         s = self.settings
         delay = _open_backoff_s
-        while True:
+        for attempt in itertools.count(1):
             txn_log: TransactionLog | None = None
             try:
                 txn_log = await TransactionLog.open(
@@ -87,12 +111,17 @@ class Coordinators:
                     on_fenced=self._on_fenced, quota=self.quota,
                 )
                 await tc.recover()
+                if cid not in self.ids:  # released while it recovered
+                    await _quietly_close(tc)
+                    return
                 self._by_id[cid] = tc
                 return
             except Exception as exc:  # the ledger may not be up yet: keep trying, loudly
                 log.exception("coordinator %d: recovery failed, retrying in %.1fs: %r", cid, delay, exc)
                 if txn_log is not None:
                     await _quietly_close(txn_log)
+                if attempts is not None and attempt >= attempts:
+                    raise
             await asyncio.sleep(delay)
             delay = min(delay * 2, _open_max_backoff_s)
 
@@ -105,8 +134,9 @@ class Coordinators:
 
     def pick(self) -> TransactionCoordinator:
         """The coordinator for a new transaction."""
-        for _ in range(len(self.ids)):
-            tc = self._by_id.get(next(self._round_robin))
+        ids = list(self.ids)
+        for _ in range(len(ids)):
+            tc = self._by_id.get(ids[next(self._turn) % len(ids)])
             if tc is not None and tc.status == "Ready":
                 return tc
         raise UnavailableError("no coordinator is ready")
@@ -116,6 +146,10 @@ class Coordinators:
         if tc is None:
             if cid in self.ids:
                 raise UnavailableError(f"coordinator {cid} is still recovering")
+            if cid in self.owners:
+                owner = self.owners[cid]
+                raise NotOwnerError(f"coordinator {cid} is owned by {owner or 'nobody yet (moving)'}",
+                                    owner=owner)
             raise NotFoundError(f"coordinator {cid} is {NOT_SERVED} (this process owns {self.ids})")
         return tc
 

@@ -28,8 +28,16 @@ class CoordinatorSettings(ServiceSettings):
         4 << 20, ge=1024, description="a larger request body is refused with 413 before it is read",
     )
     coordinator_ids: Annotated[list[int], NoDecode] = Field(
-        default_factory=lambda: [0], description="coordinator ids this process owns (0..65535)"
+        default_factory=lambda: [0],
+        description="coordinator ids (0..65535): this process owns them all, or with redis_url the "
+        "replicas share them out",
     )
+    # Scale-out: with a Redis URL the coordinator ids are leased to the live replicas
+    # (streamtx.ownership); without one this process owns coordinator_ids alone.
+    redis_url: str = Field("", description="Redis for the ownership leases; empty: no replicas")
+    lease_ttl_ms: int = Field(5000, ge=300, description="a dead replica's ids move after this long")
+    advertised_url: str = Field("", description="this replica's URL for redirects (http://host:port)")
+    member: str = Field("", description="this replica's name in the membership (hostname-pid)")
     # PIP-160 transactionLogBatchedWrite*: validated like Pulsar's (max_records >= 10, ...).
     batching: BatchingSettings = Field(default_factory=BatchingSettings)
     default_timeout_ms: int = Field(60_000, ge=1, description="timeout of a transaction that names none")

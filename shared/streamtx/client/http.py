@@ -14,6 +14,7 @@ from typing import Any
 import httpx
 
 from streamtx.errors import StreamtxError, UnavailableError
+from streamtx.redirect import send_to_owner
 from streamtx.service.http import error_from_response
 
 _attempts = 4
@@ -41,8 +42,8 @@ class Endpoint:
         attempts = _attempts if idempotent else 1
         for attempt in range(attempts):
             try:
-                response = await self._client.request(
-                    method, self.base_url + path, json=json, params=params
+                response = await send_to_owner(
+                    self._client, method, self.base_url + path, json=json, params=params
                 )
             except httpx.HTTPError as exc:
                 error: StreamtxError = UnavailableError(f"{method} {path}: {exc!r}")

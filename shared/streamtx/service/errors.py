@@ -6,10 +6,10 @@ import logging
 
 from fastapi import FastAPI, Request
 from fastapi.exceptions import RequestValidationError
-from fastapi.responses import JSONResponse
+from fastapi.responses import JSONResponse, Response
 from starlette.exceptions import HTTPException
 
-from streamtx.errors import StreamtxError
+from streamtx.errors import NotOwnerError, StreamtxError
 
 log = logging.getLogger(__name__)
 
@@ -29,6 +29,18 @@ def install_error_handlers(app: FastAPI) -> None:
     @app.exception_handler(StreamtxError)
     async def _streamtx(_: Request, exc: StreamtxError) -> JSONResponse:
         return error_response(exc.status, exc.code, exc.message)
+
+    @app.exception_handler(NotOwnerError)
+    async def _not_owner(request: Request, exc: NotOwnerError) -> Response:
+        # Another replica owns the log: send the client there (307 keeps the method and
+        # the body); while the log moves nobody owns it, and 503 says retry.
+        body = {"error": exc.code, "message": exc.message, "owner": exc.owner}
+        if exc.owner is None:
+            return JSONResponse(body, status_code=503, headers={"Retry-After": "1"})
+        target = exc.owner.rstrip("/") + request.url.path
+        if request.url.query:
+            target += "?" + request.url.query
+        return JSONResponse(body, status_code=307, headers={"Location": target})
 
     @app.exception_handler(RequestValidationError)
     async def _validation(_: Request, exc: RequestValidationError) -> JSONResponse:

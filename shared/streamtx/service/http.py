@@ -22,6 +22,7 @@ from streamtx.errors import (
     TooManyRequestsError,
     UnavailableError,
 )
+from streamtx.redirect import send_to_owner
 
 _json_headers = {"content-type": "application/json"}
 _by_status: dict[int, type[StreamtxError]] = {
@@ -80,8 +81,8 @@ class ServiceClient:
         headers = None if json is None else _json_headers
         for attempt in range(tries):
             try:
-                response = await self._client.request(method, path, content=content, params=params,
-                                                      headers=headers)
+                response = await send_to_owner(self._client, method, path, content=content, params=params,
+                                               headers=headers)
             except httpx.HTTPError as exc:
                 error: StreamtxError = UnavailableError(f"{method} {path}: {exc!r}")
             else:

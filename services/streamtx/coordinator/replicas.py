@@ -1,0 +1,79 @@
+"""Coordinator replicas: the ids leased out over the live processes (``STREAMTX_REDIS_URL``).
+
+Each replica runs :class:`~streamtx.ownership.Ownership` over the configured
+coordinator ids. Taking an id opens its transaction log as writer (the fence that
+makes the previous owner's appends fail) and replays it, so the transactions of
+a dead replica finish on the new owner: COMMITTING and ABORTING ones are driven
+to their end by recovery, OPEN ones time out there. Giving an id up flushes and
+closes its log. Requests for an id another replica owns are redirected there
+(``NotOwnerError``: 307 with its URL), from the owner map refreshed every tick.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import os
+import socket
+
+from streamtx.coordinator.registry import Coordinators
+from streamtx.coordinator.settings import CoordinatorSettings
+from streamtx.ownership import Lease, LeaseStore, Ownership
+from streamtx.service import ServiceState
+
+log = logging.getLogger(__name__)
+
+service_name = "coordinator"
+
+
+def advertised_url(settings: CoordinatorSettings) -> str:
+    return settings.advertised_url or f"http://{settings.host}:{settings.port}"
+
+
+def ownership(settings: CoordinatorSettings, coordinators: Coordinators) -> Ownership:
+    """The ownership loop of this replica (not started)."""
+    url = advertised_url(settings)
+    member = settings.member or f"{socket.gethostname()}-{os.getpid()}"
+
+    async def acquire(item: str, lease: Lease) -> None:
+        log.info("coordinator %s: taking over (lease token %d)", item, lease.token)
+        await coordinators.acquire(int(item))
+
+    async def release(item: str, lost: bool) -> None:
+        if lost:
+            log.error("coordinator %s: lease lost; no longer serving it", item)
+        await coordinators.release(int(item))
+
+    async def refresh_owners() -> None:
+        for cid in coordinators.all_ids:
+            if cid not in coordinators.ids:
+                coordinators.owners[cid] = await manager.owner_url(str(cid))
+
+    leases = LeaseStore.from_url(settings.redis_url, cluster=settings.cluster, service=service_name)
+    manager = Ownership(leases, member=member, url=url, items=[str(i) for i in coordinators.all_ids],
+                        ttl_ms=settings.lease_ttl_ms, on_acquire=acquire, on_release=release,
+                        after_balance=refresh_owners)
+    return manager
+
+
+async def join(manager: Ownership, state: ServiceState) -> None:
+    """Start the loop; the replica is ready once it has taken its first share."""
+    manager.start()
+    await manager.balanced.wait()
+    state.ready = True
+    log.info("coordinator replica %s ready, owns %s", manager.member, sorted(manager.held))
+
+
+def lost(manager: Ownership | None, cid: int) -> None:
+    """A log of ours was fenced: another replica owns the id now. Stop serving it; the
+    next keepalive finds the lease gone (or gives it up) and the owner map points there."""
+    if manager is None:
+        return
+    lease = manager.held.pop(str(cid), None)
+    log.error("coordinator %d: fenced by another replica (lease %s)", cid, lease)
+    task = asyncio.get_running_loop().create_task(manager.on_release(str(cid), True))
+    _background.add(task)
+    task.add_done_callback(_background.discard)
+
+
+_background: set[asyncio.Task[None]] = set()

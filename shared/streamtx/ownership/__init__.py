@@ -1,0 +1,19 @@
+"""Ownership of logs across replicas: leases in Redis for liveness, the ledger fence for safety.
+
+- :func:`assign` spreads items (coordinator ids, partitions, subscriptions) evenly
+  over the live members;
+- :class:`LeaseStore` keeps members and leases in Redis, each lease with a
+  fencing token that only grows;
+- :class:`Ownership` runs the loop that joins, takes, renews, hands over and
+  gives up leases, calling back the service to open or close what it owns.
+
+Redis only decides who *should* write. What makes a paused or partitioned old
+owner harmless is the ledger: the new owner opens each ledger as writer, which
+appends a fence, so the old owner's next append fails with ``FencedError``.
+"""
+
+from streamtx.ownership.assign import assign, share_of
+from streamtx.ownership.lease import Lease, LeaseStore
+from streamtx.ownership.manager import Ownership
+
+__all__ = ["Lease", "LeaseStore", "Ownership", "assign", "share_of"]

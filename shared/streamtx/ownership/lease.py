@@ -1,0 +1,146 @@
+"""Members and leases in Redis, with fencing tokens.
+
+Keys, all under ``streamtx:<cluster>:<service>:``::
+
+    members            sorted set: member name -> expiry (ms since the epoch)
+    urls               hash: member name -> the URL it serves on
+    lease:<item>       string "<member>|<token>", with a TTL (PX)
+    fence:<item>       integer, INCR'd for every new lease: the fencing token
+
+A lease is taken only when nobody holds it (``SET`` under a Lua script, so the
+check and the write are one step), renewed and released only by its holder with
+its token. Tokens only grow, so a token names one tenure of one owner.
+
+Time is Redis's: TTLs run on the server, so a paused process cannot stretch its
+lease; it finds the lease gone (or another's) when it wakes.
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass
+
+import redis.asyncio as redis
+
+__all__ = ["Lease", "LeaseStore"]
+
+# KEYS: lease, fence; ARGV: member, ttl ms. Returns the token, or nil if another holds it.
+_acquire = """
+local cur = redis.call('GET', KEYS[1])
+if cur then
+  local owner, token = string.match(cur, '^(.*)|(%d+)$')
+  if owner == ARGV[1] then
+    redis.call('PEXPIRE', KEYS[1], ARGV[2])
+    return tonumber(token)
+  end
+  return nil
+end
+local token = redis.call('INCR', KEYS[2])
+redis.call('SET', KEYS[1], ARGV[1] .. '|' .. token, 'PX', ARGV[2])
+return token
+"""
+
+# KEYS: lease; ARGV: "<member>|<token>", ttl ms. 1 if renewed, 0 if not ours any more.
+_renew = """
+if redis.call('GET', KEYS[1]) == ARGV[1] then
+  redis.call('PEXPIRE', KEYS[1], ARGV[2])
+  return 1
+end
+return 0
+"""
+
+# KEYS: lease; ARGV: "<member>|<token>". 1 if released, 0 if it was not ours.
+_release = """
+if redis.call('GET', KEYS[1]) == ARGV[1] then
+  redis.call('DEL', KEYS[1])
+  return 1
+end
+return 0
+"""
+
+
+@dataclass(frozen=True, slots=True)
+class Lease:
+    """One tenure: ``member`` owns ``item`` with fencing token ``token``."""
+
+    item: str
+    member: str
+    token: int
+
+    @property
+    def value(self) -> str:
+        return f"{self.member}|{self.token}"
+
+
+class LeaseStore:
+    """Membership and leases of one service of one cluster, in Redis."""
+
+    def __init__(self, client: redis.Redis, *, cluster: str, service: str) -> None:
+        """``client`` must decode responses (``decode_responses=True``)."""
+        self._r = client
+        self._prefix = f"streamtx:{cluster}:{service}:"
+        self._acquire = client.register_script(_acquire)
+        self._renew = client.register_script(_renew)
+        self._release = client.register_script(_release)
+
+    @classmethod
+    def from_url(cls, url: str, *, cluster: str, service: str) -> LeaseStore:
+        return cls(redis.Redis.from_url(url, socket_timeout=2.0, socket_connect_timeout=2.0,
+                                        decode_responses=True), cluster=cluster, service=service)
+
+    async def aclose(self) -> None:
+        await self._r.aclose()
+
+    def _key(self, name: str) -> str:
+        return self._prefix + name
+
+    # -- membership -----------------------------------------------------------------
+    async def heartbeat(self, member: str, url: str, ttl_ms: int) -> None:
+        """Say ``member`` is alive for ``ttl_ms`` more, serving on ``url``."""
+        now = _now_ms()
+        async with self._r.pipeline(transaction=True) as p:
+            p.zadd(self._key("members"), {member: now + ttl_ms})
+            p.hset(self._key("urls"), member, url)
+            p.zremrangebyscore(self._key("members"), "-inf", now)
+            await p.execute()
+
+    async def leave(self, member: str) -> None:
+        async with self._r.pipeline(transaction=True) as p:
+            p.zrem(self._key("members"), member)
+            p.hdel(self._key("urls"), member)
+            await p.execute()
+
+    async def members(self) -> list[str]:
+        """The members whose heartbeat has not expired, sorted."""
+        names = await self._r.zrangebyscore(self._key("members"), _now_ms(), "+inf")
+        return sorted(str(n) for n in names)
+
+    async def url_of(self, member: str) -> str | None:
+        url = await self._r.hget(self._key("urls"), member)
+        return str(url) if url is not None else None
+
+    # -- leases ---------------------------------------------------------------------
+    async def acquire(self, item: str, member: str, ttl_ms: int) -> Lease | None:
+        """Take ``item``'s lease for ``member`` (or extend it if already ``member``'s)."""
+        token = await self._acquire(keys=[self._key(f"lease:{item}"), self._key(f"fence:{item}")],
+                                    args=[member, ttl_ms])
+        return Lease(item, member, int(token)) if token is not None else None
+
+    async def renew(self, lease: Lease, ttl_ms: int) -> bool:
+        """Extend a lease we hold; False when it expired or another member holds it now."""
+        return bool(await self._renew(keys=[self._key(f"lease:{lease.item}")], args=[lease.value, ttl_ms]))
+
+    async def release(self, lease: Lease) -> bool:
+        return bool(await self._release(keys=[self._key(f"lease:{lease.item}")], args=[lease.value]))
+
+    async def holder(self, item: str) -> Lease | None:
+        """Who holds ``item`` now, if anybody."""
+        raw = await self._r.get(self._key(f"lease:{item}"))
+        if raw is None:
+            return None
+        member, _, token = str(raw).rpartition("|")
+        return Lease(item, member, int(token))
+
+
+def _now_ms() -> int:
+    return int(time.time() * 1000)

@@ -1,0 +1,138 @@
+"""The ownership loop of one replica: join, take, renew, hand over, give up.
+
+Every ``ttl / 3`` the replica
+
+1. heartbeats its membership (with its URL, for redirects and lookups);
+2. renews the leases it holds; a lease it could not renew is *lost* (it expired
+   while the process was paused or cut off from Redis): the service is told to
+   stop serving that item at once (``on_release(item, lost=True)``);
+3. computes its share (:func:`~streamtx.ownership.assign.share_of`) over the live
+   members and hands over what is no longer its share: the service stops, flushes
+   and closes the item (``on_release(item, lost=False)``), then the lease is
+   released so the new owner can take it without waiting for the TTL;
+4. takes the leases of its share that nobody holds, and opens each item
+   (``on_acquire(item, lease)``: for a log, open its ledger as writer, which fences
+   any older writer, then recover). If opening fails, the lease is released.
+
+A replica that joins therefore receives items only as their current owners let
+them go, and a replica that dies loses them after the TTL: at no moment do two
+replicas both believe they own an item for longer than it takes the old one to
+notice at its next tick (and even then the ledger fence refuses its appends).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+from collections.abc import Awaitable, Callable, Coroutine, Sequence
+from typing import Any
+
+from streamtx.ownership.assign import share_of
+from streamtx.ownership.lease import Lease, LeaseStore
+
+__all__ = ["Ownership"]
+
+log = logging.getLogger(__name__)
+
+OnAcquire = Callable[[str, Lease], Coroutine[Any, Any, None]]
+OnRelease = Callable[[str, bool], Coroutine[Any, Any, None]]
+
+
+class Ownership:
+    """Keeps this replica's share of ``items`` leased and opened."""
+
+    def __init__(self, leases: LeaseStore, *, member: str, url: str, items: Sequence[str], ttl_ms: int,
+                 on_acquire: OnAcquire, on_release: OnRelease,
+                 after_balance: Callable[[], Awaitable[None]] | None = None) -> None:
+        self.leases = leases
+        self.member = member
+        self.url = url
+        self.items = list(items)
+        self.ttl_ms = ttl_ms
+        self.on_acquire = on_acquire
+        self.on_release = on_release
+        self._after_balance = after_balance
+        self.held: dict[str, Lease] = {}
+        self._tasks: list[asyncio.Task[None]] = []
+        self.ticks = 0
+        self.balanced = asyncio.Event()  # set once the first share was taken
+
+    @property
+    def interval_s(self) -> float:
+        return self.ttl_ms / 3000
+
+    def start(self) -> None:
+        self._tasks = [asyncio.create_task(self._every(self.keepalive), name=f"leases-{self.member}"),
+                       asyncio.create_task(self._every(self.balance), name=f"ownership-{self.member}")]
+
+    async def _every(self, step: Callable[[], Awaitable[None]]) -> None:
+        # Two loops: renewing never waits behind a long recovery in ``balance``.
+        while True:
+            try:
+                await step()
+            except Exception as exc:  # Redis down: keep what we hold until the leases run out
+                log.warning("ownership %s: %s failed: %r", self.member, step.__name__, exc)
+            await asyncio.sleep(self.interval_s)
+
+    async def tick(self) -> None:
+        """One round of both loops (tests drive it by hand)."""
+        await self.keepalive()
+        await self.balance()
+
+    async def keepalive(self) -> None:
+        await self.leases.heartbeat(self.member, self.url, self.ttl_ms)
+        for item, lease in list(self.held.items()):
+            if not await self.leases.renew(lease, self.ttl_ms) and self.held.get(item) is lease:
+                log.error("ownership %s: lease of %s lost (token %d)", self.member, item, lease.token)
+                del self.held[item]
+                await self.on_release(item, True)
+
+    async def balance(self) -> None:
+        share = set(share_of(self.member, self.items, await self.leases.members()))
+        for item in [i for i in self.held if i not in share]:
+            lease = self.held.pop(item)
+            log.info("ownership %s: handing %s over", self.member, item)
+            await self.on_release(item, False)
+            await self.leases.release(lease)
+        await asyncio.gather(*(self._take(item) for item in sorted(share - self.held.keys())))
+        if self._after_balance is not None:
+            await self._after_balance()
+        self.ticks += 1
+        self.balanced.set()
+
+    async def _take(self, item: str) -> None:
+        lease = await self.leases.acquire(item, self.member, self.ttl_ms)
+        if lease is None:
+            return  # its owner has not let it go yet
+        self.held[item] = lease  # renewed by keepalive while it opens
+        try:
+            await self.on_acquire(item, lease)
+        except Exception as exc:
+            log.warning("ownership %s: opening %s failed: %r", self.member, item, exc)
+            if self.held.get(item) is lease:
+                del self.held[item]
+                await self.leases.release(lease)
+            return
+        log.info("ownership %s: owns %s (token %d)", self.member, item, lease.token)
+
+    async def owner_url(self, item: str) -> str | None:
+        """The URL of whoever holds ``item`` now (None if nobody does)."""
+        lease = await self.leases.holder(item)
+        return await self.leases.url_of(lease.member) if lease is not None else None
+
+    async def stop(self) -> None:
+        """Graceful: close every item, release every lease, leave the membership."""
+        for task in self._tasks:
+            task.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await task
+        for item, lease in list(self.held.items()):
+            del self.held[item]
+            try:
+                await self.on_release(item, False)
+                await self.leases.release(lease)
+            except Exception as exc:
+                log.warning("ownership %s: releasing %s failed: %r", self.member, item, exc)
+        with contextlib.suppress(Exception):
+            await self.leases.leave(self.member)

@@ -1,0 +1,119 @@
+"""Leases and the ownership loop against a real redis-server."""
+
+from __future__ import annotations
+
+import uuid
+from collections.abc import AsyncIterator
+
+import pytest
+
+from streamtx.ownership import Lease, LeaseStore, Ownership
+from tests.support.suite import eventually
+
+
+@pytest.fixture
+async def leases(redis_url: str) -> AsyncIterator[LeaseStore]:
+    store = LeaseStore.from_url(redis_url, cluster=f"c{uuid.uuid4().hex[:6]}", service="tc")
+    yield store
+    await store.aclose()
+
+
+async def test_a_lease_has_one_holder_and_each_tenure_a_larger_token(leases: LeaseStore) -> None:
+    first = await leases.acquire("0", "a", 10_000)
+    assert first is not None
+    assert await leases.acquire("0", "b", 10_000) is None
+    again = await leases.acquire("0", "a", 10_000)
+    assert again == first  # the holder re-acquiring keeps its tenure
+    assert not await leases.release(Lease("0", "b", first.token))  # not b's to release
+    assert await leases.release(first)
+    second = await leases.acquire("0", "b", 10_000)
+    assert second is not None and second.token > first.token
+    assert await leases.holder("0") == second
+    assert not await leases.renew(first, 10_000)  # an old tenure cannot come back
+
+
+async def test_an_unrenewed_lease_expires_and_another_member_takes_it(leases: LeaseStore) -> None:
+    first = await leases.acquire("7", "a", 200)
+    assert first is not None
+    await eventually(lambda: _expired(leases, "7"), what="the lease to expire")
+    taken = await leases.acquire("7", "b", 10_000)
+    assert taken is not None and taken.token > first.token
+    assert not await leases.renew(first, 10_000)
+
+
+async def _expired(leases: LeaseStore, item: str) -> bool:
+    return await leases.holder(item) is None
+
+
+class Opened:
+    """What a fake service has opened, as the ownership loop tells it."""
+
+    def __init__(self) -> None:
+        self.open: set[str] = set()
+        self.lost: list[str] = []
+
+    async def acquire(self, item: str, lease: Lease) -> None:
+        self.open.add(item)
+
+    async def release(self, item: str, lost: bool) -> None:
+        self.open.discard(item)
+        if lost:
+            self.lost.append(item)
+
+
+def replica(leases: LeaseStore, name: str, items: list[str], opened: Opened, ttl_ms: int = 3000) -> Ownership:
+    return Ownership(leases, member=name, url=f"http://{name}", items=items, ttl_ms=ttl_ms,
+                     on_acquire=opened.acquire, on_release=opened.release)
+
+
+async def test_a_joining_replica_gets_its_share_by_handover_never_by_double_ownership(
+        leases: LeaseStore) -> None:
+    items = [str(i) for i in range(6)]
+    a_open, b_open = Opened(), Opened()
+    a, b = replica(leases, "a", items, a_open), replica(leases, "b", items, b_open)
+    await a.tick()
+    assert a_open.open == set(items)
+    await b.tick()  # b's share is still held by a: b takes nothing yet
+    assert b_open.open == set()
+    await a.tick()  # a sees b and hands b's share over (closed before the lease goes)
+    assert len(a_open.open) == 3 and b_open.open == set()
+    await b.tick()
+    assert b_open.open == set(items) - a_open.open and len(b_open.open) == 3
+    assert a.held.keys() == a_open.open and b.held.keys() == b_open.open
+    assert await a.owner_url(sorted(b_open.open)[0]) == "http://b"
+    assert a_open.lost == b_open.lost == []
+
+
+async def test_a_dead_replicas_items_move_after_its_lease_and_a_paused_one_finds_them_lost(
+        leases: LeaseStore) -> None:
+    items = ["0", "1"]
+    a_open, b_open = Opened(), Opened()
+    a = replica(leases, "a", items, a_open, ttl_ms=300)
+    b = replica(leases, "b", items, b_open, ttl_ms=300)
+    await a.tick()
+    await b.tick()
+    await a.tick()
+    await b.tick()
+    assert a_open.open and b_open.open
+    a_had = set(a_open.open)
+    # a stops ticking (paused, or dead): its membership and leases run out, b takes all.
+    async def b_has_all() -> bool:
+        await b.tick()
+        return b_open.open == set(items)
+
+    await eventually(b_has_all, what="b to take a's items after a's lease ran out")
+    # a wakes: its renewals fail, so it drops what it held (lost, not handed over).
+    await a.keepalive()
+    assert a_open.open == set() and set(a_open.lost) == a_had
+    assert set(b.held) == set(items)
+
+
+async def test_stop_releases_at_once_so_the_next_owner_need_not_wait_for_the_ttl(leases: LeaseStore) -> None:
+    a_open, b_open = Opened(), Opened()
+    a = replica(leases, "a", ["0"], a_open, ttl_ms=60_000)
+    b = replica(leases, "b", ["0"], b_open, ttl_ms=60_000)
+    await a.tick()
+    await a.stop()
+    assert a_open.open == set() and await leases.members() == []
+    await b.tick()
+    assert b_open.open == {"0"}
