@@ -5,7 +5,7 @@ STAMP   := .venv/.stamp-setup
 DATA    ?= data
 export PYTHONPATH := shared:services:spark-jobs:.
 
-.PHONY: setup run test lint spark-histograms bench bench-log bench-tc bench-txn bench-peer demo demo-long clean bench-bounded
+.PHONY: setup run test lint spark-histograms spark-compact bench bench-log bench-tc bench-txn bench-peer demo demo-long clean bench-bounded
 
 setup: $(STAMP)
 
@@ -54,6 +54,9 @@ bench-peer: setup
 SPARK_OUT ?= $(DATA)/spark
 spark-histograms: setup
 	$(PY) spark-jobs/histograms.py --ledgers file://$(abspath $(DATA)) --out $(SPARK_OUT) $(ARGS)
+
+spark-compact: setup
+	$(PY) spark-jobs/compact.py --ledgers file://$(abspath $(DATA)) --out $(SPARK_OUT) $(ARGS)
 
 demo: setup
 	$(PY) -m streamtx.cli demo reshard

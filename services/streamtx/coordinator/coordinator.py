@@ -66,6 +66,7 @@ from streamtx.errors import (
 log = logging.getLogger(__name__)
 
 
+_adopt_check_s = 5.0  # how often the housekeeping loop looks for a compacted base to adopt
 _gc_pauses = 0  # replays running now (coordinators of one process recover concurrently)
 
 
@@ -142,6 +143,7 @@ class TransactionCoordinator:
         self.recover_ended_ms = 0
         self._next = 0  # next counter to hand out
         self._reserving: asyncio.Task[None] | None = None
+        self._next_adopt_check = 0.0
         self._heap: list[tuple[int, int, TxnId]] = []  # (deadline ms, counter, txn) of OPEN txns
         self._sleep_until_ms = 0
         self._wake = asyncio.Event()
@@ -421,6 +423,19 @@ class TransactionCoordinator:
                 await self.delete_finished()
             except StreamtxError as exc:
                 log.warning("coordinator %d: deleting finished records failed: %s", self.coordinator_id, exc)
+            if time.monotonic() >= self._next_adopt_check:
+                self._next_adopt_check = time.monotonic() + _adopt_check_s
+                try:
+                    await self.adopt_compaction()
+                except StreamtxError as exc:
+                    log.warning("coordinator %d: adopting a compaction failed: %s", self.coordinator_id, exc)
+
+    async def adopt_compaction(self) -> None:
+        """Adopt a compacted base of the log (``compact`` Spark job) that holds what we still need."""
+        needed = [ref for meta in self.table.unfinished() for ref in meta.refs]
+        if self.table.reserve_ref is not None:
+            needed.append(self.table.reserve_ref)
+        await self.log.adopt_compaction(needed)
 
     async def delete_finished(self) -> int:
         """Delete the records of transactions finished longer than the retention ago; trim."""

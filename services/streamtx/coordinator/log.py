@@ -18,9 +18,9 @@ from __future__ import annotations
 import asyncio
 from collections.abc import Awaitable, Callable, Iterable, Sequence
 
-from streamtx.batching import BufferedWriter
+from streamtx.batching import BufferedWriter, compacted
 from streamtx.batching.metrics import BatchedLogMetrics
-from streamtx.batching.replay import replay_entries
+from streamtx.batching.replay import replay_entries, replay_records
 from streamtx.batching.settings import BatchingSettings
 from streamtx.coordinator import records
 from streamtx.coordinator.records import LogRef, Record
@@ -41,10 +41,15 @@ def ledger_name(cluster: str, coordinator_id: int) -> str:
 class TransactionLog:
     """Appends, replays and deletes the records of one coordinator; open with :meth:`open`."""
 
-    def __init__(self, ledger: Ledger, cursor: Cursor, writer: BufferedWriter[Record]) -> None:
+    def __init__(
+        self, ledger: Ledger, cursor: Cursor, writer: BufferedWriter[Record],
+        factory: LedgerFactory | None = None,
+    ) -> None:
         self._ledger = ledger
         self._cursor = cursor
         self._writer = writer
+        self._factory = factory  # where compacted bases live (None: no compaction)
+        self.adopted_base = -1  # the compacted base generation adopted (see batching/compacted.py)
 
     @classmethod
     async def open(
@@ -66,7 +71,7 @@ class TransactionLog:
         writer: BufferedWriter[Record] = BufferedWriter(
             ledger, records.encode, metrics=metrics, **batching.writer_kwargs()
         )
-        return cls(ledger, cursor, writer)
+        return cls(ledger, cursor, writer, store)
 
     @property
     def name(self) -> str:
@@ -99,13 +104,23 @@ class TransactionLog:
         cursor = self._cursor
         ledger = self._ledger
         count = 0
+        start = cursor.first_undeleted()
+        # A compacted base holds what replay needs below its cut: read it first.
+        loaded = await compacted.load_base(self._factory, ledger.name) if self._factory else None
+        if loaded is not None:
+            info, base = loaded
+            count += replay_records(base, ledger.ledger_id, cursor, self._one(apply))[0]
+            start = max(start, Position(ledger.ledger_id, info.cut))
         # Read ahead: the next chunk is read (on the backend's I/O thread, or
         # from the network) while this one is decoded.
-        ahead = asyncio.ensure_future(ledger.read(cursor.first_undeleted(), _read_entries))
+        ahead = asyncio.ensure_future(ledger.read(start, _read_entries))
         try:
             while True:
                 entries = await ahead
                 if not entries:
+                    if loaded is not None:  # the state stands on base + tail: adopt the base
+                        await ledger.trim(Position(ledger.ledger_id, loaded[0].cut))
+                        self.adopted_base = loaded[0].generation
                     return count
                 last = entries[-1].position
                 ahead = asyncio.ensure_future(
@@ -116,12 +131,21 @@ class TransactionLog:
         finally:
             ahead.cancel()
 
-    def _replay_entries(self, entries: list[Entry], apply: Callable[[LogRef, Record], object]) -> int:
+    @staticmethod
+    def _one(apply: Callable[[LogRef, Record], object]) -> Callable[[Position, int, int, bytes], None]:
         def one(position: Position, index: int, size: int, raw: bytes) -> None:
             # tuple.__new__: a NamedTuple's own constructor costs twice as much.
             apply(_tuple_new(LogRef, (position, index, size)), decode(raw))
 
-        return replay_entries(entries, self._cursor, one)[0]
+        return one
+
+    def _replay_entries(self, entries: list[Entry], apply: Callable[[LogRef, Record], object]) -> int:
+        return replay_entries(entries, self._cursor, self._one(apply))[0]
+
+    async def adopt_compaction(self, needed: Iterable[LogRef]) -> None:
+        """Trim below a newer compacted base's cut when it holds every ``needed`` record."""
+        if self._factory is not None:
+            self.adopted_base = await compacted.adopt(self._factory, self._ledger, needed, self.adopted_base)
 
     # --- deleting ----------------------------------------------------------------
 

@@ -30,7 +30,8 @@ from typing import Any, Protocol
 
 from prometheus_client import CollectorRegistry
 
-from streamtx.batching.replay import replay_entries
+from streamtx.batching import compacted
+from streamtx.batching.replay import replay_entries, replay_records
 from streamtx.cursor import Cursor
 from streamtx.errors import ConflictError, FencedError, LedgerError, MalformedError, UnavailableError
 from streamtx.ledger import Ledger, LedgerFactory, Position
@@ -114,6 +115,8 @@ class PendingAckStore:
         self._inflight_done = asyncio.Condition()
         self._end_locks: dict[TxnId, tuple[asyncio.Lock, int]] = {}
         self._cleanups: set[asyncio.Task[None]] = set()  # deletes of ended transactions' records
+        self._factory: LedgerFactory | None = None  # where compacted bases live (set by open)
+        self.adopted_base = -1  # the compacted base generation adopted (see batching/compacted.py)
 
     @classmethod
     async def open(
@@ -134,6 +137,7 @@ class PendingAckStore:
             topic, subscription, ledger, cursor, writer_factory(ledger, batch_enabled), state, notifier,
             batch_enabled=batch_enabled, trim_every_ends=trim_every_ends, metrics=metrics,
         )
+        self._factory = store
         garbage = await self._replay()
         if garbage:
             await self._delete(garbage)
@@ -145,21 +149,31 @@ class PendingAckStore:
         started = loop.time()
         entries = records = skipped = 0
         garbage: list[LogSlot] = []
-        start: Position | None = self.cursor.first_undeleted()
+        start: Position = self.cursor.first_undeleted()
+
+        def one(position: Position, index: int, size: int, payload: bytes) -> None:
+            garbage.extend(self.state.apply(decode(payload), LogSlot(position, index, size)))
+
+        # A compacted base holds what replay needs below its cut: read it first.
+        loaded = await compacted.load_base(self._factory, self.ledger.name) if self._factory else None
+        if loaded is not None:
+            applied, dropped = replay_records(loaded[1], self.ledger.ledger_id, self.cursor, one)
+            records += applied
+            skipped += dropped
+            start = max(start, Position(self.ledger.ledger_id, loaded[0].cut))
         while True:
             chunk = await self.ledger.read(start, _replay_chunk)
             if not chunk:
                 break
             entries += len(chunk)
-
-            def one(position: Position, index: int, size: int, payload: bytes) -> None:
-                garbage.extend(self.state.apply(decode(payload), LogSlot(position, index, size)))
-
             applied, dropped = replay_entries(chunk, self.cursor, one)
             records += applied
             skipped += dropped
             last = chunk[-1].position
             start = Position(last.ledger_id, self.ledger.next_entry_id(last.entry_id))
+        if loaded is not None:  # the state stands on base + tail: adopt the base
+            await self.ledger.trim(Position(self.ledger.ledger_id, loaded[0].cut))
+            self.adopted_base = loaded[0].generation
         self.replay = ReplayStats(entries, records, skipped, loop.time() - started)
         self._metrics.replayed(self.replay.seconds)
         log.info("pending-ack %s/%s replayed: %s", self.topic, self.subscription, self.replay)
@@ -304,8 +318,16 @@ class PendingAckStore:
             if self._ends_since_trim >= self._trim_every_ends:
                 self._ends_since_trim = 0
                 await self.cursor.trim_ledger()
+                await self.adopt_compaction()
         except LedgerError as exc:
             log.warning("pending-ack %s/%s: deleting records failed: %r", self.topic, self.subscription, exc)
+
+    async def adopt_compaction(self) -> None:
+        """Adopt a compacted base of the log (``compact`` Spark job) that holds what we still need."""
+        if self._factory is not None:
+            needed = [(s.position, s.batch_index, s.batch_size)
+                      for acks in self.state.txns.values() for s in acks.slots]
+            self.adopted_base = await compacted.adopt(self._factory, self.ledger, needed, self.adopted_base)
 
     # --- admin -----------------------------------------------------------------
 

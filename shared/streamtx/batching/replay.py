@@ -24,7 +24,7 @@ from typing import Protocol
 from streamtx.batching.codec import decode_entry
 from streamtx.ledger.base import Entry, Position
 
-__all__ = ["Deletions", "StateDeletions", "replay_entries"]
+__all__ = ["Deletions", "StateDeletions", "replay_entries", "replay_records"]
 
 Apply = Callable[[Position, int, int, bytes], object]
 
@@ -79,4 +79,20 @@ def replay_entries(entries: Iterable[Entry], deletions: Deletions | None, apply:
             else:
                 apply(position, index, size, raw)
                 applied += 1
+    return applied, skipped
+
+
+def replay_records(
+    records: Iterable[tuple[int, int, int, bytes]], ledger_id: int, deletions: Deletions | None, apply: Apply
+) -> tuple[int, int]:
+    """:func:`replay_entries` for records already out of their entries: a compacted base's
+    ``(entry_id, batch_index, batch_size, record)`` (see :mod:`.compacted`), judged by the same rule."""
+    applied = skipped = 0
+    for entry_id, index, size, raw in records:
+        position = Position(ledger_id, entry_id)
+        if deletions is not None and deletions.is_deleted(position, index if size > 1 else None):
+            skipped += 1
+        else:
+            apply(position, index, size, raw)
+            applied += 1
     return applied, skipped

@@ -88,7 +88,9 @@ def judge(ledger_results: list[tuple[Split, int, list[tuple[int, tuple[int, int,
             entry_id += 1
         if split.path:
             next_id[split.path] = entry_id
-        tasks.append(Task(split, first, first_id, frozenset(drop)))
+        else:
+            entry_id = split.hi  # Kafka offsets may have gaps
+        tasks.append(Task(split, first, first_id, entry_id, frozenset(drop)))
     return tasks
 
 

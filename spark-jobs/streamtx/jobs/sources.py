@@ -65,6 +65,7 @@ class Task:
     split: Split
     first: int  # file position of the first entry (file); = lo (kafka)
     first_id: int
+    end_id: int  # one past the last entry id of the split
     drop: frozenset[int] = field(default_factory=frozenset)
 
 

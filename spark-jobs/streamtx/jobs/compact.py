@@ -1,0 +1,242 @@
+"""The ``compact`` job: smaller transaction and pending-ack logs, adopted by their running owners.
+
+Design (the formats and the owners' side are in
+:mod:`streamtx.batching.compacted`): the job never writes to a log it does
+not own. For each log it
+
+1. plans the log as the histograms job does (:mod:`.reader`: fences,
+   duplicates and trims judged by the ledger layer's rule); the **cut** is the
+   log's end as planned, and nothing below it ever changes;
+2. in one Spark task per log, replays the compacted base in force (if any)
+   and the log's entries from that base's cut up to the new cut, through the
+   owner's cursor (its last persisted state: deleted records stay deleted) and
+   the owner's own state machine (:mod:`.compaction`), and writes the records
+   still needed, with their original places, to a new ledger
+   ``<log>/base/<generation>``, sealed;
+3. on the driver, once every task has finished, appends the new manifest to
+   ``compaction/manifest``: **the commit point**. A job that dies before it
+   changes nothing a service reads (the half-written base is never named, and
+   the next run deletes it); after it, the owners read base then tail when
+   they recover, and adopt the base while they run (trim the log below the cut
+   once they have checked the base holds every record their state still
+   needs). Bases two generations old are deleted.
+
+Reports per log: records and bytes before (live records below the cut,
+including the old base) and after (the new base).
+
+Transaction-buffer snapshot ledgers are not compacted here: the broker
+already keeps only what its newest durable snapshot index names (it trims
+below the oldest segment that index names, ``broker/tbsnapshot.py``), which
+is what such a compaction would keep.
+
+Run: ``spark-submit spark-jobs/compact.py --ledgers file:///data``,
+``streamtx jobs compact ...`` or ``make spark-compact``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import contextlib
+import json
+import os
+import time
+from dataclasses import asdict, dataclass
+from typing import Any
+
+from streamtx.batching import compacted
+from streamtx.batching.replay import StateDeletions
+from streamtx.cursor.state import CursorState
+from streamtx.errors import LedgerError
+from streamtx.jobs import compaction, outputs
+from streamtx.jobs.common import add_input_args, names_of
+from streamtx.jobs.reader import live_entries, plan_tasks
+from streamtx.jobs.session import get_session
+from streamtx.jobs.sources import PENDINGACK, TXNLOG, LedgerRef, Task, find_ledgers, read_cursor
+from streamtx.ledger import ledger_id_for, open_ledger_factory
+
+_kinds = frozenset({TXNLOG, PENDINGACK})
+
+
+@dataclass
+class LogReport:
+    """One log's compaction."""
+
+    ledger: str
+    kind: str
+    generation: int
+    cut: int
+    records_before: int
+    records_after: int
+    bytes_before: int
+    bytes_after: int
+
+
+@dataclass
+class _Work:
+    ref: LedgerRef
+    tasks: list[Task]
+    cut: int
+    cursor: bytes | None
+    old: compacted.BaseInfo | None
+    generation: int
+
+
+def compact_log(work: _Work) -> LogReport:
+    """Executor: replay one log below its cut and write the new base ledger."""
+    ref = work.ref
+    deletions = StateDeletions(CursorState.decode(work.cursor)) if work.cursor else None
+    base: list[compacted.BaseRecord] = []
+    old_cut = 0
+    if work.old is not None:
+        loaded = asyncio.run(_load(ref.url, ref.name))
+        if loaded is None or loaded[0].generation != work.old.generation:
+            raise RuntimeError(f"{ref.name}: the manifest changed while the job ran")
+        base, old_cut = loaded[1], loaded[0].cut
+    entries = ((eid, p) for task in work.tasks for eid, p in live_entries(task) if old_cut <= eid < work.cut)
+    lid = ledger_id_for(ref.name)
+    if ref.kind == TXNLOG:
+        kept = compaction.compact_txn_log(int(ref.label("coordinator_id")), lid, deletions, base, entries)
+    else:
+        kept = compaction.compact_pending_ack_log(lid, deletions, base, entries)
+    kept.bytes_before += sum(len(r[3]) + 16 for r in base)
+    data = compacted.encode_base(kept.records, work.cut)
+    asyncio.run(_write_base(ref.url, compacted.base_ledger(ref.name, work.generation), data))
+    return LogReport(ref.name, ref.kind, work.generation, work.cut, kept.records_before, len(kept.records),
+                     kept.bytes_before, sum(map(len, data)))
+
+
+async def _load(url: str, name: str) -> tuple[compacted.BaseInfo, list[compacted.BaseRecord]] | None:
+    factory = open_ledger_factory(url)
+    try:
+        return await compacted.load_base(factory, name)
+    finally:
+        await factory.close()
+
+
+async def _write_base(url: str, name: str, entries: list[bytes]) -> None:
+    factory = open_ledger_factory(url)
+    try:
+        with contextlib.suppress(LedgerError):
+            await factory.delete(name)  # a base a dead run left half written
+        ledger = await factory.open(name, writer=True)
+        await asyncio.gather(*(ledger.append(e) for e in entries))  # group-committed, in order
+    finally:
+        await factory.close()
+
+
+async def _commit(url: str, reports: list[LogReport], manifest: dict[str, compacted.BaseInfo]) -> None:
+    """Driver: append the new manifest (the commit point), then drop what it superseded."""
+    factory = open_ledger_factory(url)
+    try:
+        new = dict(manifest)
+        for r in reports:
+            new[r.ledger] = compacted.BaseInfo(r.generation, r.cut, r.records_after)
+        ledger = await factory.open(compacted.manifest_ledger, writer=True)
+        position = await ledger.append(compacted.encode_manifest(new))
+        await ledger.trim(position)
+        await ledger.close()
+        for r in reports:
+            if r.generation >= 2:
+                await factory.delete(compacted.base_ledger(r.ledger, r.generation - 2))
+    finally:
+        await factory.close()
+
+
+def _read_manifest(url: str) -> dict[str, compacted.BaseInfo]:
+    async def go() -> dict[str, compacted.BaseInfo]:
+        factory = open_ledger_factory(url)
+        try:
+            return await compacted.read_manifest(factory)
+        finally:
+            await factory.close()
+
+    return asyncio.run(go())
+
+
+def plan(spark: Any, url: str, *, pattern: str = "*", names: list[str] | None = None,
+         split_bytes: int = 32 << 20) -> tuple[list[_Work], dict[str, compacted.BaseInfo]]:
+    """Driver: the logs to compact, each cut at its end as planned now."""
+    manifest = _read_manifest(url)
+    refs = find_ledgers(url, pattern, names, _kinds)
+    # The cursor is read before the log is planned: deletions only grow, so the
+    # job can only keep too much, never too little.
+    cursors = {ref.name: read_cursor(ref) for ref in refs}
+    tasks = plan_tasks(spark, refs, split_bytes=split_bytes)
+    by_log: dict[str, list[Task]] = {}
+    for t in tasks:
+        by_log.setdefault(t.split.ledger.name, []).append(t)
+    work = []
+    for ref in refs:
+        ts = sorted(by_log.get(ref.name, []), key=lambda t: t.split.order)
+        cut = max((t.end_id for t in ts), default=0)
+        old = manifest.get(ref.name)
+        if old is not None and cut <= old.cut:
+            continue  # nothing new since the last compaction
+        state = cursors[ref.name]
+        work.append(_Work(ref, ts, cut, state.encode() if state else None, old,
+                          old.generation + 1 if old else 0))
+    return work, manifest
+
+
+def run(spark: Any, url: str, *, pattern: str = "*", names: list[str] | None = None,
+        split_bytes: int = 32 << 20, commit: bool = True) -> list[LogReport]:
+    """Plan, write the bases on Spark, commit; the reports (``commit=False``: a run that dies there)."""
+    work, manifest = plan(spark, url, pattern=pattern, names=names, split_bytes=split_bytes)
+    if not work:
+        return []
+    sc = spark.sparkContext
+    reports: list[LogReport] = sc.parallelize(work, len(work)).map(compact_log).collect()
+    if commit:
+        asyncio.run(_commit(url, reports, manifest))
+    return reports
+
+
+def results_of(reports: list[LogReport], seconds: float) -> outputs.Results:
+    res = outputs.Results("compact")
+    for r in reports:
+        for phase, recs, size in (("before", r.records_before, r.bytes_before),
+                                  ("after", r.records_after, r.bytes_after)):
+            labels = (("ledger", r.ledger), ("kind", r.kind), ("phase", phase))
+            res.gauges.setdefault("compact_records", {})[labels] = recs
+            res.gauges.setdefault("compact_bytes", {})[labels] = size
+    job = (("job", "compact"),)
+    res.gauges["job_last_success_timestamp_seconds"] = {job: time.time()}
+    res.gauges["job_duration_seconds"] = {job: seconds}
+    res.gauges["job_records_read"] = {job: sum(r.records_before for r in reports)}
+    res.extra["logs"] = [asdict(r) for r in reports]
+    return res
+
+
+def build_parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(prog="compact", description=__doc__,
+                                formatter_class=argparse.RawDescriptionHelpFormatter)
+    add_input_args(p)
+    p.add_argument("--out", default=None, help="write report.json and streamtx_spark_compact.prom here")
+    p.add_argument("--prom", default=None, help="the .prom file (default <out>/streamtx_spark_compact.prom)")
+    p.add_argument("--pushgateway", default=None, help="push the report's metrics to this Pushgateway")
+    return p
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    spark = get_session(args.master, "streamtx-compact")
+    started = time.monotonic()
+    reports = run(spark, args.ledgers, pattern=args.pattern, names=names_of(args),
+                  split_bytes=args.split_mb << 20)
+    res = results_of(reports, time.monotonic() - started)
+    print(f"{'ledger':<60} {'records':>21} {'bytes':>25}")
+    for r in reports:
+        print(f"{r.ledger:<60} {r.records_before:>10}->{r.records_after:<10} "
+              f"{r.bytes_before:>12}->{r.bytes_after:<12}")
+    if args.out:
+        os.makedirs(args.out, exist_ok=True)
+        with open(os.path.join(args.out, "report.json"), "w") as f:
+            json.dump(outputs.summary(res), f, indent=2, sort_keys=True)
+    if args.prom or args.out:
+        outputs.write_prom(res, args.prom or os.path.join(args.out, "streamtx_spark_compact.prom"))
+    if args.pushgateway:
+        outputs.push(res, args.pushgateway)
+    print(f"compact: {len(reports)} logs compacted in {time.monotonic() - started:.1f} s")
+    return 0
+

@@ -1,0 +1,114 @@
+"""What a compaction keeps of one log, decided by the owner's own replay. Pure.
+
+The records of a log below the cut (a compacted base first, if one is in
+force, then the log's live entries) are replayed exactly as the owning
+service replays them: the cursor's deletions by the shared rule of
+:mod:`streamtx.batching.replay`, the records into the service's own state
+(:class:`~streamtx.coordinator.table.TxnTable`,
+:class:`~streamtx.pendingack.state.SubscriptionState`). What the state still
+stands on is kept, with its original place in the log:
+
+* transaction log: every record of a transaction not in a final state, and
+  the live id reservation, and the records of the transaction with the
+  highest id when no reservation covers it (finished transactions,
+  superseded reservations and leftovers are dropped: the coordinator deletes
+  them itself too);
+* pending-ack log: every record of a transaction that holds acks (open,
+  prepared, ending), and the end marker of each recently ended transaction
+  the state remembers (so a late ack found after the cut is still refused).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from dataclasses import dataclass
+
+from streamtx.batching.compacted import BaseRecord
+from streamtx.batching.replay import Deletions, replay_entries, replay_records
+from streamtx.coordinator import records as tc
+from streamtx.coordinator.table import TxnTable
+from streamtx.coordinator.txnid import TxnId
+from streamtx.ledger.base import Entry, Position
+from streamtx.pendingack import records as pa
+from streamtx.pendingack.state import LogSlot, SubscriptionState
+
+Place = tuple[int, int, int]  # entry_id, batch_index, batch_size
+
+
+@dataclass
+class Kept:
+    """The outcome for one log: the records kept, and the counts around them."""
+
+    records: list[BaseRecord]
+    records_before: int
+    bytes_before: int
+
+    @property
+    def bytes_after(self) -> int:
+        return sum(len(r[3]) + 16 for r in self.records)
+
+
+class _Replay:
+    """Feeds base records and entries, in log order, to ``apply``; remembers every record's bytes."""
+
+    def __init__(self, ledger_id: int, deletions: Deletions | None) -> None:
+        self.ledger_id = ledger_id
+        self.deletions = deletions
+        self.raw: dict[Place, bytes] = {}
+        self.bytes = 0
+
+    def run(self, base: Iterable[BaseRecord], entries: Iterable[tuple[int, bytes]], apply: object) -> int:
+        def one(position: Position, index: int, size: int, raw: bytes) -> None:
+            self.raw[position.entry_id, index, size] = raw
+            apply(position, index, size, raw)  # type: ignore[operator]
+
+        n = replay_records(base, self.ledger_id, self.deletions, one)[0]
+        for entry_id, payload in entries:
+            self.bytes += len(payload)
+            n += replay_entries([Entry(Position(self.ledger_id, entry_id), payload)], self.deletions, one)[0]
+        return n
+
+    def kept(self, places: Iterable[Place], before: int) -> Kept:
+        recs = [(e, i, n, self.raw[e, i, n]) for e, i, n in sorted(set(places))]
+        return Kept(recs, before, self.bytes)
+
+
+def compact_txn_log(coordinator_id: int, ledger_id: int, deletions: Deletions | None,
+                    base: Iterable[BaseRecord], entries: Iterable[tuple[int, bytes]]) -> Kept:
+    """What a transaction log keeps (see the module docstring)."""
+    table = TxnTable(coordinator_id)
+    replay = _Replay(ledger_id, deletions)
+
+    def apply(position: Position, index: int, size: int, raw: bytes) -> None:
+        table.apply(tc.LogRef(position, index, size), tc.decode(raw))
+
+    before = replay.run(base, entries, apply)
+    keep = [(r.position.entry_id, r.batch_index, r.batch_size) for m in table.unfinished() for r in m.refs]
+    if table.reserve_ref is not None:
+        r = table.reserve_ref
+        keep.append((r.position.entry_id, r.batch_index, r.batch_size))
+    if table.max_counter >= table.reserved:
+        # No reservation covers the highest id handed out: keep that transaction's
+        # records (it replays as finished), or a replay would hand its id out again.
+        top = table.get(TxnId.of(coordinator_id, table.max_counter))
+        keep += [(r.position.entry_id, r.batch_index, r.batch_size) for r in (top.refs if top else ())]
+    return replay.kept(keep, before)
+
+
+def compact_pending_ack_log(ledger_id: int, deletions: Deletions | None, base: Iterable[BaseRecord],
+                            entries: Iterable[tuple[int, bytes]], *, max_ended_txns: int = 10_000) -> Kept:
+    """What a pending-ack log keeps (see the module docstring)."""
+    state = SubscriptionState(max_ended_txns=max_ended_txns)
+    replay = _Replay(ledger_id, deletions)
+    end_marker: dict[pa.TxnId, Place] = {}
+
+    def apply(position: Position, index: int, size: int, raw: bytes) -> None:
+        record = pa.decode(raw)
+        state.apply(record, LogSlot(position, index, size))
+        if isinstance(record, pa.TxnMarker) and record.kind is not pa.RecordKind.PREPARED:
+            end_marker[record.txn] = (position.entry_id, index, size)
+
+    before = replay.run(base, entries, apply)
+    keep = [(s.position.entry_id, s.batch_index, s.batch_size) for a in state.txns.values() for s in a.slots]
+    keep += [place for txn, place in end_marker.items() if state.ended(txn) is not None]
+    return replay.kept(keep, before)
