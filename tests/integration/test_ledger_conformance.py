@@ -122,3 +122,24 @@ async def test_durable_across_stores(ledger_url: str) -> None:
         assert [e.position for e in await again.read()] == positions
     finally:
         await store.close()
+
+
+async def test_exists_opens_nothing(ledger_url: str) -> None:
+    """``exists`` says whether a ledger was created, without creating it (a made-up name stays unknown)."""
+    store = open_ledger_factory(ledger_url)
+    try:
+        assert not await store.exists("conf/never")
+        assert not await store.exists("conf/never")  # asking twice did not create it
+        ledger = await store.open("conf/made")
+        await ledger.append(b"x")
+        assert await store.exists("conf/made")
+        await store.delete("conf/made")
+        assert not await store.exists("conf/made")
+    finally:
+        await store.close()
+    if not ledger_url.startswith("memory"):  # a new store (a restart) sees the same
+        again = open_ledger_factory(ledger_url)
+        try:
+            assert not await again.exists("conf/never")
+        finally:
+            await again.close()

@@ -43,7 +43,13 @@ class SerialExecutor(Executor):
             if self._running:
                 return future
             self._running = True
-        self._pool.submit(self._drain)
+        try:
+            self._pool.submit(self._drain)
+        except RuntimeError:  # the shared pool was shut down (its store closed)
+            with self._lock:
+                self._queue.clear()
+                self._running = False
+            raise
         return future
 
     def _drain(self) -> None:
