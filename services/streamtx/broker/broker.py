@@ -23,6 +23,7 @@ from streamtx.broker.txnchecker import StuckTxnChecker
 from streamtx.cursor import Cursor
 from streamtx.errors import ConflictError, MalformedError, NotFoundError, StreamtxError
 from streamtx.ledger import Ledger, LedgerFactory
+from streamtx.names import check_name
 
 log = logging.getLogger(__name__)
 
@@ -140,8 +141,7 @@ class Broker:
 
     async def create_subscription(self, topic_name: str, name: str, sub_type: SubscriptionType,
                                   initial_position: str) -> Subscription:
-        if not name or "/" in name:
-            raise MalformedError(f"bad subscription name {name!r}")
+        check_name("subscription", name)
         topic = self.topic(topic_name)
         async with self._lock:
             sub = topic.subscriptions.get(name)

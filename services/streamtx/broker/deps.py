@@ -10,6 +10,7 @@ from typing import Annotated
 from fastapi import Depends, Request
 from starlette.datastructures import State
 
+from streamtx import names
 from streamtx.broker.broker import Broker
 from streamtx.broker.settings import BrokerSettings
 from streamtx.errors import UnavailableError
@@ -36,5 +37,5 @@ BrokerDep = Annotated[Broker, Depends(get_broker)]
 SettingsDep = Annotated[BrokerSettings, Depends(get_settings)]
 
 
-def topic_name(tenant: str, namespace: str, topic: str) -> str:
-    return f"persistent://{tenant}/{namespace}/{topic}"
+# ``persistent://tenant/namespace/topic`` of path parameters, each checked (400) as Pulsar does.
+topic_name = names.topic_name

@@ -6,12 +6,14 @@ from typing import Literal
 
 from pydantic import BaseModel, Field
 
+from streamtx.names import SubscriptionName, TopicName
+
 
 class AckCreate(BaseModel):
     """Broker -> store: a transactional ack to hold."""
 
-    topic: str
-    subscription: str
+    topic: TopicName
+    subscription: SubscriptionName
     txn_id: str
     message_ids: list[str] = Field(min_length=1, max_length=100_000)
     cumulative: bool = False
@@ -27,8 +29,8 @@ class SubscriptionTxn(BaseModel):
     """Coordinator -> store: one transaction on one subscription."""
 
     txn_id: str
-    topic: str
-    subscription: str
+    topic: TopicName
+    subscription: SubscriptionName
 
 
 class SubscriptionTxnEnd(SubscriptionTxn):

@@ -125,9 +125,38 @@ def compile_template(template: str) -> re.Pattern[str]:
     return re.compile("".join(out) + r"\Z")
 
 
+def inline_schema(model: type[BaseModel]) -> dict[str, Any]:
+    """``model``'s JSON schema with its ``$defs`` inlined where they are used.
+
+    Pydantic's refs point at ``#/$defs/...`` inside the model's own schema; set
+    into an OpenAPI document by hand (``openapi_extra``) they would point at the
+    document's root, where nothing is (code generators and fuzzers skipped
+    those bodies).
+    """
+    schema = model.model_json_schema()
+    defs: dict[str, Any] = schema.pop("$defs", {})
+
+    def inline(node: Any, seen: tuple[str, ...]) -> Any:
+        if isinstance(node, dict):
+            ref = node.get("$ref")
+            if isinstance(ref, str) and ref.startswith("#/$defs/"):
+                name = ref.removeprefix("#/$defs/")
+                if name in seen:
+                    raise ValueError(f"{model.__name__}: recursive schema {name} cannot be inlined")
+                return inline({**defs[name], **{k: v for k, v in node.items() if k != "$ref"}},
+                              (*seen, name))
+            return {k: inline(v, seen) for k, v in node.items()}
+        if isinstance(node, list):
+            return [inline(v, seen) for v in node]
+        return node
+
+    inlined: dict[str, Any] = inline(schema, ())
+    return inlined
+
+
 def query_parameters(model: type[BaseModel]) -> list[dict[str, Any]]:
     """OpenAPI ``parameters`` for a query described by a pydantic model."""
-    schema = model.model_json_schema()
+    schema = inline_schema(model)
     required = set(schema.get("required", ()))
     return [
         {"name": name, "in": "query", "required": name in required, "schema": prop}
@@ -159,7 +188,7 @@ class HotRoutes:
         extra: dict[str, Any] = dict(kwargs.pop("openapi_extra", None) or {})
         if body is not None:
             extra["requestBody"] = {"required": body_required,
-                                    "content": {"application/json": {"schema": body.model_json_schema()}}}
+                                    "content": {"application/json": {"schema": inline_schema(body)}}}
         template = self.router.prefix + path
         pattern = compile_template(template)
         # The endpoint takes only the request, so FastAPI documents no parameters itself.

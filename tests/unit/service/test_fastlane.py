@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import contextlib
+import enum
 from collections.abc import AsyncIterator
 
 import httpx
@@ -159,3 +160,33 @@ async def test_hot_routes_are_documented() -> None:
     assert params["limit"]["in"] == "query" and params["limit"]["required"] is False
     assert params["shelf"]["in"] == "path" and params["shelf"]["required"] is True
     assert [p["name"] for p in post["parameters"]] == ["shelf"]
+
+
+async def test_hot_route_bodies_with_nested_models_resolve_in_the_document() -> None:
+    """A body model with an enum or a nested model: its refs resolve in the OpenAPI document."""
+    class Colour(enum.Enum):
+        RED = "red"
+
+    class Inner(BaseModel):
+        colour: Colour
+
+    class Outer(BaseModel):
+        inner: Inner
+        colours: list[Colour] = []
+
+    router = APIRouter(prefix="/v1/paint")
+    hot = HotRoutes(router)
+
+    @hot.post("", body=Outer, query=Inner)
+    async def paint(request: HotRequest) -> bytes:
+        return b"{}"
+
+    app, _ = build(lane=True)
+    include_hot(app, hot)
+    async with client(app) as c:
+        doc = (await c.get("/openapi.json")).json()
+    text = orjson.dumps(doc).decode()
+    assert "#/$defs/" not in text
+    body = doc["paths"]["/v1/paint"]["post"]["requestBody"]["content"]["application/json"]["schema"]
+    assert body["properties"]["inner"]["properties"]["colour"]["enum"] == ["red"]
+    assert doc["paths"]["/v1/paint"]["post"]["parameters"][0]["schema"]["enum"] == ["red"]

@@ -6,6 +6,7 @@ from fastapi import APIRouter
 from pydantic import BaseModel, Field
 
 from streamtx.broker.deps import BrokerDep, topic_name
+from streamtx.names import check_new_topic
 
 router = APIRouter(prefix="/admin/v2/persistent/{tenant}/{namespace}/{topic}", tags=["topics"])
 
@@ -26,7 +27,7 @@ class TrimBody(BaseModel):
 @router.put("/partitions")
 async def create_partitions(tenant: str, namespace: str, topic: str, body: PartitionsBody,
                             broker: BrokerDep) -> PartitionsBody:
-    await broker.create_topic(topic_name(tenant, namespace, topic), body.partitions)
+    await broker.create_topic(topic_name(tenant, namespace, check_new_topic(topic)), body.partitions)
     return body
 
 

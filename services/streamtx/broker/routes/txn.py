@@ -9,6 +9,7 @@ from pydantic import BaseModel, Field
 from streamtx.broker.deps import broker_of
 from streamtx.broker.routes.messages import parse_txn
 from streamtx.broker.txnbuffer import TxnAction
+from streamtx.names import SubscriptionName, TopicName
 from streamtx.service import HotRequest, HotRoutes
 
 router = APIRouter(prefix="/v1/txn", tags=["transactions"])
@@ -19,7 +20,7 @@ class PartitionEnd(BaseModel):
     """The TC ends a transaction on one partition: write its marker (idempotent)."""
 
     txn_id: str
-    partition: str
+    partition: TopicName
     action: TxnAction
 
 
@@ -32,8 +33,8 @@ class PartitionEndPublic(PartitionEnd):
 class SubscriptionEnd(BaseModel):
     """The pending-ack store ends a transaction's acks on one subscription."""
 
-    topic: str
-    subscription: str
+    topic: TopicName
+    subscription: SubscriptionName
     txn_id: str
     action: TxnAction
     message_ids: list[str] = Field(default_factory=list)

@@ -2,10 +2,8 @@
 
 from __future__ import annotations
 
-from typing import Annotated
-
 from fastapi import APIRouter
-from pydantic import BaseModel, Field, StringConstraints, ValidationError
+from pydantic import BaseModel, Field, ValidationError
 
 from streamtx.coordinator.deps import OwnedTxnDep, TxnPath
 from streamtx.coordinator.records import Subscription
@@ -14,6 +12,7 @@ from streamtx.coordinator.settings import CoordinatorSettings
 from streamtx.coordinator.state import Action
 from streamtx.coordinator.table import TxnMeta
 from streamtx.errors import MalformedError
+from streamtx.names import SubscriptionName, TopicName
 from streamtx.service import HotRequest, HotRoutes
 from streamtx.service.auth import PrincipalDep, check_tenants
 from streamtx.service.fastlane import first_error
@@ -21,11 +20,6 @@ from streamtx.service.fastlane import first_error
 router = APIRouter(prefix="/v1/transactions", tags=["transactions"])
 hot = HotRoutes(router)  # served by the fast lane too (streamtx.service.fastlane)
 
-# persistent://tenant/namespace/topic (a partition is topic-partition-N).
-TopicName = Annotated[
-    str, StringConstraints(pattern=r"^persistent://[^/\s]+/[^/\s]+/[^/\s]+$", max_length=1024)
-]
-SubscriptionName = Annotated[str, StringConstraints(min_length=1, max_length=1024)]
 _max_items = 1000  # per request
 
 
