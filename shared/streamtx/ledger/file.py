@@ -463,7 +463,8 @@ class FileLedgerFactory(LedgerFactory):
         return ledger
 
     async def exists(self, name: str) -> bool:
-        return await asyncio.to_thread(os.path.isdir, self.ledger_dir(name))
+        loop = asyncio.get_running_loop()
+        return await loop.run_in_executor(self._io, os.path.isdir, self.ledger_dir(name))
 
     async def delete(self, name: str) -> None:
         for ledger in [led for led in self._open if led.name == name]:
