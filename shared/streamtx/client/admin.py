@@ -52,6 +52,10 @@ class AdminClient:
     async def slow_transactions(self, timeout_ms: int) -> Any:
         return await self._client.coordinator.call("GET", f"{_v3}/slowTransactions/{timeout_ms}")
 
+    async def protocol_violations(self) -> Any:
+        """Transactions a participant had ended the other way (it answered the end 409)."""
+        return await self._client.coordinator.call("GET", f"{_v3}/protocolViolations")
+
     async def set_tc_batch_log(self, enabled: bool) -> Any:
         return await self._client.coordinator.call("POST", f"{_v3}/tcBatchLog", json={"enabled": enabled})
 

@@ -3,7 +3,7 @@
     streamtx-admin [--url URL] [--token TOKEN] topics create persistent://t/n/x --partitions 3
     streamtx-admin topics get persistent://t/n/x
     streamtx-admin coordinator stats | coordinator internal-stats 0
-    streamtx-admin txn metadata 0:17 | slow txns 10000
+    streamtx-admin txn metadata 0:17 | txn violations | slow txns 10000
     streamtx-admin tc-batch-log set --enable true | tc-batch-log get
     streamtx-admin pending-ack-batch-log set --enable false | pending-ack-batch-log get
     streamtx-admin buffer stats persistent://t/n/x-partition-0
@@ -88,6 +88,8 @@ def build_parser() -> argparse.ArgumentParser:
     txn = _group(sub, "txn", "transactions")
     _add(txn, "metadata", "transactionMetadata",
          lambda a, ns: a.transaction_metadata(ns.txn_id)).add_argument("txn_id", help="most:least")
+    _add(txn, "violations", "protocolViolations: txns a participant ended the other way",
+         lambda a, ns: a.protocol_violations())
     slow = _group(sub, "slow", "slow transactions")
     _add(slow, "txns", "open transactions older than TIMEOUT_MS",
          lambda a, ns: a.slow_transactions(ns.timeout_ms)).add_argument("timeout_ms", type=int)

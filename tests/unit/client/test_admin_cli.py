@@ -22,6 +22,7 @@ V3 = "/admin/v3/transactions"
     (["coordinator", "internal-stats", "0"], "GET", f"{COORDINATOR}{V3}/coordinatorInternalStats/0", None),
     (["txn", "metadata", "0:17"], "GET", f"{COORDINATOR}{V3}/transactionMetadata/0/17", None),
     (["slow", "txns", "10000"], "GET", f"{COORDINATOR}{V3}/slowTransactions/10000", None),
+    (["txn", "violations"], "GET", f"{COORDINATOR}{V3}/protocolViolations", None),
     (["tc-batch-log", "set", "--enable", "true"], "POST", f"{COORDINATOR}{V3}/tcBatchLog", {"enabled": True}),
     (["tc-batch-log", "get"], "GET", f"{COORDINATOR}{V3}/tcBatchLogStat", None),
     (["pending-ack-batch-log", "set", "--enable", "false"], "POST", f"{PENDINGACK}{V3}/pendingAckBatchLog",
