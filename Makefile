@@ -41,6 +41,9 @@ bench-log: setup
 bench-tc: setup
 	$(PY) bench/coordinator.py
 
+bench-scale: setup
+	$(PY) bench/scale.py
+
 bench-txn: setup
 	$(PY) bench/transactions.py
 
