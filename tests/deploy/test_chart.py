@@ -1,9 +1,10 @@
 """The Helm chart charts/streamtx: lint, render, validate, and the rendered structure.
 
 For every example (and the defaults): ``helm lint --strict``; ``helm template``
-with every component switched on and off in turn; every rendered manifest of a
-built-in kind validated against the Kubernetes schemas (kubernetes-validate,
-offline, each distinct manifest once); and tests of what was rendered: every
+with every component switched on and off in turn; every rendered manifest
+validated, each distinct one once: built-in kinds against the Kubernetes
+schemas (kubernetes-validate, offline), the Prometheus Operator's kinds against
+their CRDs' schemas (vendored in crd-schemas/); and tests of what was rendered: every
 container has probes, resources and a security context, selectors match labels,
 toggles remove what they should, settings are STREAMTX_* only, the dashboards
 and the alert rules are the repo's files. Helm is the static binary of the
@@ -19,6 +20,7 @@ import subprocess
 from pathlib import Path
 from typing import Any
 
+import jsonschema
 import kubernetes_validate
 import pytest
 import yaml
@@ -31,7 +33,8 @@ EXAMPLES = {"defaults": None, **{p.stem: p for p in sorted((CHART / "examples").
 COMPONENTS = ("coordinator", "broker", "pendingack", "replication", "kafka", "redis")
 SERVICES = ("coordinator", "broker", "pendingack", "replication")
 KUBERNETES = "1.35.0"  # the helm/kubectl wheel's
-CRDS = {"PodMonitor", "ServiceMonitor", "PrometheusRule"}  # Prometheus Operator's, checked by hand below
+# Prometheus Operator's kinds: validated against their CRDs' schemas (crd-schemas/, vendored).
+CRDS = {"PodMonitor", "ServiceMonitor", "PrometheusRule"}
 COMPONENT = "app.kubernetes.io/component"
 
 Manifest = dict[str, Any]
@@ -102,20 +105,62 @@ def test_helm_lint_strict(example: str) -> None:
 _validated: set[str] = set()
 
 
+def _strict(schema: Any) -> Any:
+    """A CRD schema that refuses unknown fields (the API server would prune them silently)."""
+    if isinstance(schema, dict):
+        out = {k: _strict(v) for k, v in schema.items()}
+        if "properties" in out and "additionalProperties" not in out \
+                and not out.get("x-kubernetes-preserve-unknown-fields"):
+            out["additionalProperties"] = False
+        return out
+    if isinstance(schema, list):
+        return [_strict(v) for v in schema]
+    return schema
+
+
+@functools.cache
+def crd_validator(kind: str) -> jsonschema.Draft7Validator:
+    schema = json.loads((Path(__file__).with_name("crd-schemas") / f"{kind}.json").read_text())
+    return jsonschema.Draft7Validator(_strict(schema))
+
+
+def validate(doc: Manifest) -> None:
+    if doc["kind"] in CRDS:
+        assert doc["apiVersion"] == "monitoring.coreos.com/v1"
+        found = crd_validator(doc["kind"]).iter_errors(doc)
+        errors = [f"{list(e.absolute_path)}: {e.message}" for e in found]
+        assert errors == [], doc["metadata"]["name"]
+    else:
+        kubernetes_validate.validate(doc, KUBERNETES, strict=True)  # raises on an invalid one
+
+
 @pytest.mark.parametrize("example", sorted(EXAMPLES))
 def test_every_rendered_manifest_is_valid_kubernetes(example: str) -> None:
     checked = 0
     for _, _, docs in toggled(example):
         for doc in docs:
-            if doc["kind"] in CRDS:
-                continue
             key = hashlib.sha256(json.dumps(doc, sort_keys=True).encode()).hexdigest()
             if key in _validated:
                 continue
-            kubernetes_validate.validate(doc, KUBERNETES, strict=True)  # raises on an invalid one
+            validate(doc)
             _validated.add(key)
             checked += 1
     assert checked or _validated
+
+
+def test_validation_bites() -> None:
+    docs = render("kafka-replicated", ("monitoring.serviceMonitor.enabled=true",))
+    assert {d["kind"] for d in docs} >= CRDS
+    for doc in docs:
+        validate(doc)
+    pod_monitor = json.loads(json.dumps(of_kind(docs, "PodMonitor")[0]))
+    pod_monitor["spec"]["podMetricsEndpoint"] = pod_monitor["spec"].pop("podMetricsEndpoints")
+    with pytest.raises(AssertionError):
+        validate(pod_monitor)
+    stateful = json.loads(json.dumps(of_kind(docs, "StatefulSet")[0]))
+    stateful["spec"]["template"]["spec"]["containers"][0]["livenesProbe"] = {}
+    with pytest.raises(kubernetes_validate.ValidationError):
+        validate(stateful)
 
 
 def test_the_schema_refuses_bad_values() -> None:
