@@ -107,3 +107,21 @@ def test_an_empty_table_starts_at_zero() -> None:
     assert table.max_counter == -1 and table.next_counter == 0
     table.apply(LogRef(Position(1, 1), 0, 1), NewTxn(TxnId.of(0, 0), 1, 1))
     assert table.max_counter == 0 and table.next_counter == 1
+
+
+def test_oldest_ending_is_the_earliest_decision_still_in_its_state() -> None:
+    """What ``streamtx_coordinator_ending_oldest_seconds`` (the stuck-COMMITTING alert) reads."""
+    table = TxnTable(3)
+    T3 = TxnId.of(3, 3)
+    _apply_all(table, [
+        NewTxn(T1, 5000, 100), NewTxn(T2, 5000, 100), NewTxn(T3, 5000, 100),
+        StatusChange(T2, S.COMMITTING, EndReason.CLIENT, 150),
+        StatusChange(T1, S.COMMITTING, EndReason.CLIENT, 160),
+        StatusChange(T3, S.ABORTING, EndReason.CLIENT, 140),
+    ])
+    assert table.oldest_ending_ms(S.COMMITTING) == 150
+    assert table.oldest_ending_ms(S.ABORTING) == 140
+    table.apply(LogRef(Position(7, 9), 0, 1), StatusChange(T2, S.COMMITTED, EndReason.CLIENT, 170))
+    assert table.oldest_ending_ms(S.COMMITTING) == 160
+    table.apply(LogRef(Position(7, 10), 0, 1), StatusChange(T1, S.COMMITTED, EndReason.CLIENT, 180))
+    assert table.oldest_ending_ms(S.COMMITTING) is None
