@@ -59,9 +59,9 @@ def stop(proc: subprocess.Popen[bytes], timeout: float = 10.0) -> None:
 
 
 @contextlib.contextmanager
-def tansu_broker() -> Iterator[str]:
-    """A memory-only Kafka-protocol broker on a free port; yields ``host:port``."""
-    port = free_port()
+def tansu_broker(port: int | None = None) -> Iterator[str]:
+    """A memory-only Kafka-protocol broker on ``port`` (a free one by default); yields ``host:port``."""
+    port = port or free_port()
     url = f"tcp://127.0.0.1:{port}"
     proc = subprocess.Popen(
         [tansu_binary(), "broker", "--listener-url", url, "--advertised-listener-url", url,

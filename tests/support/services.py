@@ -29,7 +29,8 @@ class ServiceProcess:
         self.proc: subprocess.Popen[bytes] | None = None
         self.log_path = Path(env.get("STREAMTX_TEST_LOG_DIR", "/tmp")) / f"{module}-{self.port}.log"
 
-    def start(self, timeout: float = 30.0) -> ServiceProcess:
+    def start(self, timeout: float = 30.0, *, ready: bool = True) -> ServiceProcess:
+        """Start it; wait until it is ready (``/readyz``) unless ``ready`` is False."""
         env = {
             **os.environ,
             "PYTHONPATH": os.pathsep.join(str(ROOT / p) for p in ("shared", "services", ".")),
@@ -41,7 +42,8 @@ class ServiceProcess:
         self.proc = subprocess.Popen(
             [sys.executable, "-m", f"streamtx.{self.module}"], env=env, stdout=log, stderr=log
         )
-        self.wait_ready(timeout)
+        if ready:
+            self.wait_ready(timeout)
         return self
 
     def wait_ready(self, timeout: float = 30.0) -> None:

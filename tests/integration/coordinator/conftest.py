@@ -103,7 +103,7 @@ def tc_factory(tmp_path: Path, participant: Participant) -> Iterator[TcFactory]:
     """``start(ledger_url, **settings)`` runs a coordinator process wired to the participant."""
     procs: list[ServiceProcess] = []
 
-    def start(ledger_url: str, **settings: Any) -> ServiceProcess:
+    def start(ledger_url: str, *, ready: bool = True, **settings: Any) -> ServiceProcess:
         env = {
             "STREAMTX_LEDGER_URL": ledger_url,
             "STREAMTX_TEST_LOG_DIR": str(tmp_path),
@@ -115,7 +115,7 @@ def tc_factory(tmp_path: Path, participant: Participant) -> Iterator[TcFactory]:
             "STREAMTX_FANOUT_MAX_BACKOFF_MS": "200",
             **{f"STREAMTX_{k.upper()}": str(v) for k, v in settings.items()},
         }
-        proc = ServiceProcess("coordinator", env).start()
+        proc = ServiceProcess("coordinator", env).start(ready=ready)
         procs.append(proc)
         return proc
 

@@ -37,6 +37,9 @@ class Participant:
     delay_s: float = 0.0  # sleep before answering an end (to catch the TC mid-fan-out)
     ended_other_way: set[str] = field(default_factory=set)  # partition ends of these answer 409
     fenced_ends: int = 0  # answer the next N partition ends with 409 "fenced" (a broker that lost its ledger)
+    gone: set[str] = field(default_factory=set)  # partition ends for these partitions answer 404
+    slow_ends: int = 0  # the next N partition ends answer only after slow_s (past the TC's request timeout)
+    slow_s: float = 0.0
     # (txn, "partition"|"subscription", name) -> the first action applied; a
     # different later action is a violation of atomicity.
     ended: dict[tuple[str, str, str], str] = field(default_factory=dict)
@@ -51,6 +54,8 @@ class Participant:
             self.conflict_txns.clear()
             self.ended_other_way.clear()
             self.fenced_ends = 0
+            self.gone.clear()
+            self.slow_ends, self.slow_s = 0, 0.0
             self.fail_next, self.fail_ends, self.down, self.delay_s = 0, 0, False, 0.0
 
     def _failing(self, end: bool = False) -> bool:
@@ -99,9 +104,20 @@ def build_app(p: Participant) -> FastAPI:
     async def partition_end(body: dict[str, Any]) -> Any:
         if p.delay_s:
             await asyncio.sleep(p.delay_s)  # a slow participant: the TC is caught mid-fan-out
+        with p.lock:
+            slow = p.slow_ends > 0
+            p.slow_ends -= slow
+        if slow:  # answers 503 once slow_s passed: only a retry can end the txn
+            record("partitions/end slow", body, 0)
+            await asyncio.sleep(p.slow_s)
+            record("partitions/end slow", body, 503)
+            return unavailable()
         if p._failing(end=True):
             record("partitions/end", body, 503)
             return unavailable()
+        if body["partition"] in p.gone:  # as a broker answers for a deleted topic
+            record("partitions/end", body, 404)
+            return JSONResponse({"error": "not_found", "message": "topic deleted"}, status_code=404)
         with p.lock:
             fenced = p.fenced_ends > 0
             p.fenced_ends -= fenced
