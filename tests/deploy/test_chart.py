@@ -70,9 +70,20 @@ def _merge(a: dict[str, Any], b: dict[str, Any]) -> dict[str, Any]:
 
 
 def toggled(example: str) -> list[tuple[str, bool, list[Manifest]]]:
-    """(component, on?, manifests) for every component switched on and off."""
-    return [(c, on, render(example, (f"components.{c}.enabled={str(on).lower()}",)))
-            for c in COMPONENTS for on in (True, False)]
+    """(component, on?, manifests) for every component switched on and off.
+
+    Without Redis, coordinator replicas cannot share the ids: the chart refuses
+    more than one (test_coordinator_replicas_share_the_ids_through_redis), so
+    switching Redis off also sets one replica, as a user would have to.
+    """
+    out = []
+    for c in COMPONENTS:
+        for on in (True, False):
+            sets = [f"components.{c}.enabled={str(on).lower()}"]
+            if c == "redis" and not on:
+                sets.append("components.coordinator.replicas=1")
+            out.append((c, on, render(example, tuple(sets))))
+    return out
 
 
 def of_kind(docs: list[Manifest], kind: str) -> list[Manifest]:
@@ -250,7 +261,8 @@ def test_services_get_streamtx_settings_only(example: str) -> None:
         (c,) = spec["containers"]
         assert c["args"] == [meta["labels"][COMPONENT]]  # the image runs `streamtx serve <args>`
         assert all(e["name"].startswith("STREAMTX_") for e in c["env"]), owner
-        refs = {e["valueFrom"]["secretKeyRef"]["name"] for e in c["env"] if "valueFrom" in e}
+        refs = {e["valueFrom"]["secretKeyRef"]["name"] for e in c["env"]
+                if "secretKeyRef" in e.get("valueFrom", {})}
         if vals["auth"]["enabled"]:
             assert {e["name"] for e in c["env"]} >= {"STREAMTX_ADMIN_TOKEN", "STREAMTX_CLIENT_TOKEN",
                                                      "STREAMTX_SERVICE_TOKEN"}
@@ -277,6 +289,28 @@ def test_kafka_with_replicas_forms_one_quorum() -> None:
     assert env["KAFKA_DEFAULT_REPLICATION_FACTOR"]["value"] == "3"
     assert env["KAFKA_MIN_INSYNC_REPLICAS"]["value"] == "2"
     assert "pod-index" in env["KAFKA_NODE_ID"]["valueFrom"]["fieldRef"]["fieldPath"]
+
+
+def test_coordinator_replicas_share_the_ids_through_redis() -> None:
+    docs = render("kafka-replicated")
+    (tc,) = [s for s in of_kind(docs, "StatefulSet") if s["metadata"]["name"] == "rel-streamtx-coordinator"]
+    assert tc["spec"]["replicas"] == 3
+    env = {e["name"]: e for e in tc["spec"]["template"]["spec"]["containers"][0]["env"]}
+    assert env["STREAMTX_REDIS_URL"]["value"] == "redis://rel-streamtx-redis:6379/0"
+    assert env["STREAMTX_MEMBER"]["valueFrom"]["fieldRef"]["fieldPath"] == "metadata.name"
+    # $(STREAMTX_MEMBER) expands only if it is defined before (Kubernetes' rule).
+    names = list(env)
+    assert names.index("STREAMTX_MEMBER") < names.index("STREAMTX_ADVERTISED_URL")
+    assert env["STREAMTX_ADVERTISED_URL"]["value"] == \
+        "http://$(STREAMTX_MEMBER).rel-streamtx-coordinator-headless.ns.svc:8080"
+    assert env["STREAMTX_COORDINATOR_IDS"]["value"].split(",") == [str(i) for i in range(12)]
+    for unsafe, why in ((("components.redis.enabled=false",), "needs components.redis"),
+                        (("ledger.backend=file",), "needs ledger.backend=kafka")):
+        args = ["template", "rel", ".", "-f", str(EXAMPLES["kafka-replicated"])]
+        for s in unsafe:
+            args += ["--set", s]
+        done = subprocess.run([helm.binary(), *args], capture_output=True, text=True, cwd=CHART)
+        assert done.returncode != 0 and why in done.stderr, unsafe
 
 
 def test_dashboards_and_alerts_are_the_repo_files() -> None:

@@ -81,6 +81,10 @@ def test_services_run_on_kafka_with_auth_on(compose: dict[str, Any]) -> None:
         for peer in STREAMTX:
             assert env[f"STREAMTX_{peer.upper()}_URL"] == f"http://{peer}:{env['STREAMTX_PORT']}"
         assert svc["depends_on"]["kafka"]["condition"] == "service_healthy"
+    tc = services["coordinator"]
+    assert tc["environment"]["STREAMTX_REDIS_URL"] == "redis://redis:6379/0"
+    assert tc["depends_on"]["redis"]["condition"] == "service_healthy"
+    assert {"broker", "pendingack"} <= set(tc["depends_on"])  # participants first
     assert services["spark-histograms"]["profiles"] == ["spark"]
     assert all("profiles" not in s for n, s in services.items() if n != "spark-histograms")
 

@@ -99,3 +99,32 @@ readOnlyRootFilesystem: {{ .readOnlyRootFilesystem }}
 capabilities:
   drop: [ALL]
 {{- end -}}
+
+{{/* The coordinator's ids and, with Redis, its membership: each replica is named
+after its pod and advertises its pod's DNS name for redirects. Refuses replicas
+that could not share the ids safely. */}}
+{{- define "streamtx.coordinatorEnv" -}}
+{{- $v := .root.Values }}
+{{- $redis := "" }}
+{{- if $v.components.redis.enabled }}
+{{- $redis = printf "redis://%s:%v/0" (include "streamtx.component" (dict "root" .root "name" "redis")) $v.components.redis.port }}
+{{- end }}
+{{- if gt (int .c.replicas) 1 }}
+{{- if not (or $redis (hasKey .c.env "STREAMTX_REDIS_URL")) }}
+{{- fail "components.coordinator.replicas > 1 needs components.redis.enabled (or env.STREAMTX_REDIS_URL): the replicas lease the coordinator ids in Redis" }}
+{{- end }}
+{{- if ne $v.ledger.backend "kafka" }}
+{{- fail "components.coordinator.replicas > 1 needs ledger.backend=kafka: an id's new owner must read the log its old owner wrote" }}
+{{- end }}
+{{- end -}}
+- name: STREAMTX_COORDINATOR_IDS
+  value: {{ .c.coordinatorIds | quote }}
+- name: STREAMTX_MEMBER
+  valueFrom: {fieldRef: {fieldPath: metadata.name}}
+- name: STREAMTX_ADVERTISED_URL
+  value: {{ printf "http://$(STREAMTX_MEMBER).%s-headless.%s.svc:%v" (include "streamtx.component" (dict "root" .root "name" "coordinator")) .root.Release.Namespace .c.port | quote }}
+{{- if and $redis (not (hasKey .c.env "STREAMTX_REDIS_URL")) }}
+- name: STREAMTX_REDIS_URL
+  value: {{ $redis | quote }}
+{{- end }}
+{{- end -}}
