@@ -6,6 +6,7 @@ DATA    ?= data
 export PYTHONPATH := shared:services:spark-jobs:.
 
 .PHONY: setup run test lint spark-histograms spark-compact bench bench-log bench-tc bench-txn bench-peer demo demo-long clean bench-bounded
+.PHONY: run-geo bench-repl
 
 setup: $(STAMP)
 
@@ -25,6 +26,9 @@ $(STAMP): pyproject.toml
 
 run: setup
 	$(PY) -m streamtx.suite --data-dir $(DATA)
+
+run-geo: setup
+	$(PY) -m streamtx.geo --data-dir $(DATA)
 
 test: setup
 	$(PY) -m pytest -q -p no:cacheprovider

@@ -2,6 +2,9 @@
 
 Every service runs as its own process (as in production), with file ledgers
 under one data directory. URLs are printed; Ctrl-C stops everything cleanly.
+A second installation on the same machine is another cluster:
+``python -m streamtx.suite --cluster b --base-port 18100 --data-dir data/b``
+(ports from the base up: coordinator, broker, pending-ack store, replication).
 """
 
 from __future__ import annotations
@@ -17,12 +20,14 @@ from pathlib import Path
 
 from streamtx.service.readiness import wait_ready
 
-# Start order matters: participants before the coordinator that recovers into them.
-SERVICES = [("broker", 8082), ("pendingack", 8083), ("coordinator", 8081)]
+# Port offsets from --base-port. Start order matters: participants before the
+# coordinator that recovers into them; replication needs the broker.
+SERVICES = [("broker", 1), ("pendingack", 2), ("coordinator", 0), ("replication", 3)]
+DEFAULT_BASE_PORT = 8081
 
 
-def _available() -> list[tuple[str, int]]:
-    return [(n, p) for n, p in SERVICES if importlib.util.find_spec(f"streamtx.{n}.__main__")]
+def _available(base_port: int) -> list[tuple[str, int]]:
+    return [(n, base_port + off) for n, off in SERVICES if importlib.util.find_spec(f"streamtx.{n}.__main__")]
 
 
 def main(argv: list[str] | None = None) -> None:
@@ -30,15 +35,19 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--data-dir", default="data", help="where the file ledgers live")
     parser.add_argument("--host", default="127.0.0.1")
     parser.add_argument("--ledger-url", default=None, help="override, e.g. kafka://127.0.0.1:9092")
+    parser.add_argument("--cluster", default=None, help="this installation's cluster name (STREAMTX_CLUSTER)")
+    parser.add_argument("--base-port", type=int, default=DEFAULT_BASE_PORT,
+                        help=f"first port; the services take the next ones ({DEFAULT_BASE_PORT})")
     args = parser.parse_args(argv)
 
-    services = _available()
+    services = _available(args.base_port)
     data = Path(args.data_dir).resolve()
     data.mkdir(parents=True, exist_ok=True)
     urls = {name: f"http://{args.host}:{port}" for name, port in services}
     common = {
         "STREAMTX_LEDGER_URL": args.ledger_url or f"file://{data / 'ledgers'}",
         **{f"STREAMTX_{name.upper()}_URL": url for name, url in urls.items()},
+        **({"STREAMTX_CLUSTER": args.cluster} if args.cluster else {}),
     }
     procs: list[subprocess.Popen[bytes]] = []
 
@@ -66,7 +75,9 @@ def main(argv: list[str] | None = None) -> None:
             print(f"streamtx: {name}: {exc}", flush=True)
             stop_all()
         print(f"streamtx: {name:<12} {urls[name]}  (docs: {urls[name]}/docs)", flush=True)
-    print(f"streamtx: ledgers in {common['STREAMTX_LEDGER_URL']}; Ctrl-C stops", flush=True)
+    cluster = args.cluster or os.environ.get("STREAMTX_CLUSTER", "standalone")
+    print(f"streamtx: cluster {cluster}; ledgers in {common['STREAMTX_LEDGER_URL']}; Ctrl-C stops",
+          flush=True)
     while True:
         for (name, _), proc in zip(services, procs, strict=True):
             if proc.poll() is not None:

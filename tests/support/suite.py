@@ -19,7 +19,8 @@ from types import TracebackType
 from streamtx.client import Consumer, Message
 from tests.support.services import ServiceProcess
 
-ORDER = ("broker", "pendingack", "coordinator")  # participants before the coordinator
+ORDER = ("broker", "pendingack", "coordinator", "replication")  # participants before the coordinator
+DEFAULT = ORDER[:3]  # the replication controller runs only where a test asks for it
 
 
 class Suite:
@@ -28,11 +29,13 @@ class Suite:
     def __init__(
         self, ledger_url: str, log_dir: Path, *, env: dict[str, str] | None = None,
         broker_env: dict[str, str] | None = None, pendingack_env: dict[str, str] | None = None,
-        coordinator_env: dict[str, str] | None = None, services: tuple[str, ...] = ORDER,
+        coordinator_env: dict[str, str] | None = None, services: tuple[str, ...] = DEFAULT,
+        replication_env: dict[str, str] | None = None,
     ) -> None:
         self.ledger_url = ledger_url
         common = {"STREAMTX_LEDGER_URL": ledger_url, "STREAMTX_TEST_LOG_DIR": str(log_dir), **(env or {})}
-        own = {"broker": broker_env, "pendingack": pendingack_env, "coordinator": coordinator_env}
+        own = {"broker": broker_env, "pendingack": pendingack_env, "coordinator": coordinator_env,
+               "replication": replication_env}
         # Only ``services`` run; the others are absent from /v1/cluster.
         self.procs = {name: ServiceProcess(name, {**common, **(own[name] or {})})
                       for name in ORDER if name in services}
@@ -52,6 +55,10 @@ class Suite:
     @property
     def coordinator(self) -> ServiceProcess:
         return self.procs["coordinator"]
+
+    @property
+    def replication(self) -> ServiceProcess:
+        return self.procs["replication"]
 
     @property
     def url(self) -> str:

@@ -9,7 +9,7 @@ from fastapi import FastAPI
 
 from streamtx.broker.broker import Broker
 from streamtx.broker.pendingack_client import PendingAckClient
-from streamtx.broker.routes import admin, messages, subscriptions, topics, txn
+from streamtx.broker.routes import admin, messages, replication, subscriptions, topics, txn
 from streamtx.broker.settings import BrokerSettings
 from streamtx.ledger import open_ledger_factory
 from streamtx.service import ServiceState, create_app, include_hot
@@ -34,10 +34,14 @@ def build_app(settings: BrokerSettings | None = None) -> FastAPI:
             state.ready, state.reason = False, "stopping"
             await broker.close()
             await store.close()
+            if (client := getattr(app.state, "replication_client", None)) is not None:
+                await client.aclose()
 
     app = create_app(title="streamtx partition broker", settings=settings, lifespan=lifespan, state=state)
     app.include_router(topics.router)
     for hot in (messages.hot, subscriptions.hot, txn.hot):
         include_hot(app, hot)
     app.include_router(admin.router)
+    app.include_router(replication.router)
+    app.include_router(replication.admin)
     return app

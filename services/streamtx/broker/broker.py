@@ -12,10 +12,12 @@ import json
 import logging
 from typing import Any
 
+from streamtx.broker import replication_metrics
 from streamtx.broker.dispatch import PartitionDispatch
 from streamtx.broker.notify import Notifier
 from streamtx.broker.partition import Partition
 from streamtx.broker.pendingack_client import PendingAckClient
+from streamtx.broker.replication import Replication
 from streamtx.broker.settings import BrokerSettings
 from streamtx.broker.subscription import Subscription, SubscriptionType
 from streamtx.broker.topic import Topic
@@ -40,6 +42,8 @@ class Broker:
         self._lock = asyncio.Lock()
         self._tasks: list[asyncio.Task[None]] = []
         self._checker: StuckTxnChecker | None = None
+        self.replication = Replication(store, settings.cluster)
+        replication_metrics.watch(self.replication)
 
     # --- lifecycle ----------------------------------------------------------
 
@@ -58,6 +62,7 @@ class Broker:
                 await self._open_subscription(self.topics[r["topic"]], r["subscription"],
                                               SubscriptionType(r["type"]), r["initial_position"], new=False)
         self._tasks.append(asyncio.create_task(self._snapshot_timer()))
+        self._tasks.append(asyncio.create_task(self._replication_timer()))
         if self.settings.coordinator_url:
             self._checker = StuckTxnChecker(
                 self.settings.coordinator_url, token=self.settings.outgoing_token(),
@@ -84,6 +89,7 @@ class Broker:
                 except StreamtxError as exc:
                     log.warning("final snapshot of %s failed: %s", p.name, exc)
                 await p.close()
+        await self.replication.close()
         if self._meta is not None:
             await self._meta.close()
         await self.pendingack.aclose()
@@ -99,6 +105,14 @@ class Broker:
                         await p.maybe_snapshot_on_timer()
                     except StreamtxError as exc:
                         log.warning("snapshot of %s failed: %s", p.name, exc)
+
+    async def _replication_timer(self) -> None:
+        while True:
+            await asyncio.sleep(1.0)
+            try:
+                await self.replication.refresh(lambda name: self.topics[name].partitions)
+            except StreamtxError as exc:
+                log.warning("replication stats refresh failed: %s", exc)
 
     async def _record(self, record: dict[str, Any]) -> None:
         assert self._meta is not None
@@ -135,7 +149,7 @@ class Broker:
         notifier = Notifier()
         parts = [await Partition.open(self.store, f"{name}-partition-{i}", name, self.settings, notifier)
                  for i in range(partitions)]
-        self.topics[name] = Topic(name, parts, notifier)
+        self.topics[name] = Topic(name, parts, notifier, self.replication.first_unreplicated)
 
     # --- subscriptions --------------------------------------------------------------
 

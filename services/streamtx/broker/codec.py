@@ -3,12 +3,21 @@
 Every entry starts with a fixed header; integers are big-endian::
 
     u8   version          (1)
-    u8   kind             1 message batch, 2 commit marker, 3 abort marker, 4 producer epoch
-    u8   flags            bit 0: a txn id follows, bit 1: a producer follows
+    u8   kind             1 message batch, 2 commit marker, 3 abort marker, 4 producer epoch,
+                          5 replication marker (PIP-33)
+    u8   flags            bit 0: a txn id follows, bit 1: a producer follows,
+                          bit 2: a replication source follows
     i64  publish_time_ms
     [u64 txn_most, u64 txn_least]                        if flags & 1
     [u16 name_len, name utf-8, u64 epoch, u64 sequence]  if flags & 2
+    [u16 cluster_len, cluster utf-8, u64 ledger_id, u64 entry_id, i64 publish_time_ms]  if flags & 4
     u32  count            messages in the batch (0 for markers and producer entries)
+
+A replicated entry (written by the replication controller) names its source
+cluster, its position there and its publish time there (the header's publish
+time is when it was appended here); the replicator never sends such an entry on,
+so replication cannot loop. A replication marker's body, after the header, is
+one JSON object (:mod:`streamtx.broker.markers`); ``count`` is 0.
 
 then, for a message batch, ``count`` messages, each::
 
@@ -40,7 +49,8 @@ _u16 = struct.Struct(">H")
 _u32 = struct.Struct(">I")
 _i32 = struct.Struct(">i")
 _epoch_seq = struct.Struct(">QQ")
-_has_txn, _has_producer = 1, 2
+_source_pos = struct.Struct(">QQq")
+_has_txn, _has_producer, _has_source = 1, 2, 4
 
 TxnId = tuple[int, int]
 
@@ -50,6 +60,7 @@ class EntryKind(enum.IntEnum):
     COMMIT = 2
     ABORT = 3
     PRODUCER = 4
+    MARKER = 5
 
 
 @dataclass(frozen=True, slots=True)
@@ -59,6 +70,16 @@ class ProducerInfo:
     name: str
     epoch: int
     sequence: int
+
+
+@dataclass(frozen=True, slots=True)
+class SourceInfo:
+    """Where a replicated entry was first written: its cluster and position there."""
+
+    cluster: str
+    ledger_id: int
+    entry_id: int
+    publish_time_ms: int = 0
 
 
 @dataclass(frozen=True, slots=True)
@@ -79,6 +100,7 @@ class EntryHeader:
     producer: ProducerInfo | None
     count: int
     body_offset: int
+    source: SourceInfo | None = None
 
 
 def txn_str(txn: TxnId) -> str:
@@ -95,15 +117,21 @@ def parse_txn(text: str) -> TxnId:
 
 
 def _encode_head(
-    kind: EntryKind, publish_time_ms: int, txn: TxnId | None, producer: ProducerInfo | None, count: int
+    kind: EntryKind, publish_time_ms: int, txn: TxnId | None, producer: ProducerInfo | None, count: int,
+    source: SourceInfo | None = None,
 ) -> list[bytes]:
-    flags = (_has_txn if txn is not None else 0) | (_has_producer if producer is not None else 0)
+    flags = ((_has_txn if txn is not None else 0) | (_has_producer if producer is not None else 0)
+             | (_has_source if source is not None else 0))
     parts = [_head.pack(version, kind, flags, publish_time_ms)]
     if txn is not None:
         parts.append(_txn.pack(*txn))
     if producer is not None:
         name = producer.name.encode()
         parts += [_u16.pack(len(name)), name, _epoch_seq.pack(producer.epoch, producer.sequence)]
+    if source is not None:
+        cluster = source.cluster.encode()
+        parts += [_u16.pack(len(cluster)), cluster, _source_pos.pack(source.ledger_id, source.entry_id,
+                                                                     source.publish_time_ms)]
     parts.append(_u32.pack(count))
     return parts
 
@@ -114,9 +142,10 @@ def encode_batch(
     publish_time_ms: int,
     txn: TxnId | None = None,
     producer: ProducerInfo | None = None,
+    source: SourceInfo | None = None,
 ) -> bytes:
     msgs = list(messages)
-    parts = _encode_head(EntryKind.BATCH, publish_time_ms, txn, producer, len(msgs))
+    parts = _encode_head(EntryKind.BATCH, publish_time_ms, txn, producer, len(msgs), source)
     for m in msgs:
         parts.append(_u32.pack(m.request_index))
         if m.key is None:
@@ -136,6 +165,17 @@ def encode_marker(kind: EntryKind, txn: TxnId, *, publish_time_ms: int) -> bytes
     if kind not in (EntryKind.COMMIT, EntryKind.ABORT):
         raise ValueError(f"not a marker kind: {kind!r}")
     return b"".join(_encode_head(kind, publish_time_ms, txn, None, 0))
+
+
+def encode_replication_marker(body: bytes, *, publish_time_ms: int, producer: ProducerInfo | None = None,
+                              source: SourceInfo | None = None) -> bytes:
+    """A replication marker entry: the header, then ``body`` (one JSON object)."""
+    return b"".join([*_encode_head(EntryKind.MARKER, publish_time_ms, None, producer, 0, source), body])
+
+
+def marker_body(data: bytes, header: EntryHeader) -> bytes:
+    """The JSON body of a replication marker entry."""
+    return bytes(data[header.body_offset:])
 
 
 def encode_producer(producer: ProducerInfo, *, publish_time_ms: int) -> bytes:
@@ -160,8 +200,16 @@ def decode_header(data: bytes) -> EntryHeader:
             epoch, seq = _epoch_seq.unpack_from(data, off)
             off += _epoch_seq.size
             producer = ProducerInfo(name, epoch, seq)
+        source: SourceInfo | None = None
+        if flags & _has_source:
+            (n,) = _u16.unpack_from(data, off)
+            cluster = data[off + 2 : off + 2 + n].decode()
+            off += 2 + n
+            lid, eid, spub = _source_pos.unpack_from(data, off)
+            off += _source_pos.size
+            source = SourceInfo(cluster, lid, eid, spub)
         (count,) = _u32.unpack_from(data, off)
-        return EntryHeader(EntryKind(kind), publish, txn, producer, count, off + 4)
+        return EntryHeader(EntryKind(kind), publish, txn, producer, count, off + 4, source)
     except (struct.error, ValueError, UnicodeDecodeError) as exc:
         raise CorruptEntryError(f"bad entry header: {exc}") from exc
 

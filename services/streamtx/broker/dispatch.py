@@ -139,7 +139,9 @@ class PartitionDispatch:
         if size > 1:
             self._remember_size(pos, size)
         base_id = f"{pos.ledger_id}:{pos.entry_id}"
-        index, publish = self.index, h.publish_time_ms
+        index, publish, src = self.index, h.publish_time_ms, h.source
+        if src is not None:
+            publish = src.publish_time_ms  # when it was published, in its source cluster
         for bi, (value, key, props, _) in enumerate(msgs):
             unit: Unit = (pos, bi if size > 1 else None)
             if unit in self.pending or unit in self.held or unit in self.redeliver or self.is_gone(unit):
@@ -154,6 +156,9 @@ class PartitionDispatch:
                 "properties": props,  # a fresh dict per decoded message
                 "publish_time": publish,
             }
+            if src is not None:  # copied from another cluster: where it was first written
+                message["replicated_from"] = src.cluster
+                message["source_message_id"] = codec.message_id(src.ledger_id, src.entry_id, bi, size)
             self.pending[unit] = Delivery(consumer, deadline, message, size)
             out.append(message)
         return True

@@ -71,6 +71,7 @@ class Partition:
         self._open_since: dict[TxnId, float] = {}  # loop time a txn was first seen open here
         self._ending: dict[TxnId, asyncio.Future[None]] = {}
         self._producer_locks: dict[str, tuple[asyncio.Lock, int]] = {}
+        self._in_flight_seq: dict[str, int] = {}  # replicated entries started, by producer
         self._snapshot_lock = asyncio.Lock()
         self._broken: StreamtxError | None = None
         self._ready = asyncio.Event()  # set while not broken
@@ -121,6 +122,7 @@ class Partition:
             tb.trim(first)
         tb.ops_since_snapshot = 0
         self.tb, self.producers = tb, producers
+        self._in_flight_seq = {}
         if loaded is not None:
             self.snapshot_sequence = loaded.index.sequence + 1
             self.last_snapshot_ms = loaded.index.timestamp_ms
@@ -166,15 +168,53 @@ class Partition:
     # --- the ordered append pipeline --------------------------------------------
 
     async def _append(self, data: bytes, apply: Callable[[Position], None]) -> Position:
+        return await asyncio.shield(self._start_append(data, apply))
+
+    def _start_append(self, data: bytes, apply: Callable[[Position], None]) -> asyncio.Future[Position]:
+        """Take the next ticket now (synchronously) and start the append; its future."""
         if self._broken is not None:
             raise UnavailableError(f"partition {self.name} is recovering: {self._broken.message}")
         ticket = self._next_ticket
         self._next_ticket += 1
-        # A task, shielded: a caller that goes away (client disconnect) must not leave
-        # its ticket unsettled, which would stall every later append of the partition.
+        # A task, awaited shielded: a caller that goes away (client disconnect) must not
+        # leave its ticket unsettled, which would stall every later append of the partition.
         # Tasks start in creation order, so appends reach the ledger in ticket order.
-        task = asyncio.ensure_future(self._append_ticket(ticket, data, apply))
-        return await asyncio.shield(task)
+        return asyncio.ensure_future(self._append_ticket(ticket, data, apply))
+
+    def start_replicated(self, data: bytes, producer: ProducerInfo, count: int, publish_time_ms: int
+                         ) -> asyncio.Future[Position] | None:
+        """Start appending an entry copied from another cluster; None when this partition has it.
+
+        ``producer.sequence`` is the entry's id in its source partition, so a sequence
+        not above the last one seen (or already in flight) is a duplicate: a replication
+        controller that crashed after writing and before moving its cursor sends it
+        again, and it is dropped here. Synchronous up to the ticket, so entries started
+        in a loop land in that order; a failed append reloads the partition, which
+        rebuilds ``_in_flight_seq`` from what landed. ``publish_time_ms`` is the entry's
+        header time (the time here: producer idleness is judged by it, see producers.py).
+        """
+        if len(data) > self.settings.max_entry_bytes:
+            raise TooLargeError(f"{len(data)} bytes for {self.name} in one replicated entry")
+        if self.producers.check(producer.name, producer.epoch, producer.sequence) != Verdict.NEW:
+            return None
+        if producer.sequence <= self._in_flight_seq.get(producer.name, -1):
+            return None
+
+        def apply(pos: Position) -> None:
+            if count:
+                self.tb.on_message(pos, None)
+            else:
+                self.tb.on_entry(pos)
+            _record_producer(self.producers, producer, pos, count, None, publish_time_ms)
+
+        fut = self._start_append(data, apply)
+        self._in_flight_seq[producer.name] = producer.sequence
+        return fut
+
+    async def append_marker(self, body: bytes) -> Position:
+        """Append a replication marker written here (a snapshot request, response or update)."""
+        data = codec.encode_replication_marker(body, publish_time_ms=int(time.time() * 1000))
+        return await self._append(data, self.tb.on_entry)
 
     async def _append_ticket(self, ticket: int, data: bytes, apply: Callable[[Position], None]
                              ) -> Position:

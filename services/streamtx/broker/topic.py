@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import itertools
 import zlib
+from collections.abc import Callable
 from dataclasses import dataclass
 
 from streamtx.broker.codec import Message, ProducerInfo, TxnId
@@ -27,8 +28,10 @@ class Outgoing:
 
 
 class Topic:
-    def __init__(self, name: str, partitions: list[Partition], notifier: Notifier) -> None:
+    def __init__(self, name: str, partitions: list[Partition], notifier: Notifier,
+                 unreplicated: Callable[[str, int], Position | None] = lambda t, i: None) -> None:
         self.name = name  # persistent://t/n/x
+        self._unreplicated = unreplicated  # the first position a remote cluster still needs
         self.partitions = partitions
         self.notifier = notifier
         self.subscriptions: dict[str, Subscription] = {}
@@ -109,4 +112,6 @@ class Topic:
             limit = min(limit, next(iter(part.tb.ongoing.values())))
         for sub in self.subscriptions.values():
             limit = min(limit, sub.parts[index].cursor.first_undeleted())
+        if (needed := self._unreplicated(self.name, index)) is not None:
+            limit = min(limit, needed)
         return await part.trim(limit)

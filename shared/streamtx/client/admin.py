@@ -38,6 +38,41 @@ class AdminClient:
         """``transactionBufferStats`` of one partition (``persistent://t/n/x-partition-0``)."""
         return await self._client.broker.call("GET", f"{_v3}/transactionBufferStats/{path_of(topic)}")
 
+    # --- geo-replication (answered on the broker, done by the replication controller) ---
+
+    async def list_clusters(self) -> Any:
+        return await self._client.broker.call("GET", "/admin/v2/clusters")
+
+    async def get_cluster(self, name: str) -> Any:
+        return await self._client.broker.call("GET", f"/admin/v2/clusters/{name}")
+
+    async def put_cluster(self, name: str, service_url: str) -> Any:
+        """Register peer cluster ``name``, reachable at any of its services' URLs."""
+        return await self._client.broker.call("PUT", f"/admin/v2/clusters/{name}",
+                                              json={"service_url": service_url})
+
+    async def delete_cluster(self, name: str) -> Any:
+        return await self._client.broker.call("DELETE", f"/admin/v2/clusters/{name}")
+
+    async def set_namespace_replication(self, namespace: str, clusters: list[str]) -> Any:
+        """Where namespace ``tenant/ns`` replicates: these clusters."""
+        return await self._client.broker.call("POST", f"/admin/v2/namespaces/{namespace}/replication",
+                                              json=clusters)
+
+    async def get_namespace_replication(self, namespace: str) -> Any:
+        return await self._client.broker.call("GET", f"/admin/v2/namespaces/{namespace}/replication")
+
+    async def set_topic_replication(self, topic: str, clusters: list[str]) -> Any:
+        return await self._client.broker.call("POST", f"/admin/v2/persistent/{path_of(topic)}/replication",
+                                              json=clusters)
+
+    async def get_topic_replication(self, topic: str) -> Any:
+        return await self._client.broker.call("GET", f"/admin/v2/persistent/{path_of(topic)}/replication")
+
+    async def topic_stats(self, topic: str) -> Any:
+        """Topic stats, with ``replication`` per remote cluster."""
+        return await self._client.broker.call("GET", f"/admin/v2/persistent/{path_of(topic)}/stats")
+
     # --- coordinator -----------------------------------------------------------
 
     async def coordinator_stats(self) -> Any:

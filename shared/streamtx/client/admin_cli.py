@@ -8,9 +8,16 @@
     streamtx-admin pending-ack-batch-log set --enable false | pending-ack-batch-log get
     streamtx-admin buffer stats persistent://t/n/x-partition-0
     streamtx-admin pending-ack stats persistent://t/n/x sub [--internal]
+<<<<<<< HEAD
     streamtx-admin token create --subject app1 --role client --tenant a [--expires-in-s 86400]
     streamtx-admin ledger check DATA_DIR [--ledger NAME ...]
     streamtx-admin ledger repair DATA_DIR (--ledger NAME ... | --all) [--truncate]
+=======
+    streamtx-admin clusters put b --url http://127.0.0.1:18101 | clusters get b | clusters list
+    streamtx-admin namespaces set-replication t/n --clusters a,b,c | namespaces get-replication t/n
+    streamtx-admin topics set-replication persistent://t/n/x --clusters a,b | topics get-replication ...
+    streamtx-admin topics stats persistent://t/n/x
+>>>>>>> a37b994 (replication: the replication controller service (geo-replication, exactly once via the broker's pulsar.repl.<remote> cursors and source-position dedup), cluster/namespace/topic replication admin API answered on the broker, CLI, suite --cluster/--base-port, make run-geo, replication stats and pulsar_replication_* metrics)
 
 ``--url`` (or ``STREAMTX_URL``) is any service's URL; the others are found
 through ``/v1/cluster``. ``--token`` (or ``STREAMTX_ADMIN_TOKEN``) is the
@@ -55,6 +62,13 @@ def _bool(text: str) -> bool:
     raise argparse.ArgumentTypeError(f"not a boolean: {text!r}")
 
 
+def _names(text: str) -> list[str]:
+    names = [n.strip() for n in text.split(",") if n.strip()]
+    if not names:
+        raise argparse.ArgumentTypeError("at least one cluster name")
+    return names
+
+
 def _group(sub: Any, name: str, help: str) -> Any:
     return sub.add_parser(name, help=help).add_subparsers(dest="action", required=True)
 
@@ -78,6 +92,31 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("topic")
     p.add_argument("--partitions", type=int, required=True)
     _add(topics, "get", "partition count", lambda a, ns: a.get_topic(ns.topic)).add_argument("topic")
+    _add(topics, "stats", "topic stats (with replication per remote cluster)",
+         lambda a, ns: a.topic_stats(ns.topic)).add_argument("topic")
+    p = _add(topics, "set-replication", "the clusters a topic replicates to (overrides its namespace's)",
+             lambda a, ns: a.set_topic_replication(ns.topic, ns.clusters))
+    p.add_argument("topic")
+    p.add_argument("--clusters", type=_names, required=True, help="comma-separated cluster names")
+    _add(topics, "get-replication", "a topic's own replication clusters",
+         lambda a, ns: a.get_topic_replication(ns.topic)).add_argument("topic")
+
+    clusters = _group(sub, "clusters", "geo-replication peers")
+    _add(clusters, "list", "every cluster this one knows", lambda a, ns: a.list_clusters())
+    _add(clusters, "get", "a registered cluster", lambda a, ns: a.get_cluster(ns.name)).add_argument("name")
+    p = _add(clusters, "put", "register a peer cluster by any service URL of it",
+             lambda a, ns: a.put_cluster(ns.name, ns.service_url))
+    p.add_argument("name")
+    p.add_argument("--service-url", required=True)
+    _add(clusters, "delete", "forget a peer", lambda a, ns: a.delete_cluster(ns.name)).add_argument("name")
+
+    namespaces = _group(sub, "namespaces", "namespace policies")
+    p = _add(namespaces, "set-replication", "the clusters a namespace replicates to",
+             lambda a, ns: a.set_namespace_replication(ns.namespace, ns.clusters))
+    p.add_argument("namespace", help="tenant/namespace")
+    p.add_argument("--clusters", type=_names, required=True, help="comma-separated cluster names")
+    _add(namespaces, "get-replication", "a namespace's replication clusters",
+         lambda a, ns: a.get_namespace_replication(ns.namespace)).add_argument("namespace")
 
     coordinator = _group(sub, "coordinator", "transaction coordinators")
     _add(coordinator, "stats", "coordinatorStats", lambda a, ns: a.coordinator_stats())

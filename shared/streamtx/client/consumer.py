@@ -22,6 +22,8 @@ class Message:
     value: bytes
     properties: Mapping[str, str]
     publish_time: Any
+    replicated_from: str | None = None  # the cluster it was first written in, if copied here
+    source_message_id: str | None = None  # its id there
 
     @classmethod
     def from_json(cls, body: Mapping[str, Any]) -> Message:
@@ -32,6 +34,8 @@ class Message:
             value=base64.b64decode(body.get("value") or ""),
             properties=dict(body.get("properties") or {}),
             publish_time=body.get("publish_time"),
+            replicated_from=body.get("replicated_from"),
+            source_message_id=body.get("source_message_id"),
         )
 
 

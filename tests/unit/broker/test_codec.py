@@ -63,3 +63,22 @@ def test_message_ids() -> None:
     assert codec.parse_txn("1:2") == (1, 2)
     with pytest.raises(ValueError):
         codec.parse_txn(f"{1 << 64}:0")
+
+
+def test_replicated_entries_carry_their_source() -> None:
+    src = codec.SourceInfo("a", 842504270, 17, 1_795_000_000_000)
+    p = codec.ProducerInfo("pulsar.repl.a", 0, 17)
+    data = codec.encode_batch([codec.Message(b"v", "k", {"x": "y"})], publish_time_ms=9, producer=p,
+                              source=src)
+    h = codec.decode_header(data)
+    assert (h.kind, h.source, h.producer, h.txn, h.publish_time_ms) == (EntryKind.BATCH, src, p, None, 9)
+    assert codec.decode_messages(data, h) == [codec.Message(b"v", "k", {"x": "y"})]
+    assert codec.decode_header(codec.encode_batch([], publish_time_ms=1)).source is None
+
+
+def test_replication_marker_round_trip() -> None:
+    body = b'{"type":"snapshot_request","id":"x"}'
+    data = codec.encode_replication_marker(body, publish_time_ms=3, source=codec.SourceInfo("b", 1, 2))
+    h = codec.decode_header(data)
+    assert (h.kind, h.count, h.source) == (EntryKind.MARKER, 0, codec.SourceInfo("b", 1, 2))
+    assert codec.marker_body(data, h) == body

@@ -34,6 +34,18 @@ V3 = "/admin/v3/transactions"
      f"{PENDINGACK}{V3}/pendingAckStats/t/n/x/sub", None),
     (["pending-ack", "stats", "persistent://t/n/x", "sub", "--internal"], "GET",
      f"{PENDINGACK}{V3}/pendingAckInternalStats/t/n/x/sub", None),
+    (["clusters", "put", "b", "--service-url", "http://b:1"], "PUT", f"{BROKER}/admin/v2/clusters/b",
+     {"service_url": "http://b:1"}),
+    (["clusters", "get", "b"], "GET", f"{BROKER}/admin/v2/clusters/b", None),
+    (["clusters", "list"], "GET", f"{BROKER}/admin/v2/clusters", None),
+    (["clusters", "delete", "b"], "DELETE", f"{BROKER}/admin/v2/clusters/b", None),
+    (["namespaces", "set-replication", "t/n", "--clusters", "a, b,c"], "POST",
+     f"{BROKER}/admin/v2/namespaces/t/n/replication", ["a", "b", "c"]),
+    (["namespaces", "get-replication", "t/n"], "GET", f"{BROKER}/admin/v2/namespaces/t/n/replication", None),
+    (["topics", "set-replication", "persistent://t/n/x", "--clusters", "a,b"], "POST",
+     f"{BROKER}/admin/v2/persistent/t/n/x/replication", ["a", "b"]),
+    (["topics", "get-replication", "t/n/x"], "GET", f"{BROKER}/admin/v2/persistent/t/n/x/replication", None),
+    (["topics", "stats", "t/n/x"], "GET", f"{BROKER}/admin/v2/persistent/t/n/x/stats", None),
 ])
 async def test_commands(
     argv: list[str], method: str, url: str, body: Any, monkeypatch: pytest.MonkeyPatch,

@@ -52,6 +52,7 @@ async def topic_stats(tenant: str, namespace: str, topic: str, broker: BrokerDep
         "partitions": parts,
         "storageSize": sum(p["storageSize"] for p in parts),  # type: ignore[misc]
         "subscriptions": subs,
+        "replication": await broker.replication.stats(t.name, t.partitions),
     }
 
 

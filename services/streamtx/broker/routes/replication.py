@@ -1,0 +1,199 @@
+"""Geo-replication on the broker: the controller's internal calls, and the admin paths it answers.
+
+Internal (the replication controller calls them; service credential):
+``POST /v1/replication/read`` (a partition's local entries for a remote),
+``POST /v1/replication/ack`` (move the ``pulsar.repl.<remote>`` cursor),
+``POST /v1/replication/write`` (append entries copied from another cluster),
+``POST /v1/replication/markers`` (append a replication marker written here),
+``GET /v1/replication/topics`` (what the broker serves).
+
+Admin: Pulsar's clusters and replication paths answer on the broker, as in
+Pulsar; the replication controller does the work, so they are forwarded to it.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from typing import Any
+
+import orjson
+from fastapi import APIRouter, Request
+from pydantic import BaseModel, Field
+
+from streamtx.broker import replication as repl
+from streamtx.broker.deps import BrokerDep
+from streamtx.errors import MalformedError, UnavailableError
+from streamtx.ledger import Position
+from streamtx.service import ServiceClient
+
+router = APIRouter(prefix="/v1/replication", tags=["replication (internal)"])
+admin = APIRouter(prefix="/admin/v2", tags=["admin: replication"])
+
+
+class ReadRequest(BaseModel):
+    """Read a partition's local entries for ``remote``, after ``after`` (else from its cursor)."""
+
+    topic: str
+    partition: int = Field(ge=0)
+    remote: str = Field(min_length=1)
+    after: str | None = None
+    max_entries: int = Field(500, ge=1, le=10_000)
+    wait_ms: int = Field(0, ge=0, le=30_000)
+    connected: bool = True  # whether the controller reaches the remote (for stats)
+
+
+class AckRequest(BaseModel):
+    """Everything through ``position`` reached ``remote``: ``messages`` of ``bytes`` were sent."""
+
+    topic: str
+    partition: int = Field(ge=0)
+    remote: str = Field(min_length=1)
+    position: str
+    messages: int = Field(0, ge=0)
+    bytes: int = Field(0, ge=0)
+
+
+class WriteRequest(BaseModel):
+    """Entries of ``source`` (in their source order) to append to one partition."""
+
+    topic: str
+    partition: int = Field(ge=0)
+    source: str = Field(min_length=1)
+    entries: list[dict[str, Any]]
+
+
+class MarkerRequest(BaseModel):
+    """A replication marker to append to one partition."""
+
+    topic: str
+    partition: int = Field(ge=0)
+    marker: dict[str, Any]
+
+
+@router.get("/topics")
+async def topics(broker: BrokerDep) -> dict[str, Any]:
+    return {"topics": [{"topic": t.name, "partitions": len(t.partitions)} for t in broker.topics.values()]}
+
+
+@router.post("/read")
+async def read(body: ReadRequest, broker: BrokerDep) -> dict[str, Any]:
+    t = broker.topic(body.topic)
+    part = t.partition(body.partition)
+    link = await broker.replication.link(t.name, t.partitions, body.remote)
+    link.reaches[body.partition] = body.connected
+    cursor = link.cursors[body.partition]
+    loop = asyncio.get_running_loop()
+    deadline = loop.time() + body.wait_ms / 1000
+    while True:
+        items, last = await repl.read_local(part, repl.start_of(part, cursor, body.after), body.max_entries)
+        remaining = deadline - loop.time()
+        if last is not None or remaining <= 0:
+            break
+        await t.notifier.wait(remaining)
+    return {"entries": items, "last": str(last) if last else None}
+
+
+@router.post("/ack")
+async def ack(body: AckRequest, broker: BrokerDep) -> dict[str, Any]:
+    t = broker.topic(body.topic)
+    t.partition(body.partition)
+    link = await broker.replication.link(t.name, t.partitions, body.remote)
+    try:
+        pos = Position.parse(body.position)
+    except ValueError:
+        raise MalformedError(f"bad position {body.position!r}") from None
+    cursor = link.cursors[body.partition]
+    if pos.ledger_id != cursor.ledger.ledger_id:
+        raise MalformedError(f"{body.position} is not a position of partition {body.partition}")
+    await cursor.mark_delete(pos)
+    link.out.add(body.messages, body.bytes)
+    return {"markDeletePosition": str(cursor.mark_delete_position)}
+
+
+@router.post("/write")
+async def write(body: WriteRequest, broker: BrokerDep) -> dict[str, Any]:
+    t = broker.topic(body.topic)
+    part = t.partition(body.partition)
+    written, dropped = await repl.write_replicated(part, body.source, body.entries)
+    if written:
+        sizes = [(len(e.get("messages") or ()), sum(len(m.get("value") or "") * 3 // 4
+                                                    for m in e.get("messages") or ())) for e in body.entries]
+        broker.replication.incoming_meter(t.name, body.source).add(sum(s[0] for s in sizes),
+                                                                   sum(s[1] for s in sizes))
+    return {"written": written, "duplicates": dropped}
+
+
+@router.post("/markers")
+async def marker(body: MarkerRequest, broker: BrokerDep) -> dict[str, Any]:
+    part = broker.topic(body.topic).partition(body.partition)
+    pos = await part.append_marker(orjson.dumps(body.marker))
+    return {"position": str(pos)}
+
+
+# --- admin paths the replication controller serves -------------------------------
+
+
+def _controller(request: Request) -> ServiceClient:
+    client: ServiceClient | None = getattr(request.app.state, "replication_client", None)
+    if client is None:
+        url = request.app.state.settings.replication_url
+        if not url:
+            raise UnavailableError("no replication controller is configured (STREAMTX_REPLICATION_URL)")
+        token = request.app.state.settings.admin_token
+        client = request.app.state.replication_client = ServiceClient(url, token=token, attempts=3)
+    return client
+
+
+async def _forward(request: Request) -> Any:
+    body = await request.body()
+    payload = None
+    if body:
+        try:
+            payload = orjson.loads(body)
+        except orjson.JSONDecodeError:
+            raise MalformedError("body is not valid JSON") from None
+    return await _controller(request).request(request.method, request.url.path, json=payload)
+
+
+@admin.get("/clusters")
+async def list_clusters(request: Request) -> Any:
+    """The clusters this one knows: itself and every registered peer."""
+    return await _forward(request)
+
+
+@admin.get("/clusters/{name}")
+async def get_cluster(name: str, request: Request) -> Any:
+    return await _forward(request)
+
+
+@admin.put("/clusters/{name}")
+async def put_cluster(name: str, request: Request) -> Any:
+    """Register a peer cluster: ``{"service_url": "<any service URL of it>"}``."""
+    return await _forward(request)
+
+
+@admin.delete("/clusters/{name}")
+async def delete_cluster(name: str, request: Request) -> Any:
+    return await _forward(request)
+
+
+@admin.get("/namespaces/{tenant}/{namespace}/replication")
+async def get_namespace_replication(tenant: str, namespace: str, request: Request) -> Any:
+    return await _forward(request)
+
+
+@admin.post("/namespaces/{tenant}/{namespace}/replication")
+async def set_namespace_replication(tenant: str, namespace: str, request: Request) -> Any:
+    """Where the namespace's messages go: a list of cluster names."""
+    return await _forward(request)
+
+
+@admin.get("/persistent/{tenant}/{namespace}/{topic}/replication")
+async def get_topic_replication(tenant: str, namespace: str, topic: str, request: Request) -> Any:
+    return await _forward(request)
+
+
+@admin.post("/persistent/{tenant}/{namespace}/{topic}/replication")
+async def set_topic_replication(tenant: str, namespace: str, topic: str, request: Request) -> Any:
+    """Where one topic's messages go (overrides its namespace's list)."""
+    return await _forward(request)

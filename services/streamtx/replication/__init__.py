@@ -1,0 +1,1 @@
+"""The replication controller: geo-replication of topics and replicated subscriptions (PIP-33)."""

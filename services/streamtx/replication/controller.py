@@ -1,0 +1,108 @@
+"""The controller: keeps one replicator running per (topic, partition, remote) that policies ask for.
+
+Every ``scan_interval_s`` it lists the local broker's topics, works out each
+topic's remote clusters from the policies, starts the replicators that are
+missing and stops those no longer wanted. Policies change through the admin
+API (:mod:`streamtx.replication.routes.admin`), durably first.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+from typing import Any
+
+from streamtx.errors import StreamtxError, UnavailableError
+from streamtx.ledger import LedgerFactory
+from streamtx.replication.peers import Peers
+from streamtx.replication.policies import Policies
+from streamtx.replication.replicator import PartitionReplicator
+from streamtx.replication.settings import ReplicationSettings
+from streamtx.replication.store import PolicyStore
+from streamtx.service import ServiceClient
+
+log = logging.getLogger(__name__)
+
+Key = tuple[str, int, str]  # (topic, partition, remote cluster)
+
+
+class Controller:
+    """Create with :meth:`open`; :meth:`start` runs the scan loop."""
+
+    def __init__(self, settings: ReplicationSettings, store: PolicyStore, local: ServiceClient) -> None:
+        self.settings = settings
+        self.store = store
+        self.local = local
+        token = settings.admin_token or settings.client_token
+        self.peers = Peers(timeout_s=settings.remote_timeout_s, token=token)
+        self.replicators: dict[Key, tuple[PartitionReplicator, asyncio.Task[None]]] = {}
+        self._scan: asyncio.Task[None] | None = None
+        self.scanned = asyncio.Event()
+
+    @classmethod
+    async def open(cls, settings: ReplicationSettings, ledgers: LedgerFactory) -> Controller:
+        if not settings.broker_url:
+            raise UnavailableError("the replication controller needs STREAMTX_BROKER_URL")
+        store = await PolicyStore.open(ledgers, settings.cluster)
+        local = ServiceClient(settings.broker_url, token=settings.admin_token or settings.client_token,
+                              timeout_s=settings.read_wait_ms / 1000 + 10)
+        return cls(settings, store, local)
+
+    @property
+    def policies(self) -> Policies:
+        return self.store.policies
+
+    def start(self) -> None:
+        self._scan = asyncio.create_task(self._scan_loop())
+
+    async def _scan_loop(self) -> None:
+        while True:
+            try:
+                await self.scan()
+                self.scanned.set()
+            except StreamtxError as exc:
+                log.warning("scan of the local broker failed: %s", exc)
+            await asyncio.sleep(self.settings.scan_interval_s)
+
+    async def scan(self) -> None:
+        body = await self.local.request("GET", "/v1/replication/topics", attempts=1)
+        wanted: dict[Key, int] = {}
+        for t in body["topics"]:
+            for remote in self.policies.remotes_for(t["topic"]):
+                for i in range(int(t["partitions"])):
+                    wanted[(t["topic"], i, remote)] = int(t["partitions"])
+        for key in [k for k in self.replicators if k not in wanted]:
+            _, task = self.replicators.pop(key)
+            task.cancel()
+        for key, partitions in wanted.items():
+            if key not in self.replicators:
+                topic, index, remote = key
+                r = PartitionReplicator(local=self.local, remote_of=self._remote,
+                                        local_cluster=self.settings.cluster, remote=remote, topic=topic,
+                                        partition=index, partitions=partitions, settings=self.settings)
+                self.replicators[key] = (r, asyncio.create_task(r.run()))
+
+    async def _remote(self, name: str) -> ServiceClient:
+        url = self.policies.clusters.get(name)
+        if url is None:
+            raise UnavailableError(f"cluster {name} is not registered")
+        return await self.peers.broker(name, url)
+
+    def status(self) -> list[dict[str, Any]]:
+        return [{"topic": t, "partition": i, "remote": r, "connected": rep.connected,
+                 "sentMessages": rep.sent_messages}
+                for (t, i, r), (rep, _) in sorted(self.replicators.items())]
+
+    async def close(self) -> None:
+        tasks = [t for _, t in self.replicators.values()]
+        if self._scan is not None:
+            tasks.append(self._scan)
+        for t in tasks:
+            t.cancel()
+        for t in tasks:
+            with contextlib.suppress(asyncio.CancelledError, Exception):
+                await t
+        await self.peers.aclose()
+        await self.local.aclose()
+        await self.store.close()

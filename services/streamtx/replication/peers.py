@@ -1,0 +1,60 @@
+"""Clients of the other clusters' brokers, found through each peer's ``/v1/cluster``."""
+
+from __future__ import annotations
+
+import logging
+
+from streamtx.errors import ConflictError, UnavailableError
+from streamtx.service import ServiceClient
+
+log = logging.getLogger(__name__)
+
+
+async def discover(service_url: str, *, timeout_s: float, token: str | None) -> tuple[str, str]:
+    """``(cluster name, broker URL)`` a service of a cluster advertises."""
+    client = ServiceClient(service_url, timeout_s=timeout_s, attempts=2, token=token)
+    try:
+        body = await client.request("GET", "/v1/cluster")
+    finally:
+        await client.aclose()
+    broker = (body.get("services") or {}).get("broker") or service_url
+    return str(body.get("cluster")), str(broker).rstrip("/")
+
+
+class Peers:
+    """One broker client per remote cluster, made on first use (a peer may be down at start)."""
+
+    def __init__(self, *, timeout_s: float, token: str | None) -> None:
+        self.timeout_s = timeout_s
+        self.token = token
+        self._clients: dict[str, tuple[str, ServiceClient]] = {}  # name -> (service_url, client)
+
+    async def check(self, name: str, service_url: str) -> str | None:
+        """The broker URL of ``service_url`` if it answers; 409 if it is another cluster."""
+        try:
+            cluster, broker = await discover(service_url, timeout_s=self.timeout_s, token=self.token)
+        except UnavailableError as exc:
+            log.warning("cluster %s at %s does not answer yet: %s", name, service_url, exc)
+            return None
+        if cluster != name:
+            raise ConflictError(f"{service_url} is cluster {cluster!r}, not {name!r}")
+        return broker
+
+    async def broker(self, name: str, service_url: str) -> ServiceClient:
+        """The remote cluster's broker client (503 while it cannot be discovered)."""
+        got = self._clients.get(name)
+        if got is not None and got[0] == service_url:
+            return got[1]
+        cluster, broker = await discover(service_url, timeout_s=self.timeout_s, token=self.token)
+        if cluster != name:
+            raise UnavailableError(f"{service_url} answers as cluster {cluster!r}, not {name!r}")
+        client = ServiceClient(broker, timeout_s=self.timeout_s, attempts=2, token=self.token)
+        if got is not None:
+            await got[1].aclose()
+        self._clients[name] = (service_url, client)
+        return client
+
+    async def aclose(self) -> None:
+        for _, client in self._clients.values():
+            await client.aclose()
+        self._clients.clear()

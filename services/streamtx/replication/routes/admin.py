@@ -1,0 +1,117 @@
+"""Admin API of geo-replication, on Pulsar's paths (the broker forwards them here).
+
+``PUT /admin/v2/clusters/{name}`` registers a peer, ``POST .../replication``
+sets where a namespace's or topic's messages go; ``GET`` reads them back.
+"""
+
+from __future__ import annotations
+
+from typing import Annotated, Any
+
+from fastapi import APIRouter, Body
+from pydantic import BaseModel, Field
+
+from streamtx.errors import MalformedError, NotFoundError
+from streamtx.replication.deps import ControllerDep
+
+router = APIRouter(prefix="/admin/v2", tags=["admin: replication"])
+
+#: A replication list: Pulsar's bare JSON list (``{"clusters": [...]}`` is accepted too).
+ClusterList = Annotated[Any, Body()]
+
+
+class ClusterData(BaseModel):
+    """A peer cluster: any service URL of it (its ``/v1/cluster`` lists the others)."""
+
+    service_url: str = Field(min_length=1, pattern=r"^https?://")
+
+
+class ClusterPublic(ClusterData):
+    """A registered cluster, with its broker URL when it answered discovery."""
+
+    name: str
+    broker_url: str | None = None
+
+
+def _clusters(body: Any) -> list[str]:
+    """Pulsar sends a bare JSON list; ``{"clusters": [...]}`` is accepted too."""
+    if isinstance(body, dict):
+        body = body.get("clusters")
+    if not isinstance(body, list) or not all(isinstance(c, str) and c for c in body):
+        raise MalformedError("body: a list of cluster names, e.g. [\"a\", \"b\"]")
+    return list(body)
+
+
+def _check_name(name: str) -> None:
+    if not name or "/" in name or len(name) > 200:
+        raise MalformedError(f"bad cluster name {name!r}")
+
+
+@router.get("/clusters")
+async def list_clusters(controller: ControllerDep) -> list[str]:
+    return controller.policies.known()
+
+
+@router.get("/clusters/{name}")
+async def get_cluster(name: str, controller: ControllerDep) -> ClusterPublic:
+    url = controller.policies.clusters.get(name)
+    if url is None:
+        raise NotFoundError(f"cluster {name} is not registered")
+    return ClusterPublic(name=name, service_url=url)
+
+
+@router.put("/clusters/{name}")
+async def put_cluster(name: str, body: ClusterData, controller: ControllerDep) -> ClusterPublic:
+    _check_name(name)
+    url = body.service_url.rstrip("/")
+    broker = await controller.peers.check(name, url)  # 409 when it is another cluster
+    if controller.policies.clusters.get(name) != url:
+        await controller.store.record({"kind": "cluster", "name": name, "service_url": url})
+    return ClusterPublic(name=name, service_url=url, broker_url=broker)
+
+
+@router.delete("/clusters/{name}")
+async def delete_cluster(name: str, controller: ControllerDep) -> dict[str, str]:
+    if name not in controller.policies.clusters:
+        raise NotFoundError(f"cluster {name} is not registered")
+    await controller.store.record({"kind": "cluster_deleted", "name": name})
+    return {"deleted": name}
+
+
+@router.get("/namespaces/{tenant}/{namespace}/replication")
+async def get_namespace_replication(tenant: str, namespace: str, controller: ControllerDep) -> list[str]:
+    return controller.policies.namespaces.get(f"{tenant}/{namespace}", [])
+
+
+@router.post("/namespaces/{tenant}/{namespace}/replication")
+async def set_namespace_replication(tenant: str, namespace: str, controller: ControllerDep,
+                                    body: ClusterList) -> list[str]:
+    clusters = controller.policies.check_clusters(_clusters(body))
+    await controller.store.record({"kind": "namespace", "namespace": f"{tenant}/{namespace}",
+                                   "clusters": clusters})
+    return clusters
+
+
+@router.get("/persistent/{tenant}/{namespace}/{topic}/replication")
+async def get_topic_replication(tenant: str, namespace: str, topic: str, controller: ControllerDep,
+                                applied: bool = False) -> list[str]:
+    """The topic's own list (``?applied=true``: what applies, its namespace's when it has none)."""
+    name = f"persistent://{tenant}/{namespace}/{topic}"
+    if applied:
+        return controller.policies.clusters_for(name)
+    return controller.policies.topics.get(name, [])
+
+
+@router.post("/persistent/{tenant}/{namespace}/{topic}/replication")
+async def set_topic_replication(tenant: str, namespace: str, topic: str, controller: ControllerDep,
+                                body: ClusterList) -> list[str]:
+    clusters = controller.policies.check_clusters(_clusters(body))
+    await controller.store.record({"kind": "topic", "topic": f"persistent://{tenant}/{namespace}/{topic}",
+                                   "clusters": clusters})
+    return clusters
+
+
+@router.get("/replication/status")
+async def status(controller: ControllerDep) -> dict[str, Any]:
+    """The replicators running here: topic, partition, remote, connected, messages sent."""
+    return {"cluster": controller.settings.cluster, "replicators": controller.status()}

@@ -1,0 +1,90 @@
+"""`make run-geo`: three connected clusters ``a``, ``b``, ``c`` on this machine, on embedded defaults.
+
+Each cluster is one ``python -m streamtx.suite --cluster X --base-port P
+--data-dir DIR/X``; once all answer, each registers the other two as peers
+(``PUT /admin/v2/clusters/{name}``), so a namespace or topic given a
+replication list (``POST .../replication``) in a cluster replicates from there.
+URLs are printed; Ctrl-C stops everything.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import httpx
+
+from streamtx.service.readiness import wait_ready
+
+#: name -> base port (coordinator; broker +1, pending-ack +2, replication +3).
+CLUSTERS = {"a": 18000, "b": 18100, "c": 18200}
+
+
+def broker_url(base_port: int, host: str = "127.0.0.1") -> str:
+    return f"http://{host}:{base_port + 1}"
+
+
+def connect(clusters: dict[str, int], host: str = "127.0.0.1", token: str | None = None) -> None:
+    """Register every cluster as a peer of every other (through each one's broker)."""
+    headers = {"authorization": f"Bearer {token}"} if token else {}
+    for name, port in clusters.items():
+        for peer, peer_port in clusters.items():
+            if peer == name:
+                continue
+            r = httpx.put(f"{broker_url(port, host)}/admin/v2/clusters/{peer}", headers=headers, timeout=30,
+                          json={"service_url": broker_url(peer_port, host)})
+            r.raise_for_status()
+
+
+def main(argv: list[str] | None = None) -> None:
+    parser = argparse.ArgumentParser(description=__doc__)
+    parser.add_argument("--data-dir", default="data", help="cluster X keeps its ledgers in DATA_DIR/X")
+    parser.add_argument("--host", default="127.0.0.1")
+    args = parser.parse_args(argv)
+    procs: list[subprocess.Popen[bytes]] = []
+
+    def stop_all(*_: object) -> None:
+        for proc in procs:
+            if proc.poll() is None:
+                proc.send_signal(signal.SIGTERM)
+        for proc in procs:
+            try:
+                proc.wait(20)
+            except subprocess.TimeoutExpired:
+                proc.kill()
+        print("streamtx-geo: stopped", flush=True)
+        sys.exit(0)
+
+    signal.signal(signal.SIGINT, stop_all)
+    signal.signal(signal.SIGTERM, stop_all)
+    for name, port in CLUSTERS.items():
+        cmd = [sys.executable, "-m", "streamtx.suite", "--cluster", name, "--base-port", str(port),
+               "--data-dir", str(Path(args.data_dir) / name), "--host", args.host]
+        procs.append(subprocess.Popen(cmd, env={**os.environ}))
+    try:
+        for port, proc in zip(CLUSTERS.values(), procs, strict=True):
+            wait_ready(f"http://{args.host}:{port + 3}", proc, timeout_s=120)
+        connect(CLUSTERS, args.host, os.environ.get("STREAMTX_ADMIN_TOKEN"))
+    except (RuntimeError, TimeoutError, httpx.HTTPError) as exc:
+        print(f"streamtx-geo: {exc}", flush=True)
+        stop_all()
+    for name, port in CLUSTERS.items():
+        print(f"streamtx-geo: cluster {name}: broker {broker_url(port, args.host)} "
+              f"(any service URL works: {args.host}:{port}..{port + 3})", flush=True)
+    print("streamtx-geo: clusters a, b, c know each other; set a replication list to replicate; Ctrl-C stops",
+          flush=True)
+    while True:
+        for name, proc in zip(CLUSTERS, procs, strict=True):
+            if proc.poll() is not None:
+                print(f"streamtx-geo: cluster {name} exited with {proc.returncode}; stopping", flush=True)
+                stop_all()
+        time.sleep(0.5)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,55 @@
+"""Three clusters a, b, c as real processes (12 services, file ledgers), started once per module."""
+
+from __future__ import annotations
+
+import base64
+from collections.abc import Iterator
+from typing import Any
+
+import httpx
+import pytest
+
+from tests.support.geo import Geo
+
+BROKER_ENV = {"STREAMTX_ACK_TIMEOUT_MS": "60000"}
+
+
+@pytest.fixture(scope="module")
+def geo(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Geo]:
+    with Geo(tmp_path_factory.mktemp("geo"), ("a", "b", "c"), env=BROKER_ENV) as running:
+        yield running
+
+
+@pytest.fixture
+def clusters(geo: Geo) -> Geo:
+    """The module's clusters, every service up (a test that failed mid-crash may have left one down)."""
+    for suite in geo.suites.values():
+        suite.ensure_running()
+    return geo
+
+
+def replicate(geo: Geo, namespace: str, clusters: list[str]) -> None:
+    """Give ``namespace`` the replication list ``clusters`` in each of them (as an operator would)."""
+    for name in clusters:
+        r = httpx.post(f"{geo.url(name)}/admin/v2/namespaces/{namespace}/replication", json=clusters,
+                       timeout=30)
+        assert r.status_code == 200, r.text
+
+
+def create_topic(geo: Geo, cluster: str, topic: str, partitions: int) -> None:
+    r = httpx.put(f"{geo.url(cluster)}/admin/v2/persistent/{topic}/partitions",
+                  json={"partitions": partitions}, timeout=30)
+    assert r.status_code == 200, r.text
+
+
+def b64(text: str) -> str:
+    return base64.b64encode(text.encode()).decode()
+
+
+def decoded(message: dict[str, Any]) -> str:
+    return base64.b64decode(message["value"]).decode()
+
+
+async def get(url: str) -> httpx.Response:
+    async with httpx.AsyncClient(timeout=30) as http:
+        return await http.get(url)
