@@ -123,7 +123,7 @@ def categorize(method: str, path: str) -> str:
         return "tenant"  # the lookup every producer makes
     if path.startswith("/admin/"):
         return "admin"
-    if path.startswith(("/v1/txn/", "/v1/pendingack/")):
+    if path.startswith(("/v1/txn/", "/v1/pendingack/", "/v1/replication/")):
         return "service"
     if path.startswith("/v1/topics/{tenant}/"):
         return "tenant"
@@ -135,7 +135,7 @@ def categorize(method: str, path: str) -> str:
 def fill(path: str, txn: str) -> str:
     values = {"tenant": "a", "namespace": "n", "topic": "walk", "sub": "s", "txn": txn,
               "coordinator_id": "0", "most": txn.split(":")[0], "least": txn.split(":")[1],
-              "timeout_ms": "1000"}
+              "timeout_ms": "1000", "name": "other-cluster"}
     for name, value in values.items():
         path = path.replace("{" + name + "}", value)
     assert "{" not in path, f"no value for a parameter of {path}"

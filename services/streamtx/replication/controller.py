@@ -34,8 +34,8 @@ class Controller:
         self.settings = settings
         self.store = store
         self.local = local
-        token = settings.admin_token or settings.client_token
-        self.peers = Peers(timeout_s=settings.remote_timeout_s, token=token)
+        self.peers = Peers(timeout_s=settings.remote_timeout_s,
+                           token=settings.remote_token or settings.outgoing_token())
         self.replicators: dict[Key, tuple[PartitionReplicator, asyncio.Task[None]]] = {}
         self._scan: asyncio.Task[None] | None = None
         self.scanned = asyncio.Event()
@@ -45,7 +45,7 @@ class Controller:
         if not settings.broker_url:
             raise UnavailableError("the replication controller needs STREAMTX_BROKER_URL")
         store = await PolicyStore.open(ledgers, settings.cluster)
-        local = ServiceClient(settings.broker_url, token=settings.admin_token or settings.client_token,
+        local = ServiceClient(settings.broker_url, token=settings.outgoing_token(),
                               timeout_s=settings.read_wait_ms / 1000 + 10)
         return cls(settings, store, local)
 

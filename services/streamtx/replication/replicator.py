@@ -105,5 +105,5 @@ class PartitionReplicator:
 
     async def _ensure_remote_topic(self, remote: ServiceClient) -> None:
         """Create the topic there as it is here, if missing (Pulsar auto-creates it too); idempotent."""
-        path = "/admin/v2/persistent/" + self.topic.removeprefix("persistent://") + "/partitions"
-        await remote.request("PUT", path, json={"partitions": self.partitions})
+        await remote.request("POST", "/v1/replication/topics",
+                             json={"topic": self.topic, "partitions": self.partitions})

@@ -16,6 +16,9 @@ class ReplicationSettings(ServiceSettings):
     read_wait_ms: int = Field(default=1000, ge=0, le=30_000, description="long poll of a replication read")
     remote_timeout_s: float = Field(default=10.0, gt=0, description="HTTP timeout towards a remote cluster")
     retry_max_s: float = Field(default=2.0, gt=0, description="longest pause between retries to a remote")
+    remote_token: str | None = Field(
+        default=None, description="credential for the other clusters' brokers (a service token valid "
+        "there); default: this cluster's own service token")
     # PIP-33's broker.conf settings, same names.
     replicated_subscriptions_snapshot_frequency_ms: int = Field(default=1000, ge=10)
     replicated_subscriptions_snapshot_timeout_s: float = Field(default=30.0, gt=0)

@@ -8,8 +8,8 @@ path                                        who may call it
 ``GET /admin/v2/persistent/{tenant}/...``    client of that tenant (the partition-count lookup
 ``/partitions``                             every producer makes, as in Pulsar); service; admin
 ``/admin/...``                              admin
-``/v1/txn/...``, ``/v1/pendingack/...``     service or admin: the calls between services
-                                            (end, prepare, transactional acks)
+``/v1/txn/...``, ``/v1/pendingack/...``,    service or admin: the calls between services
+``/v1/replication/...``                     (end, prepare, transactional acks, geo-replication)
 ``/v1/topics/{tenant}/...``                 client of that tenant; service; admin
 any other path (``/v1/transactions...``)    client, service, admin
 ==========================================  ==========================================
@@ -27,7 +27,7 @@ from streamtx.auth.tokens import Principal
 
 OPEN_PATHS = frozenset({"/healthz", "/readyz", "/metrics", "/v1/cluster",
                         "/openapi.json", "/docs", "/docs/oauth2-redirect", "/redoc"})
-_internal = ("/v1/txn/", "/v1/pendingack/")
+_internal = ("/v1/txn/", "/v1/pendingack/", "/v1/replication/")
 _topics = "/v1/topics/"
 _lookup = "/admin/v2/persistent/"
 

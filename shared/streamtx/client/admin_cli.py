@@ -8,16 +8,13 @@
     streamtx-admin pending-ack-batch-log set --enable false | pending-ack-batch-log get
     streamtx-admin buffer stats persistent://t/n/x-partition-0
     streamtx-admin pending-ack stats persistent://t/n/x sub [--internal]
-<<<<<<< HEAD
     streamtx-admin token create --subject app1 --role client --tenant a [--expires-in-s 86400]
     streamtx-admin ledger check DATA_DIR [--ledger NAME ...]
     streamtx-admin ledger repair DATA_DIR (--ledger NAME ... | --all) [--truncate]
-=======
-    streamtx-admin clusters put b --url http://127.0.0.1:18101 | clusters get b | clusters list
+    streamtx-admin clusters put b --service-url http://127.0.0.1:18101 | clusters get b | clusters list
     streamtx-admin namespaces set-replication t/n --clusters a,b,c | namespaces get-replication t/n
     streamtx-admin topics set-replication persistent://t/n/x --clusters a,b | topics get-replication ...
     streamtx-admin topics stats persistent://t/n/x
->>>>>>> a37b994 (replication: the replication controller service (geo-replication, exactly once via the broker's pulsar.repl.<remote> cursors and source-position dedup), cluster/namespace/topic replication admin API answered on the broker, CLI, suite --cluster/--base-port, make run-geo, replication stats and pulsar_replication_* metrics)
 
 ``--url`` (or ``STREAMTX_URL``) is any service's URL; the others are found
 through ``/v1/cluster``. ``--token`` (or ``STREAMTX_ADMIN_TOKEN``) is the

@@ -5,10 +5,12 @@ Internal (the replication controller calls them; service credential):
 ``POST /v1/replication/ack`` (move the ``pulsar.repl.<remote>`` cursor),
 ``POST /v1/replication/write`` (append entries copied from another cluster),
 ``POST /v1/replication/markers`` (append a replication marker written here),
-``GET /v1/replication/topics`` (what the broker serves).
+``GET /v1/replication/topics`` (what the broker serves), ``POST /v1/replication/topics``
+(create a topic replicated here, as its source has it).
 
 Admin: Pulsar's clusters and replication paths answer on the broker, as in
-Pulsar; the replication controller does the work, so they are forwarded to it.
+Pulsar; the replication controller does the work, so they are forwarded to it
+with the caller's own credential (its admin token) and its answer returned as is.
 """
 
 from __future__ import annotations
@@ -16,15 +18,15 @@ from __future__ import annotations
 import asyncio
 from typing import Any
 
+import httpx
 import orjson
-from fastapi import APIRouter, Request
+from fastapi import APIRouter, Request, Response
 from pydantic import BaseModel, Field
 
 from streamtx.broker import replication as repl
 from streamtx.broker.deps import BrokerDep
-from streamtx.errors import MalformedError, UnavailableError
+from streamtx.errors import MalformedError, NotFoundError, UnavailableError
 from streamtx.ledger import Position
-from streamtx.service import ServiceClient
 
 router = APIRouter(prefix="/v1/replication", tags=["replication (internal)"])
 admin = APIRouter(prefix="/admin/v2", tags=["admin: replication"])
@@ -70,9 +72,23 @@ class MarkerRequest(BaseModel):
     marker: dict[str, Any]
 
 
+class TopicEnsure(BaseModel):
+    """A replicated topic as its source has it: created here with these partitions if missing."""
+
+    topic: str = Field(pattern=r"^persistent://[^/]+/[^/]+/[^/]+$")
+    partitions: int = Field(ge=1)
+
+
 @router.get("/topics")
 async def topics(broker: BrokerDep) -> dict[str, Any]:
     return {"topics": [{"topic": t.name, "partitions": len(t.partitions)} for t in broker.topics.values()]}
+
+
+@router.post("/topics")
+async def ensure_topic(body: TopicEnsure, broker: BrokerDep) -> TopicEnsure:
+    """Create a topic a remote cluster replicates here (409 if it exists with other partitions)."""
+    await broker.create_topic(body.topic, body.partitions)
+    return body
 
 
 @router.post("/read")
@@ -133,67 +149,67 @@ async def marker(body: MarkerRequest, broker: BrokerDep) -> dict[str, Any]:
 # --- admin paths the replication controller serves -------------------------------
 
 
-def _controller(request: Request) -> ServiceClient:
-    client: ServiceClient | None = getattr(request.app.state, "replication_client", None)
+def _controller(request: Request) -> httpx.AsyncClient:
+    client: httpx.AsyncClient | None = getattr(request.app.state, "replication_client", None)
     if client is None:
         url = request.app.state.settings.replication_url
         if not url:
-            raise UnavailableError("no replication controller is configured (STREAMTX_REPLICATION_URL)")
-        token = request.app.state.settings.admin_token
-        client = request.app.state.replication_client = ServiceClient(url, token=token, attempts=3)
+            raise NotFoundError("this cluster runs no replication controller (STREAMTX_REPLICATION_URL)")
+        client = request.app.state.replication_client = httpx.AsyncClient(base_url=url.rstrip("/"),
+                                                                           timeout=30)
     return client
 
 
-async def _forward(request: Request) -> Any:
-    body = await request.body()
-    payload = None
-    if body:
-        try:
-            payload = orjson.loads(body)
-        except orjson.JSONDecodeError:
-            raise MalformedError("body is not valid JSON") from None
-    return await _controller(request).request(request.method, request.url.path, json=payload)
+async def _forward(request: Request) -> Response:
+    """The same call on the controller, with the caller's own credential; its answer as is."""
+    headers = {k: v for k, v in request.headers.items() if k in ("authorization", "content-type")}
+    try:
+        r = await _controller(request).request(request.method, request.url.path, content=await request.body(),
+                                                params=request.query_params, headers=headers)
+    except httpx.HTTPError as exc:
+        raise UnavailableError(f"the replication controller does not answer: {exc!r}") from None
+    return Response(r.content, status_code=r.status_code, media_type="application/json")
 
 
 @admin.get("/clusters")
-async def list_clusters(request: Request) -> Any:
+async def list_clusters(request: Request) -> Response:
     """The clusters this one knows: itself and every registered peer."""
     return await _forward(request)
 
 
 @admin.get("/clusters/{name}")
-async def get_cluster(name: str, request: Request) -> Any:
+async def get_cluster(name: str, request: Request) -> Response:
     return await _forward(request)
 
 
 @admin.put("/clusters/{name}")
-async def put_cluster(name: str, request: Request) -> Any:
+async def put_cluster(name: str, request: Request) -> Response:
     """Register a peer cluster: ``{"service_url": "<any service URL of it>"}``."""
     return await _forward(request)
 
 
 @admin.delete("/clusters/{name}")
-async def delete_cluster(name: str, request: Request) -> Any:
+async def delete_cluster(name: str, request: Request) -> Response:
     return await _forward(request)
 
 
 @admin.get("/namespaces/{tenant}/{namespace}/replication")
-async def get_namespace_replication(tenant: str, namespace: str, request: Request) -> Any:
+async def get_namespace_replication(tenant: str, namespace: str, request: Request) -> Response:
     return await _forward(request)
 
 
 @admin.post("/namespaces/{tenant}/{namespace}/replication")
-async def set_namespace_replication(tenant: str, namespace: str, request: Request) -> Any:
+async def set_namespace_replication(tenant: str, namespace: str, request: Request) -> Response:
     """Where the namespace's messages go: a list of cluster names."""
     return await _forward(request)
 
 
 @admin.get("/persistent/{tenant}/{namespace}/{topic}/replication")
-async def get_topic_replication(tenant: str, namespace: str, topic: str, request: Request) -> Any:
+async def get_topic_replication(tenant: str, namespace: str, topic: str, request: Request) -> Response:
     return await _forward(request)
 
 
 @admin.post("/persistent/{tenant}/{namespace}/{topic}/replication")
-async def set_topic_replication(tenant: str, namespace: str, topic: str, request: Request) -> Any:
+async def set_topic_replication(tenant: str, namespace: str, topic: str, request: Request) -> Response:
     """Where one topic's messages go (overrides its namespace's list)."""
     return await _forward(request)
