@@ -28,6 +28,7 @@ from collections.abc import Callable
 from typing import Any
 
 import orjson
+from pydantic import BaseModel, Field
 
 from streamtx.broker import codec
 from streamtx.broker.codec import EntryKind, ProducerInfo, SourceInfo
@@ -125,31 +126,47 @@ async def read_local(part: Partition, start: Position, max_entries: int
     return items, (entries[-1].position if entries else None)
 
 
-def _parse_item(item: dict[str, Any], source: str, now_ms: int) -> tuple[bytes, ProducerInfo, int]:
+class ReplicatedMessage(BaseModel):
+    """One message of a replicated entry (``value`` base64)."""
+
+    key: str | None = None
+    value: str = ""
+    properties: dict[str, str] = Field(default_factory=dict)
+
+
+class ReplicatedEntry(BaseModel):
+    """One source entry, as :func:`read_local` gives it: messages, or a marker."""
+
+    position: str
+    publish_time: int = Field(0, ge=0, lt=1 << 63)
+    messages: list[ReplicatedMessage] | None = None
+    marker: dict[str, Any] | None = None
+
+
+def _parse_item(item: ReplicatedEntry, source: str, now_ms: int) -> tuple[bytes, ProducerInfo, int]:
     try:
-        lid, eid, _ = codec.parse_message_id(str(item["position"]))
-        src = SourceInfo(source, lid, eid, int(item.get("publish_time") or 0))
-    except (KeyError, ValueError, TypeError) as exc:
-        raise MalformedError(f"bad replicated entry: {exc}") from None
-    publish = now_ms
+        lid, eid, _ = codec.parse_message_id(item.position)
+        if not (0 <= lid < 1 << 64 and 0 <= eid < 1 << 64):
+            raise ValueError("out of range")
+    except ValueError as exc:
+        raise MalformedError(f"bad replicated entry position {item.position!r}: {exc}") from None
+    src = SourceInfo(source, lid, eid, item.publish_time)
     producer = ProducerInfo(producer_name(source), 0, eid)
-    if "marker" in item:
-        body = orjson.dumps(item["marker"])
-        return codec.encode_replication_marker(body, publish_time_ms=publish, producer=producer,
-                                               source=src), producer, 0
-    msgs = item.get("messages")
-    if not isinstance(msgs, list) or not msgs:
+    if item.marker is not None:
+        return codec.encode_replication_marker(orjson.dumps(item.marker), publish_time_ms=now_ms,
+                                               producer=producer, source=src), producer, 0
+    if not item.messages:
         raise MalformedError("a replicated entry needs messages or a marker")
     try:
-        out = [codec.Message(a2b_base64(m.get("value") or ""), m.get("key"), dict(m.get("properties") or {}),
-                             i) for i, m in enumerate(msgs)]
-    except (ValueError, TypeError, AttributeError) as exc:
-        raise MalformedError(f"bad replicated message: {exc}") from None
-    data = codec.encode_batch(out, publish_time_ms=publish, producer=producer, source=src)
+        out = [codec.Message(a2b_base64(m.value), m.key, m.properties, i)
+               for i, m in enumerate(item.messages)]
+    except ValueError as exc:
+        raise MalformedError(f"bad replicated message value: {exc}") from None
+    data = codec.encode_batch(out, publish_time_ms=now_ms, producer=producer, source=src)
     return data, producer, len(out)
 
 
-async def write_replicated(part: Partition, source: str, items: list[dict[str, Any]]) -> tuple[int, int]:
+async def write_replicated(part: Partition, source: str, items: list[ReplicatedEntry]) -> tuple[int, int]:
     """Append the copies in order, dropping what this partition already has: ``(written, dropped)``."""
     now_ms = int(time.time() * 1000)
     parsed = [_parse_item(item, source, now_ms) for item in items]

@@ -61,7 +61,7 @@ class WriteRequest(BaseModel):
     topic: str
     partition: int = Field(ge=0)
     source: str = Field(min_length=1)
-    entries: list[dict[str, Any]]
+    entries: list[repl.ReplicatedEntry]
 
 
 class MarkerRequest(BaseModel):
@@ -132,10 +132,9 @@ async def write(body: WriteRequest, broker: BrokerDep) -> dict[str, Any]:
     part = t.partition(body.partition)
     written, dropped = await repl.write_replicated(part, body.source, body.entries)
     if written:
-        sizes = [(len(e.get("messages") or ()), sum(len(m.get("value") or "") * 3 // 4
-                                                    for m in e.get("messages") or ())) for e in body.entries]
-        broker.replication.incoming_meter(t.name, body.source).add(sum(s[0] for s in sizes),
-                                                                   sum(s[1] for s in sizes))
+        msgs = [m for e in body.entries for m in e.messages or ()]
+        broker.replication.incoming_meter(t.name, body.source).add(len(msgs),
+                                                                   sum(len(m.value) * 3 // 4 for m in msgs))
     return {"written": written, "duplicates": dropped}
 
 
