@@ -10,6 +10,7 @@ parse and return data. Variables are expanded as Grafana would with "All".
 from __future__ import annotations
 
 import asyncio
+import json
 import time
 import uuid
 from collections.abc import Iterator
@@ -65,6 +66,27 @@ def test_dashboard_lint(name: str) -> None:
     for var in variables.values():
         if var["type"] == "query":
             assert var["datasource"] == datasource, var["name"]
+
+
+@pytest.mark.parametrize("name", sorted(dashboards.load()))
+def test_grafana_models_decode_the_dashboard(name: str) -> None:
+    """Decoded with the Grafana Foundation SDK's Dashboard model and encoded again,
+    every panel keeps its id, type, unit, data source and queries."""
+    from grafana_foundation_sdk.cog.encoder import JSONEncoder
+    from grafana_foundation_sdk.models.dashboard import Dashboard
+
+    board = dashboards.load()[name]
+    again = json.loads(JSONEncoder().encode(Dashboard.from_json(board)))
+    assert again["uid"] == board["uid"] and again["title"] == board["title"]
+
+    def essentials(b: dict[str, Any]) -> list[Any]:
+        return [(p["id"], p["type"], p.get("fieldConfig", {}).get("defaults", {}).get("unit"),
+                 p.get("datasource"), [(t["refId"], t["expr"]) for t in p.get("targets", [])])
+                for p in dashboards.panels(b)]
+
+    assert essentials(again) == essentials(board)
+    names = [v["name"] for v in board["templating"]["list"]]
+    assert [v["name"] for v in again["templating"]["list"]] == names
 
 
 def test_dashboard_uids_are_unique() -> None:
