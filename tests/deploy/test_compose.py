@@ -16,7 +16,7 @@ import yaml
 from streamtx.cli import SERVICES
 
 ROOT = Path(__file__).resolve().parents[2]
-STREAMTX = ("coordinator", "broker", "pendingack")
+STREAMTX = ("coordinator", "broker", "pendingack", "replication")
 
 
 @pytest.fixture(scope="module")

@@ -24,7 +24,7 @@ from streamtx.client import StreamtxClient
 from streamtx.errors import ConflictError
 from tests.deploy import dashboards
 from tests.support.prometheus import Prometheus, prometheus_server
-from tests.support.suite import Suite, eventually, receive
+from tests.support.suite import ORDER, Suite, eventually, receive
 
 ROOT = Path(__file__).resolve().parents[2]
 ALERTS = ROOT / "charts" / "streamtx" / "files" / "prometheus" / "alerts.yml"
@@ -105,6 +105,7 @@ def scrape_config(suite: Suite) -> dict[str, Any]:
     config["global"] = {"scrape_interval": f"{SCRAPE_S}s", "evaluation_interval": f"{SCRAPE_S}s"}
     config["rule_files"] = [str(ALERTS)]
     (job,) = [j for j in config["scrape_configs"] if j["job_name"] == "streamtx"]
+    assert {s["labels"]["service"] for s in job["static_configs"]} == set(suite.procs)
     for static in job["static_configs"]:
         service = static["labels"]["service"]
         static["targets"] = [f"127.0.0.1:{suite.procs[service].port}"]
@@ -118,7 +119,7 @@ def observed(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[Prometh
     """A suite and a Prometheus scraping it, after a workload: (prometheus, start, end)."""
     tmp = tmp_path_factory.mktemp("observed")
     suite = Suite(
-        f"file://{tmp / 'ledgers'}", tmp,
+        f"file://{tmp / 'ledgers'}", tmp, services=ORDER,
         coordinator_env={"STREAMTX_TIMEOUT_CHECK_INTERVAL_MS": "100"},
         broker_env={"STREAMTX_SNAPSHOT_EVERY_OPS": "5", "STREAMTX_SNAPSHOT_INTERVAL_S": "0.5"},
     )
