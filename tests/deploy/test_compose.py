@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import copy
 import json
+import subprocess
 from pathlib import Path
 from typing import Any
 
@@ -14,6 +15,7 @@ import pytest
 import yaml
 
 from streamtx.cli import SERVICES
+from tests.support.prometheus import binary
 
 ROOT = Path(__file__).resolve().parents[2]
 STREAMTX = ("coordinator", "broker", "pendingack", "replication")
@@ -85,7 +87,12 @@ def test_services_run_on_kafka_with_auth_on(compose: dict[str, Any]) -> None:
     assert tc["environment"]["STREAMTX_REDIS_URL"] == "redis://redis:6379/0"
     assert tc["depends_on"]["redis"]["condition"] == "service_healthy"
     assert {"broker", "pendingack"} <= set(tc["depends_on"])  # participants first
-    assert services["spark-histograms"]["profiles"] == ["spark"]
+    spark = services["spark-histograms"]
+    assert spark["profiles"] == ["spark"] and spark["build"]["target"] == "spark"
+    push = spark["command"][spark["command"].index("--pushgateway") + 1]
+    assert push == "pushgateway:9091" and "pushgateway" in services
+    prom = yaml.safe_load((ROOT / "deploy/prometheus/prometheus.yml").read_text())
+    assert [push] in [s["targets"] for j in prom["scrape_configs"] for s in j["static_configs"]]
     assert all("profiles" not in s for n, s in services.items() if n != "spark-histograms")
 
 
@@ -114,3 +121,15 @@ def test_grafana_is_provisioned_with_the_datasource_and_the_dashboards(compose: 
     (provider,) = yaml.safe_load((provisioning / "dashboards/streamtx.yml").read_text())["providers"]
     assert mounts["./charts/streamtx/files/dashboards"] == provider["options"]["path"]
     assert list((ROOT / "charts/streamtx/files/dashboards").glob("*.json"))
+
+
+def test_promtool_checks_the_scrape_config(tmp_path: Path) -> None:
+    """`promtool check config`, with the rules where compose mounts them (here: the repo's)."""
+    config = yaml.safe_load((ROOT / "deploy/prometheus/prometheus.yml").read_text())
+    rules = ROOT / "charts/streamtx/files/prometheus"
+    config["rule_files"] = [str(rules / Path(pattern).name) for pattern in config["rule_files"]]
+    path = tmp_path / "prometheus.yml"
+    path.write_text(yaml.safe_dump(config))
+    done = subprocess.run([binary("promtool"), "check", "config", str(path)], capture_output=True, text=True)
+    said = done.stdout + done.stderr
+    assert done.returncode == 0 and "SUCCESS" in said and "rules found" in said, said
