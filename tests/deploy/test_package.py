@@ -124,6 +124,9 @@ def test_image_is_multi_stage_slim_and_non_root() -> None:
     assert not any(word in run for run in final.runs for word in ("apt-get", "gcc", "build-essential"))
     assert any("--no-index" in run for run in final.runs)
     assert any("pip wheel" in run for run in build.runs)
+    # The services' image installs no extra (the [spark] one is the spark target's).
+    assert any('"streamtx[spark]"' in run for run in stages[2].runs)
+    assert not any("[" in run for run in final.runs if "pip install" in run)
     assert all(k.startswith("STREAMTX_") or k == "PYTHONUNBUFFERED" for k in final.env)
 
 
