@@ -5,7 +5,7 @@ STAMP   := .venv/.stamp-setup
 DATA    ?= data
 export PYTHONPATH := shared:services:spark-jobs:.
 
-.PHONY: setup run test lint spark-histograms spark-compact bench bench-log bench-tc bench-txn bench-peer demo demo-long clean bench-bounded
+.PHONY: setup run test lint spark-histograms spark-compact bench bench-spark bench-log bench-tc bench-txn bench-peer demo demo-long clean bench-bounded
 .PHONY: run-geo bench-repl
 
 setup: $(STAMP)
@@ -53,6 +53,9 @@ bench-txn: setup
 
 bench-bounded: setup
 	$(PY) bench/bounded.py
+
+bench-spark: setup
+	$(PY) bench/spark_jobs.py
 
 bench-peer: setup
 	$(PY) bench/peer.py

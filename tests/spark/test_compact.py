@@ -35,7 +35,7 @@ def test_compaction_commits_atomically_and_recovery_reads_base_then_tail(spark: 
     url = f"file://{tmp_path}"
     name = "txnlog/c1/0"
     rng = random.Random(3)
-    recs = synth.txn_log_records(0, 3000, rng, open_share=0.1)
+    recs = synth.txn_log_records(0, 1200, rng, open_share=0.1)
     live = synth.write_ledger(str(tmp_path), name, list(synth.entries_of(recs, rng, max_batch=64)),
                               segment_bytes=50_000, chaos=synth.Chaos(duplicate=0.05, trim_fraction=0.05))
     expected = TxnTable(0)

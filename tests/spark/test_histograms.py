@@ -33,11 +33,11 @@ def _workload(root: Path) -> dict[str, list[tuple[int, bytes]]]:
     chaos = synth.Chaos(duplicate=0.05, zombie=0.3, new_writer=0.02, trim_fraction=0.1)
     written = {}
     for cid in (0, 1):
-        recs = synth.txn_log_records(cid, 1500, rng)
+        recs = synth.txn_log_records(cid, 700, rng)
         written[f"txnlog/c1/{cid}"] = synth.write_ledger(
             str(root), f"txnlog/c1/{cid}", list(synth.entries_of(recs, rng, max_batch=64)),
             segment_bytes=40_000, chaos=chaos, seed=cid)
-    recs = synth.pending_ack_records(800, rng)
+    recs = synth.pending_ack_records(400, rng)
     written["pendingack/persistent://public/default/in/s"] = synth.write_ledger(
         str(root), "pendingack/persistent://public/default/in/s",
         list(synth.entries_of(recs, rng, max_batch=32, unbatched=0.2)),

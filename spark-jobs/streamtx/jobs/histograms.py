@@ -53,11 +53,11 @@ def _merge(a: tuple[Any, ...], b: tuple[Any, ...]) -> tuple[Any, ...]:
 
 def compute(spark: Any, url: str, *, pattern: str = "*", names: list[str] | None = None,
             since_ms: int | None = None, until_ms: int | None = None,
-            split_bytes: int = 32 << 20) -> outputs.Results:
+            split_bytes: int = 32 << 20, split_entries: int = 50_000) -> outputs.Results:
     """Run the job's Spark part; the results, not yet written anywhere."""
     started = time.monotonic()
     refs = find_ledgers(url, pattern, names, _kinds)
-    tasks = plan_tasks(spark, refs, split_bytes=split_bytes)
+    tasks = plan_tasks(spark, refs, split_bytes=split_bytes, split_entries=split_entries)
     results = outputs.Results("histograms")
     if tasks:
         pairs = spark.sparkContext.parallelize(tasks, slices(spark, len(tasks))).mapPartitions(

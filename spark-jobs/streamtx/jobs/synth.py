@@ -110,7 +110,7 @@ def txn_log_records(coordinator_id: int, n_txns: int, rng: random.Random, *, t0_
     now = t0_ms
     counter = 0
     while counter < n_txns or active:
-        if counter < n_txns and (len(active) < concurrent or rng.random() < 0.5):
+        if counter < n_txns and (len(active) < concurrent or not active):
             txn = TxnId.of(coordinator_id, counter)
             counter += 1
             now += rng.randint(0, 5)

@@ -1,0 +1,120 @@
+"""Benchmark of the Spark jobs (``make bench-spark``).
+
+1. Generates ``--records`` (10,000,000) transaction-log and pending-ack records
+   in file ledgers (not timed; kept in ``--dir`` and reused by later runs with
+   the same parameters): 60% in ``--coordinators`` transaction logs (each
+   transaction opens, adds a partition and a subscription, decides and ends;
+   2% stay open), 40% in ``--subscriptions`` pending-ack logs (acks, prepare,
+   end), grouped into entries as the buffered writer does (batched entries of
+   1..512 records, one in ten entries unbatched), 64 MiB segments.
+2. Times, on a ``--master`` (``local[2]``) session started beforehand (its
+   start is not timed): the ``histograms`` job (computed and written: Parquet,
+   JSON, PNGs, .prom) and the ``compact`` job (bases written and committed).
+
+The LAST line is the summary:
+``bench spark: records=<n> histograms_s=<..> compact_s=<..> records_per_s=<..>``
+where records_per_s is the records both jobs read over the time both took
+(``2 * records / (histograms_s + compact_s)``).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import random
+import shutil
+import sys
+import tempfile
+import time
+from concurrent.futures import ProcessPoolExecutor
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+for _p in ("spark-jobs", "shared", "services"):
+    sys.path.insert(0, str(ROOT / _p))
+
+from streamtx.jobs import compact, histograms, synth  # noqa: E402
+from streamtx.jobs.session import get_session  # noqa: E402
+
+
+def _txn_log(args: tuple[str, int, int]) -> int:
+    root, cid, records = args
+    rng = random.Random(cid)
+    recs = synth.txn_log_records(cid, records // 5, rng, open_share=0.02)
+    synth.write_ledger(root, f"txnlog/bench/{cid}", list(synth.entries_of(recs, rng)))
+    return len(recs)
+
+
+def _pending_ack_log(args: tuple[str, int, int]) -> int:
+    root, sub, records = args
+    rng = random.Random(1000 + sub)
+    recs = synth.pending_ack_records(records // 3, rng, open_share=0.02)
+    synth.write_ledger(root, f"pendingack/persistent://public/default/bench/sub-{sub}", list(
+        synth.entries_of(recs, rng)))
+    return len(recs)
+
+
+def generate(root: Path, records: int, coordinators: int, subscriptions: int) -> int:
+    """The ledgers (reused when a previous run made the same); the records written."""
+    params = {"records": records, "coordinators": coordinators, "subscriptions": subscriptions, "v": 2}
+    stamp = root / "params.json"
+    if stamp.exists() and json.loads(stamp.read_text()).get("params") == params:
+        return int(json.loads(stamp.read_text())["written"])
+    shutil.rmtree(root, ignore_errors=True)
+    (root / "ledgers").mkdir(parents=True)
+    tc_each = records * 6 // 10 // coordinators
+    pa_each = (records - tc_each * coordinators) // subscriptions
+    jobs = [(_txn_log, (str(root / "ledgers"), c, tc_each)) for c in range(coordinators)]
+    jobs += [(_pending_ack_log, (str(root / "ledgers"), s, pa_each)) for s in range(subscriptions)]
+    with ProcessPoolExecutor(max_workers=2) as pool:
+        written = sum(f.result() for f in [pool.submit(fn, a) for fn, a in jobs])
+    stamp.write_text(json.dumps({"params": params, "written": written}))
+    return written
+
+
+def main() -> None:
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--records", type=int, default=10_000_000)
+    p.add_argument("--coordinators", type=int, default=4)
+    p.add_argument("--subscriptions", type=int, default=8)
+    p.add_argument("--master", default="local[2]")
+    p.add_argument("--dir", default=os.path.join(tempfile.gettempdir(), "streamtx-bench-spark"))
+    args = p.parse_args()
+    root = Path(args.dir)
+    started = time.monotonic()
+    n = generate(root, args.records, args.coordinators, args.subscriptions)
+    size = sum(f.stat().st_size for f in (root / "ledgers").rglob("*.seg"))
+    print(f"ledgers: {n} records, {size / 1e6:.0f} MB in {root / 'ledgers'} "
+          f"(generated or reused in {time.monotonic() - started:.1f} s, not timed)")
+    spark = get_session(args.master, "streamtx-bench")
+    url = f"file://{root / 'ledgers'}"
+    # Every run compacts the same logs afresh: drop what an earlier run committed.
+    for d in (root / "ledgers").iterdir():
+        if "%2Fbase%2F" in d.name or d.name.startswith("compaction"):
+            shutil.rmtree(d)
+
+    t0 = time.monotonic()
+    results = histograms.compute(spark, url)
+    histograms.write(results, str(root / "out"), None, None)
+    histograms_s = time.monotonic() - t0
+    entries = sum(h.count for h in results.histograms["tc_log_records_per_entry"].values())
+    print(f"histograms: {histograms_s:.1f} s, {results.extra['tasks']} tasks, "
+          f"{entries} batched txn-log entries, charts in {root / 'out' / 'charts'}")
+
+    t0 = time.monotonic()
+    reports = compact.run(spark, url)
+    compact_s = time.monotonic() - t0
+    before = sum(r.records_before for r in reports)
+    after = sum(r.records_after for r in reports)
+    mb_before = sum(r.bytes_before for r in reports) / 1e6
+    mb_after = sum(r.bytes_after for r in reports) / 1e6
+    print(f"compact: {compact_s:.1f} s, {len(reports)} logs, records {before} -> {after}, "
+          f"bytes {mb_before:.0f} MB -> {mb_after:.1f} MB")
+    spark.stop()
+    print(f"bench spark: records={n} histograms_s={histograms_s:.1f} compact_s={compact_s:.1f} "
+          f"records_per_s={2 * n / (histograms_s + compact_s):.0f}")
+
+
+if __name__ == "__main__":
+    main()
