@@ -1,0 +1,28 @@
+"""A trim never passes what a subscription has yet to consume (nor an open transaction)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from tests.integration.broker.conftest import BrokerFactory, values
+
+
+def test_trim_stops_at_the_slowest_subscription(broker_factory: BrokerFactory, tmp_path: Path) -> None:
+    # Small segments, so the file ledger really deletes some (it trims whole segments).
+    b = broker_factory(f"file://{tmp_path / 'ledgers'}?segment_bytes=256")
+    b.create_topic("tr", 1)
+    b.subscribe("tr", "slow", "Exclusive")
+    b.subscribe("tr", "fast", "Exclusive")
+    ids = [b.produce("tr", [f"m{i}"])["message_ids"][0] for i in range(30)]
+    assert b.drain("tr", "fast") == [f"m{i}" for i in range(30)]
+    got = b.fetch("tr", "slow", max=10)
+    assert values(got) == [f"m{i}" for i in range(10)]
+    b.ack("tr", "slow", [m["message_id"] for m in got])  # "slow" consumed 10 of 30
+
+    out = b.call("POST", "/admin/v2/persistent/t/n/tr/trim", json={"partition": 0, "before": ids[-1]})
+    first = tuple(int(x) for x in out["firstPosition"].split(":"))
+    assert first > tuple(int(x) for x in ids[0].split(":")[:2]), "nothing was trimmed"
+    assert first <= tuple(int(x) for x in ids[10].split(":")[:2]), "trimmed what 'slow' has yet to read"
+    # Everything "slow" has not consumed is still delivered, also after a restart.
+    b.proc.restart()
+    assert b.drain("tr", "slow") == [f"m{i}" for i in range(10, 30)]
