@@ -33,6 +33,12 @@ run-geo: setup
 test: setup
 	$(PY) -m pytest -q -p no:cacheprovider
 
+.PHONY: mutate
+# Mutation testing (mutmut) of the pure modules and the ledger layer; not part of `make test`.
+# MODULES="pendingack/state.py ..." picks modules (paths under streamtx/), MODULES=--all the larger set.
+mutate: setup
+	PYTHONPATH= $(PY) tools/mutate.py $(MODULES)
+
 lint: setup
 	.venv/bin/ruff check shared services spark-jobs tests bench
 	.venv/bin/mypy shared services
