@@ -68,7 +68,10 @@ def test_made_up_names_answer_404_and_open_nothing(bounded: ServiceProcess) -> N
         assert c.post("/v1/pendingack/acks", json={**late, "txn_id": "0:1000"}).status_code == 200
     print(f"300 made-up names: fds {before[0]} -> {after[0]}, threads {before[1]} -> {after[1]}")
     assert after[0] <= before[0] + 2, (before, after)  # was +1,200 fds
-    assert after[1] <= before[1] + 2, (before, after)  # was +600 threads
+    # Threads must not grow with the names (they were +600). The process may still
+    # start a few pool threads on demand (asyncio's default executor, the ledger I/O
+    # pool), bounded by the pools' sizes, not by the names: allow for those.
+    assert after[1] <= before[1] + 16, (before, after)
 
 
 def test_idle_stores_are_closed_least_recently_used_first(
