@@ -1,4 +1,5 @@
-"""``python -m streamtx.coordinator``: run the transaction coordinator."""
+"""``python -m streamtx.coordinator``: run the transaction coordinator (``STREAMTX_WORKERS``
+processes on its port, one by default)."""
 
 from __future__ import annotations
 
@@ -8,7 +9,7 @@ from pydantic import ValidationError
 
 from streamtx.coordinator.app import create_coordinator_app
 from streamtx.coordinator.settings import CoordinatorSettings
-from streamtx.service import serve
+from streamtx.service.workers import run_service
 
 
 def main() -> None:
@@ -17,7 +18,7 @@ def main() -> None:
         settings = CoordinatorSettings()  # type: ignore[call-arg]
     except ValidationError as exc:
         sys.exit(f"streamtx coordinator: invalid settings (STREAMTX_* environment):\n{exc}")
-    serve(create_coordinator_app(settings), settings.host, settings.port)
+    run_service(create_coordinator_app, settings, base_member=settings.member)
 
 
 if __name__ == "__main__":

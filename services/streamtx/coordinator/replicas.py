@@ -19,6 +19,7 @@ import socket
 from streamtx.coordinator.registry import Coordinators
 from streamtx.coordinator.settings import CoordinatorSettings
 from streamtx.ownership import Lease, LeaseStore, Ownership
+from streamtx.ownership.mailbox import Mailbox, Serve
 from streamtx.service import ServiceState
 
 log = logging.getLogger(__name__)
@@ -30,18 +31,29 @@ def advertised_url(settings: CoordinatorSettings) -> str:
     return settings.advertised_url or f"http://{settings.host}:{settings.port}"
 
 
-def ownership(settings: CoordinatorSettings, coordinators: Coordinators) -> Ownership:
-    """The ownership loop of this replica (not started)."""
+def member_name(settings: CoordinatorSettings) -> str:
+    return settings.member or f"{socket.gethostname()}-{os.getpid()}"
+
+
+def ownership(settings: CoordinatorSettings, coordinators: Coordinators, *,
+              mailbox: Mailbox | None = None, serve: Serve | None = None) -> Ownership:
+    """The ownership loop of this replica (not started). With ``mailbox`` (workers on one
+    port), an id taken is also drained from its mailbox with ``serve``, after its log
+    recovered; an id given up stops being drained first."""
     url = advertised_url(settings)
-    member = settings.member or f"{socket.gethostname()}-{os.getpid()}"
+    member = member_name(settings)
 
     async def acquire(item: str, lease: Lease) -> None:
         log.info("coordinator %s: taking over (lease token %d)", item, lease.token)
         await coordinators.acquire(int(item))
+        if mailbox is not None and serve is not None:
+            mailbox.own(item, serve)
 
     async def release(item: str, lost: bool) -> None:
         if lost:
             log.error("coordinator %s: lease lost; no longer serving it", item)
+        if mailbox is not None:
+            await mailbox.disown(item)
         await coordinators.release(int(item))
 
     async def refresh_owners() -> None:
@@ -56,10 +68,23 @@ def ownership(settings: CoordinatorSettings, coordinators: Coordinators) -> Owne
     return manager
 
 
-async def join(manager: Ownership, state: ServiceState) -> None:
-    """Start the loop; the replica is ready once it has taken its first share."""
+async def join(manager: Ownership, state: ServiceState, coordinators: Coordinators | None = None) -> None:
+    """Start the loop; the replica is ready once it has taken its first share.
+
+    ``coordinators`` (workers on one port): ready only once it also knows the owner of every
+    other id, so that none of the connections the kernel hands it gets a 503 "moving" for
+    an id a sibling is still taking.
+    """
     manager.start()
     await manager.balanced.wait()
+    while coordinators is not None:
+        missing = [cid for cid in coordinators.all_ids
+                   if cid not in coordinators.ids and coordinators.owners.get(cid) is None]
+        if not missing:
+            break
+        for cid in missing:
+            coordinators.owners[cid] = await manager.owner_url(str(cid))
+        await asyncio.sleep(0.05)
     state.ready = True
     log.info("coordinator replica %s ready, owns %s", manager.member, sorted(manager.held))
 

@@ -7,7 +7,7 @@ comma-separated list: ``STREAMTX_COORDINATOR_IDS=0,1,2``.
 
 from __future__ import annotations
 
-from typing import Annotated, Any
+from typing import Annotated, Any, ClassVar
 
 from pydantic import Field, field_validator, model_validator
 from pydantic_settings import NoDecode, SettingsConfigDict
@@ -38,6 +38,11 @@ class CoordinatorSettings(ServiceSettings):
     lease_ttl_ms: int = Field(5000, ge=300, description="a dead replica's ids move after this long")
     advertised_url: str = Field("", description="this replica's URL for redirects (http://host:port)")
     member: str = Field("", description="this replica's name in the membership (hostname-pid)")
+    # STREAMTX_WORKERS > 1: requests for a sibling worker's id go through Redis (coordinator/mailbox.py).
+    mailbox_timeout_ms: int = Field(
+        30_000, ge=100, description="a request forwarded to a sibling worker waits this long, then 503")
+
+    supports_workers: ClassVar[bool] = True
     # PIP-160 transactionLogBatchedWrite*: validated like Pulsar's (max_records >= 10, ...).
     batching: BatchingSettings = Field(default_factory=BatchingSettings)
     default_timeout_ms: int = Field(60_000, ge=1, description="timeout of a transaction that names none")
@@ -100,4 +105,9 @@ class CoordinatorSettings(ServiceSettings):
             )
         if self.fanout_backoff_ms > self.fanout_max_backoff_ms:
             raise ValueError("fanout_backoff_ms exceeds fanout_max_backoff_ms")
+        if self.workers > 1 and not self.redis_url:
+            raise ValueError(f"workers={self.workers} needs redis_url (STREAMTX_REDIS_URL): the workers "
+                             "lease the coordinator ids and forward requests through Redis")
+        if self.workers > 1 and self.port == 0:
+            raise ValueError("workers > 1 needs a fixed port (every worker binds the same one)")
         return self

@@ -13,6 +13,9 @@ from fastapi import FastAPI
 
 from streamtx.service.longpoll import LongPolls
 
+#: The services' log lines (the pid tells workers of one port apart).
+LOG_FORMAT = "%(asctime)s %(process)d %(name)s %(levelname)s %(message)s"
+
 #: gc thresholds of every service (CPython's default is 700, 10, 10).
 GC_THRESHOLDS = (20_000, 20, 50)
 
@@ -56,14 +59,15 @@ class _Server(uvicorn.Server):
         super().handle_exit(sig, frame)
 
 
-def serve(app: FastAPI, host: str, port: int) -> None:
+def serve(app: FastAPI, host: str, port: int, sock: socket.socket | None = None) -> None:
+    """Serve ``app`` until SIGINT/SIGTERM, on ``host:port`` or on ``sock`` (bound by the caller)."""
     tune_gc()
-    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(levelname)s %(message)s")
+    logging.basicConfig(level=logging.INFO, format=LOG_FORMAT)
     # No proxy-header rewriting: no service reads the client address.
     config = uvicorn.Config(app, host=host, port=port, log_level="warning", access_log=False,
                             proxy_headers=False, server_header=False, timeout_graceful_shutdown=5)
     try:
-        _Server(config, app.state.long_polls).run()
+        _Server(config, app.state.long_polls).run(sockets=None if sock is None else [sock])
     except KeyboardInterrupt:
         # uvicorn re-raises a Ctrl-C once it has stopped cleanly; asyncio's runner
         # turns that into KeyboardInterrupt. Nothing is left to do: exit quietly.

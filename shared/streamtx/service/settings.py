@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from pathlib import Path
+from typing import ClassVar
 
 from pydantic import Field, model_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
@@ -36,6 +37,13 @@ class ServiceSettings(BaseSettings):
         16 << 20, ge=1024, description="a larger request body is refused with 413 before it is read",
     )
     fast_lane: bool = Field(True, description="serve the hot routes ahead of FastAPI's stack (fastlane.py)")
+    # Several processes on one port (service/workers.py). Only a service whose logs are
+    # leased (it sets ``supports_workers``) may run more than one: two processes owning
+    # every log would fence each other's appends.
+    workers: int = Field(1, ge=1, le=64, description="worker processes serving this port (SO_REUSEPORT)")
+    worker_index: int = Field(0, ge=0, description="set by the launcher: which worker this process is")
+
+    supports_workers: ClassVar[bool] = False
 
     @model_validator(mode="after")
     def _one_jwt_key(self) -> ServiceSettings:
@@ -44,6 +52,9 @@ class ServiceSettings(BaseSettings):
             raise ValueError("set one of auth_jwt_secret, auth_jwt_public_key, auth_jwt_public_key_file")
         if self.auth_jwt_secret is not None and len(self.auth_jwt_secret.encode()) < 32:
             raise ValueError("auth_jwt_secret must be at least 32 bytes (RFC 7518, 3.2)")
+        if self.workers > 1 and not self.supports_workers:
+            raise ValueError(f"workers={self.workers}: this service runs one process per port "
+                             "(only the coordinator runs several workers)")
         return self
 
     def outgoing_token(self) -> str | None:

@@ -1,0 +1,109 @@
+"""Coordinator workers on one port (``STREAMTX_WORKERS > 1``): requests for a sibling's id
+go through its Redis mailbox (:mod:`streamtx.ownership.mailbox`).
+
+Every worker is a member of the coordinator ownership with the port's shared
+advertised URL, so an id a sibling owns has *our own* URL as its owner: a 307
+would come back here. :class:`SiblingForwarder`, an ASGI layer just inside the
+body limit, recognises the per-transaction paths, takes the coordinator id from
+the transaction id and, when a sibling owns it, posts the request to that id's
+mailbox and answers what the owner answers (503 when Redis fails or the owner
+does not answer in ``mailbox_timeout_ms``). Everything else (creation, which
+every worker serves on the ids it owns; ids of other replicas, which get their
+307; malformed ids, 400) goes on to the app untouched.
+
+The owner serves its mailbox's requests with the whole app (:func:`serve`),
+marked so this layer lets them through. Every call that travels this way is
+idempotent at the coordinator (adding partitions or subscriptions again changes
+nothing, commit and abort of an ended transaction answer its end, reads read),
+so a request served again by a new owner after its first owner died (the
+mailbox's at-least-once) has no second effect.
+
+Per-process admin views (``coordinatorStats``, ``slowTransactions``,
+``tcBatchLog``...) answer for the worker that receives them.
+"""
+
+from __future__ import annotations
+
+import re
+
+from starlette.types import ASGIApp, Receive, Scope, Send
+
+from streamtx.coordinator.registry import Coordinators
+from streamtx.coordinator.txnid import TxnId
+from streamtx.errors import MalformedError, UnavailableError
+from streamtx.ownership.mailbox import Mailbox
+from streamtx.service.bodylimit import BodyTooLarge
+from streamtx.service.errors import error_response
+from streamtx.service.inprocess import Answer, Call, call_app, read_body, send_answer
+
+__all__ = ["FORWARDED", "SiblingForwarder", "coordinator_of_path", "serve"]
+
+#: Scope key of a request the owner plays from its mailbox (no client can set it).
+FORWARDED = "streamtx.mailbox"
+
+_txn_path = re.compile(r"/v1/transactions/([^/]+)(?:/(?:partitions|subscriptions|commit|abort))?/?\Z")
+_metadata_path = re.compile(r"/admin/v3/transactions/transactionMetadata/([^/]+)/([^/]+)/?\Z")
+_internal_stats_path = re.compile(r"/admin/v3/transactions/coordinatorInternalStats/(\d{1,5})/?\Z")
+
+
+def coordinator_of_path(path: str) -> int | None:
+    """The coordinator id a per-transaction (or per-coordinator) path is for; None for any other
+    path and for a malformed id (the app answers that one 400 itself)."""
+    try:
+        if m := _txn_path.match(path):
+            return TxnId.parse(m.group(1)).coordinator_id
+        if m := _metadata_path.match(path):
+            return TxnId.parse(f"{m.group(1)}:{m.group(2)}").coordinator_id
+    except MalformedError:
+        return None
+    if m := _internal_stats_path.match(path):
+        return int(m.group(1))
+    return None
+
+
+class SiblingForwarder:
+    """ASGI layer: a request for an id a sibling worker owns goes to that id's mailbox."""
+
+    def __init__(self, app: ASGIApp, *, state: object, own_url: str) -> None:
+        self.app = app
+        self._state = state  # the app's state: coordinators and mailbox appear there at start-up
+        self._own_url = own_url
+
+    def _sibling_owns(self, cid: int) -> bool:
+        coordinators: Coordinators | None = getattr(self._state, "coordinators", None)
+        if coordinators is None or cid in coordinators.ids:
+            return False
+        return coordinators.owners.get(cid) == self._own_url
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http" or scope.get(FORWARDED):
+            await self.app(scope, receive, send)
+            return
+        cid = coordinator_of_path(scope["path"])
+        mailbox: Mailbox | None = getattr(self._state, "mailbox", None)
+        if cid is None or mailbox is None or not self._sibling_owns(cid):
+            await self.app(scope, receive, send)
+            return
+        try:
+            body = await read_body(receive)
+        except BodyTooLarge as exc:
+            await error_response(413, "too_large", str(exc.detail))(scope, receive, send)
+            return
+        try:
+            answer = await mailbox.call(str(cid), Call.of(scope, body))
+        except UnavailableError as exc:
+            await error_response(503, exc.code, exc.message)(scope, receive, send)
+            return
+        location = dict(answer.headers).get(b"location", b"")
+        if answer.status == 307 and location.decode("latin-1").startswith(self._own_url + "/"):
+            # The id moved on while the request waited, to another sibling: the client's
+            # redirect would come back here. Ask it to retry instead.
+            await error_response(503, "unavailable", f"coordinator {cid} is moving between workers; "
+                                 "retry")(scope, receive, send)
+            return
+        await send_answer(send, answer)
+
+
+async def serve(app: ASGIApp, call: Call) -> Answer:
+    """Serve a mailbox request with the whole app, as its owner."""
+    return await call_app(app, call, extra={FORWARDED: True})

@@ -1,0 +1,270 @@
+"""Redis as the batch buffer between the workers of one port: a mailbox stream per owned item.
+
+Several worker processes serve one port (``STREAMTX_WORKERS``); the kernel hands
+a connection to any of them, but each log has one owner (leases,
+:mod:`.manager`). A worker that receives a request for an item a *sibling* owns
+cannot redirect it (the sibling's URL is its own), so it posts the request to
+the item's mailbox and waits for the answer; the owner drains its mailboxes in
+batches and serves each batch concurrently in its own process, so the records
+the batch appends reach the ledger as ONE batched entry (PIP-160) instead of
+one entry per process.
+
+Keys, under ``streamtx:<cluster>:<service>:``::
+
+    mailbox:<item>     stream of requests for <item>; consumer group "owner"
+    reply:<uuid>       list the answer to one request is pushed onto (expires)
+
+A mailbox entry (stream fields, all bytes)::
+
+    m   method            ("POST")
+    p   path              ("/v1/transactions/281474976710656:7/commit")
+    q   raw query string
+    h   headers, JSON [[name, value], ...] (latin-1 text; authorization goes along:
+        the owner checks the caller's credentials itself)
+    b   body
+    r   the reply key
+    d   deadline, ms since the epoch: the caller gives up then (503), and an
+        owner that reads the entry later drops it unserved
+
+An answer (the one element LPUSHed to the reply key, which expires after the
+caller's wait): ``{"s": status, "h": [[name, value], ...]}`` as JSON, a newline,
+then the body bytes.
+
+The owner of an item reads its mailbox with XREADGROUP (up to ``max_batch``
+entries a read), serves the batch, pushes every answer, then XACKs and XDELs the
+entries: an entry leaves the stream only once it is answered. A worker that
+dies leaves its read-but-unanswered entries in the group's pending list; the
+next owner of the item first claims them (XAUTOCLAIM) and serves them, then
+reads new ones. An entry can therefore be served twice (its owner died after
+serving, before the XACK), so only idempotent requests may travel through a
+mailbox; the services say which (the coordinator's are). Creation of new logs
+or ids stays with the worker that receives it.
+
+Redis down: the caller's XADD or BLPOP fails, or its wait ends, and it answers
+503 (retry). Nothing a caller was answered 200 for depends on Redis afterwards:
+the owner answers only after its ledger append.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import time
+import uuid
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass
+from typing import Any
+
+import orjson
+import redis.asyncio as redis
+from redis.exceptions import RedisError, ResponseError
+
+from streamtx.errors import UnavailableError
+from streamtx.service.inprocess import Answer, Call
+
+__all__ = ["Mailbox", "decode_answer", "decode_call", "encode_answer", "encode_call"]
+
+log = logging.getLogger(__name__)
+
+Serve = Callable[[Call], Awaitable[Answer]]
+
+_group = "owner"
+_block_ms = 1000  # how long one XREADGROUP waits: the drain notices it should stop within this
+_retry_s = 0.5  # after a Redis error on the owner side
+
+
+# -- wire format (pure) ---------------------------------------------------------------
+def encode_call(call: Call, reply: str, deadline_ms: int) -> dict[bytes, bytes]:
+    headers = [[k.decode("latin-1"), v.decode("latin-1")] for k, v in call.headers]
+    return {b"m": call.method.encode(), b"p": call.path.encode(), b"q": call.query,
+            b"h": orjson.dumps(headers), b"b": call.body, b"r": reply.encode(), b"d": b"%d" % deadline_ms}
+
+
+def decode_call(fields: dict[bytes, bytes]) -> tuple[Call, str, int]:
+    """The request, its reply key and its deadline."""
+    headers = [(k.encode("latin-1"), v.encode("latin-1")) for k, v in orjson.loads(fields[b"h"])]
+    call = Call(fields[b"m"].decode(), fields[b"p"].decode(), fields.get(b"q", b""), headers,
+                fields.get(b"b", b""))
+    return call, fields[b"r"].decode(), int(fields[b"d"])
+
+
+def encode_answer(answer: Answer) -> bytes:
+    head = {"s": answer.status, "h": [[k.decode("latin-1"), v.decode("latin-1")] for k, v in answer.headers]}
+    return orjson.dumps(head) + b"\n" + answer.body
+
+
+def decode_answer(data: bytes) -> Answer:
+    head_raw, _, body = data.partition(b"\n")
+    head = orjson.loads(head_raw)
+    return Answer(int(head["s"]), [(k.encode("latin-1"), v.encode("latin-1")) for k, v in head["h"]], body)
+
+
+def _failed(exc: BaseException) -> Answer:
+    log.error("mailbox: serving a request failed: %r", exc)
+    body = orjson.dumps({"error": "internal", "message": f"internal error: {type(exc).__name__}"})
+    return Answer(500, [(b"content-type", b"application/json")], body)
+
+
+def _now_ms() -> int:
+    return int(time.time() * 1000)
+
+
+@dataclass(slots=True)
+class _Drain:
+    task: asyncio.Task[None]
+    busy: bool = False
+    stopping: bool = False
+
+
+class Mailbox:
+    """The mailboxes of one service of one cluster: post and wait (any worker), drain (the owner)."""
+
+    def __init__(self, client: redis.Redis, *, cluster: str, service: str, consumer: str,
+                 timeout_s: float, max_batch: int) -> None:
+        """``client`` must answer bytes (no ``decode_responses``); ``consumer``: this worker's member name."""
+        self._r = client
+        self._prefix = f"streamtx:{cluster}:{service}:"
+        self.consumer = consumer
+        self.timeout_s = timeout_s
+        self.max_batch = max_batch
+        self._drains: dict[str, _Drain] = {}
+        self.served = 0  # entries this worker served as owner
+        self.replayed = 0  # of which claimed from a previous owner's pending list
+
+    @classmethod
+    def from_url(cls, url: str, **kw: object) -> Mailbox:
+        # No socket timeout: BLPOP and XREADGROUP block on purpose; every wait has its own bound.
+        client = redis.Redis.from_url(url, socket_connect_timeout=2.0, socket_timeout=None,
+                                      health_check_interval=10)
+        return cls(client, **kw)  # type: ignore[arg-type]
+
+    def key(self, item: str) -> str:
+        return f"{self._prefix}mailbox:{item}"
+
+    # -- the receiving worker -----------------------------------------------------------
+    async def call(self, item: str, call: Call) -> Answer:
+        """Post ``call`` to ``item``'s owner and wait for its answer; 503 when Redis fails or
+        no answer comes within the timeout (the request may still be served: it is idempotent)."""
+        reply = f"{self._prefix}reply:{uuid.uuid4().hex}"
+        deadline = _now_ms() + int(self.timeout_s * 1000)
+        try:
+            async with asyncio.timeout(self.timeout_s + 2):
+                await self._r.xadd(self.key(item), encode_call(call, reply, deadline))  # type: ignore[arg-type]
+                got: Any = await self._r.blpop([reply], timeout=self.timeout_s)
+        except (RedisError, OSError, TimeoutError) as exc:
+            raise UnavailableError(f"the batch buffer (Redis) failed: {type(exc).__name__}: {exc}") from None
+        if got is None:
+            raise UnavailableError(f"{item}'s owner did not answer within {self.timeout_s:g}s (moving?)")
+        return decode_answer(got[1])
+
+    # -- the owner --------------------------------------------------------------------
+    def own(self, item: str, serve: Serve) -> None:
+        """Start draining ``item``'s mailbox: first what a previous owner left pending, then new entries."""
+        if item in self._drains:
+            return
+        drain = _Drain(asyncio.get_running_loop().create_task(self._drain(item, serve),
+                                                              name=f"mailbox-{item}"))
+        self._drains[item] = drain
+
+        def forget(_: asyncio.Task[None]) -> None:
+            if self._drains.get(item) is drain:
+                del self._drains[item]
+
+        drain.task.add_done_callback(forget)
+
+    async def disown(self, item: str) -> None:
+        """Stop draining ``item``: a batch being served is finished and acknowledged first;
+        entries not read yet stay for the next owner."""
+        drain = self._drains.pop(item, None)
+        if drain is None:
+            return
+        drain.stopping = True
+        if not drain.busy:
+            drain.task.cancel()
+        with contextlib.suppress(asyncio.CancelledError, Exception):
+            await drain.task
+
+    @property
+    def draining(self) -> list[str]:
+        return sorted(self._drains)
+
+    async def aclose(self) -> None:
+        for item in list(self._drains):
+            await self.disown(item)
+        await self._r.aclose()
+
+    async def _drain(self, item: str, serve: Serve) -> None:
+        key = self.key(item)
+        drain = self._drains[item]
+        claimed = False
+        while not drain.stopping:
+            try:
+                async with asyncio.timeout(_block_ms / 1000 + 10):
+                    if not claimed:
+                        await self._ensure_group(key)
+                        await self._claim(key, drain, serve)
+                        claimed = True
+                        continue
+                    got: Any = await self._r.xreadgroup(_group, self.consumer, {key: ">"},
+                                                        count=self.max_batch, block=_block_ms)
+                if got:
+                    await self._serve(key, got[0][1], drain, serve)
+            except asyncio.CancelledError:
+                raise
+            except ResponseError as exc:
+                if "NOGROUP" in str(exc):  # Redis restarted empty: make the group again
+                    claimed = False
+                    continue
+                log.warning("mailbox %s: %r", item, exc)
+                await asyncio.sleep(_retry_s)
+            except Exception as exc:  # Redis down: callers answer 503 meanwhile; keep trying
+                log.warning("mailbox %s: %r", item, exc)
+                claimed = False
+                await asyncio.sleep(_retry_s)
+
+    async def _ensure_group(self, key: str) -> None:
+        try:
+            # From the stream's start: entries posted before anyone owned the item are served too.
+            await self._r.xgroup_create(key, _group, id="0", mkstream=True)
+        except ResponseError as exc:
+            if "BUSYGROUP" not in str(exc):
+                raise
+
+    async def _claim(self, key: str, drain: _Drain, serve: Serve) -> None:
+        """Serve what previous owners read but did not answer (they died or gave the item up)."""
+        start: bytes | str = "0-0"
+        while not drain.stopping:
+            out: Any = await self._r.xautoclaim(key, _group, self.consumer, min_idle_time=0, start_id=start,
+                                           count=self.max_batch)
+            start, entries = out[0], [e for e in out[1] if e[1]]  # (deleted ones come back empty)
+            if entries:
+                self.replayed += len(entries)
+                log.info("mailbox %s: serving %d requests left by a previous owner", key, len(entries))
+                await self._serve(key, entries, drain, serve)
+            if start in (b"0-0", "0-0"):
+                return
+
+    async def _serve(self, key: str, entries: list[tuple[bytes, dict[bytes, bytes]]], drain: _Drain,
+                     serve: Serve) -> None:
+        drain.busy = True
+        try:
+            now = _now_ms()
+            calls = [decode_call(fields) for _, fields in entries]
+            live = [(call, reply) for call, reply, deadline in calls if deadline > now]
+            # Concurrently: the requests' log records meet in the writer's buffer and are
+            # appended as one batched entry.
+            results = await asyncio.gather(*(serve(call) for call, _ in live), return_exceptions=True)
+            answers = [r if isinstance(r, Answer) else _failed(r) for r in results]
+            ttl_ms = int(self.timeout_s * 1000) + 5000
+            async with self._r.pipeline(transaction=False) as p:
+                for (_, reply), answer in zip(live, answers, strict=True):
+                    p.lpush(reply, encode_answer(answer))
+                    p.pexpire(reply, ttl_ms)
+                ids = [entry_id for entry_id, _ in entries]
+                p.xack(key, _group, *ids)
+                p.xdel(key, *ids)
+                await p.execute()
+            self.served += len(live)
+        finally:
+            drain.busy = False

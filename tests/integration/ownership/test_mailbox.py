@@ -1,0 +1,121 @@
+"""The Redis mailbox between workers, against a real redis-server: batches, takeover, failures."""
+
+from __future__ import annotations
+
+import asyncio
+import uuid
+from collections.abc import AsyncIterator, Callable
+
+import pytest
+import redis.asyncio as redis
+
+from streamtx.errors import UnavailableError
+from streamtx.ownership.mailbox import Mailbox, encode_call
+from streamtx.service.inprocess import Answer, Call
+from tests.support.procs import free_port
+from tests.support.suite import eventually
+
+MakeMailbox = Callable[..., Mailbox]
+
+
+@pytest.fixture
+async def mailboxes(redis_url: str) -> AsyncIterator[MakeMailbox]:
+    cluster = f"m{uuid.uuid4().hex[:6]}"
+    made: list[Mailbox] = []
+
+    def make(consumer: str, *, url: str = redis_url, timeout_s: float = 10.0) -> Mailbox:
+        box = Mailbox.from_url(url, cluster=cluster, service="tc", consumer=consumer, timeout_s=timeout_s,
+                               max_batch=64)
+        made.append(box)
+        return box
+
+    yield make
+    for box in made:
+        await box.aclose()
+
+
+class Owner:
+    """Serves calls by echoing them; remembers how many it served at once."""
+
+    def __init__(self) -> None:
+        self.running = 0
+        self.most_at_once = 0
+        self.seen: list[str] = []
+
+    async def serve(self, call: Call) -> Answer:
+        self.running += 1
+        self.most_at_once = max(self.most_at_once, self.running)
+        await asyncio.sleep(0.01)  # a log append
+        self.running -= 1
+        self.seen.append(call.path)
+        return Answer(200, [(b"x-path", call.path.encode())], call.method.encode() + b" " + call.body)
+
+
+async def test_calls_reach_the_owner_and_are_served_together(mailboxes: MakeMailbox) -> None:
+    caller, owner_box, owner = mailboxes("w0"), mailboxes("w1"), Owner()
+    owner_box.own("3", owner.serve)
+    calls = [Call("POST", f"/v1/transactions/{i}/commit", b"a=1", [(b"authorization", b"Bearer t")],
+                  f"body {i}\n".encode()) for i in range(60)]
+    answers = await asyncio.gather(*(caller.call("3", c) for c in calls))
+    for i, answer in enumerate(answers):
+        assert answer.status == 200 and answer.body == f"POST body {i}\n".encode()
+        assert (b"x-path", f"/v1/transactions/{i}/commit".encode()) in answer.headers
+    assert sorted(owner.seen) == sorted(c.path for c in calls)  # each once
+    assert owner.most_at_once > 1  # served concurrently: their appends can share an entry
+    assert await caller._r.xlen(caller.key("3")) == 0  # answered entries leave the stream
+
+
+async def test_a_new_owner_serves_what_a_dead_owner_read_and_never_answered(mailboxes: MakeMailbox) -> None:
+    caller, heir = mailboxes("w0"), mailboxes("w2")
+    key = caller.key("5")
+    r = caller._r
+    await r.xgroup_create(key, "owner", id="0", mkstream=True)
+    waiting = [asyncio.create_task(caller.call("5", Call("POST", f"/v1/transactions/{i}/abort")))
+               for i in range(5)]
+    await eventually(lambda: _length(r, key, 5), what="five requests in the mailbox")
+    # The dead owner read them (they are pending under its name) and died before answering.
+    got = await r.xreadgroup("owner", "w1-dead", {key: ">"}, count=100)
+    assert len(got[0][1]) == 5
+    owner = Owner()
+    heir.own("5", owner.serve)
+    answers = await asyncio.gather(*waiting)
+    assert [a.body for a in answers] == [b"POST "] * 5
+    assert heir.replayed == 5
+    assert sorted(owner.seen) == sorted(f"/v1/transactions/{i}/abort" for i in range(5))
+    pending = await r.xpending(key, "owner")
+    assert pending["pending"] == 0
+
+
+async def test_an_owner_that_gives_an_item_up_leaves_new_requests_to_the_next(mailboxes: MakeMailbox) -> None:
+    caller, first, second = mailboxes("w0"), mailboxes("w1"), mailboxes("w2")
+    one, two = Owner(), Owner()
+    first.own("7", one.serve)
+    assert (await caller.call("7", Call("GET", "/a"))).status == 200
+    await first.disown("7")
+    later = asyncio.create_task(caller.call("7", Call("GET", "/b")))
+    await asyncio.sleep(0.3)
+    assert not later.done()  # nobody drains it now: it waits in the mailbox
+    second.own("7", two.serve)
+    assert (await later).status == 200
+    assert one.seen == ["/a"] and two.seen == ["/b"]
+
+
+async def test_no_owner_or_no_redis_is_503(mailboxes: MakeMailbox) -> None:
+    with pytest.raises(UnavailableError, match="did not answer"):
+        await mailboxes("w0", timeout_s=0.3).call("9", Call("GET", "/x"))
+    down = mailboxes("w0", url=f"redis://127.0.0.1:{free_port()}/0")
+    with pytest.raises(UnavailableError, match="Redis"):
+        await down.call("9", Call("GET", "/x"))
+
+
+async def test_an_expired_request_is_dropped_unserved(mailboxes: MakeMailbox) -> None:
+    owner_box, owner = mailboxes("w1"), Owner()
+    key = owner_box.key("4")
+    await owner_box._r.xadd(key, encode_call(Call("GET", "/stale"), "reply:none", 1))  # type: ignore[arg-type]
+    owner_box.own("4", owner.serve)
+    await eventually(lambda: _length(owner_box._r, key, 0), what="the stale request to leave the stream")
+    assert owner.seen == []
+
+
+async def _length(r: redis.Redis, key: str, n: int) -> bool:
+    return bool(await r.xlen(key) == n)
