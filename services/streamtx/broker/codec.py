@@ -27,6 +27,10 @@ then, for a message batch, ``count`` messages, each::
     u16  n_properties, then n × (u16 len, utf-8 name, u32 len, utf-8 value)
     u32  value_len, value bytes
 
+The message area after the header is also the layout of a section of the binary
+wire format (:mod:`streamtx.wire.batch`): a section the broker validated is stored
+behind its header as is (:func:`encode_raw_batch`), and a fetch hands it out as is.
+
 A batch of one message has the message id ``ledger:entry``; a batch of more has
 ``ledger:entry:batch_index`` per message. :func:`decode_header` reads only the
 header, so recovery can replay a partition without decoding payloads.
@@ -159,6 +163,14 @@ def encode_batch(
             parts += [_u16.pack(len(n)), n, _u32.pack(len(v)), v]
         parts += [_u32.pack(len(m.value)), m.value]
     return b"".join(parts)
+
+
+def encode_raw_batch(
+    body: bytes, count: int, *, publish_time_ms: int, txn: TxnId | None = None,
+    producer: ProducerInfo | None = None,
+) -> bytes:
+    """A batch entry around ``count`` messages already in the stored layout (validated by the caller)."""
+    return b"".join([*_encode_head(EntryKind.BATCH, publish_time_ms, txn, producer, count), body])
 
 
 def encode_marker(kind: EntryKind, txn: TxnId, *, publish_time_ms: int) -> bytes:

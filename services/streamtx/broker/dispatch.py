@@ -6,6 +6,11 @@ transaction's acks hold (``held``), markers and aborted messages; markers and
 aborted entries are deleted from the cursor as they are passed so the
 mark-delete position (and the backlog) moves over them. A unit is one message:
 ``(entry position, batch index or None for a one-message entry)``.
+
+Entries are not decoded here: a delivery points at the stored entry (shared by
+its messages) and a batch index; the fetch route renders what was handed out,
+as JSON (:func:`render_json`, one decode per entry) or as the stored bytes
+(:func:`render_batch`, the binary batch format, no decode at all).
 """
 
 from __future__ import annotations
@@ -13,26 +18,43 @@ from __future__ import annotations
 import asyncio
 from binascii import b2a_base64
 from collections import OrderedDict
+from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Any
 
 from streamtx.broker import codec
-from streamtx.broker.codec import EntryKind
+from streamtx.broker.codec import EntryHeader, EntryKind
 from streamtx.broker.partition import Partition
 from streamtx.cursor import Cursor
 from streamtx.ledger import Position
+from streamtx.wire import batch as wire
 
 Unit = tuple[Position, int | None]
 
 _min_size_cache = 4096  # batch sizes remembered before the first prune
 
 
+@dataclass(frozen=True, slots=True)
+class Stored:
+    """A stored batch entry, as read: shared by the deliveries of its messages."""
+
+    partition: int
+    pos: Position
+    data: bytes
+    header: EntryHeader
+
+
 @dataclass(slots=True)
 class Delivery:
     consumer: str
     deadline: float  # loop time; inf when no ack timeout applies
-    message: dict[str, Any]
+    entry: Stored
+    batch_index: int | None
     batch_size: int
+    redeliveries: int = 0
+
+
+Handed = tuple[Stored, int | None, int]  # entry, batch index, redelivery count
 
 
 def unit_id(unit: Unit) -> str:
@@ -94,17 +116,17 @@ class PartitionDispatch:
                 if self.read_pos is None or u[0] < self.read_pos:
                     self.read_pos = u[0]
 
-    async def fetch(self, consumer: str, limit: int, deadline: float) -> list[dict[str, Any]]:
-        out: list[dict[str, Any]] = []
+    async def fetch(self, consumer: str, limit: int, deadline: float) -> list[Handed]:
+        out: list[Handed] = []
         async with self.lock:
             while self.redeliver and len(out) < limit:
                 unit, d = self.redeliver.popitem(last=False)
                 if self.is_gone(unit) or unit in self.held:
                     continue
                 d.consumer, d.deadline = consumer, deadline
-                d.message["redelivery_count"] = d.message.get("redelivery_count", 0) + 1
+                d.redeliveries += 1
                 self.pending[unit] = d
-                out.append(d.message)
+                out.append((d.entry, d.batch_index, d.redeliveries))
             while len(out) < limit:
                 start = self.read_pos or self.cursor.first_undeleted()
                 entries = await self.partition.read_visible(start, self.read_entries)
@@ -125,7 +147,7 @@ class PartitionDispatch:
         return out
 
     def _deliver_entry(self, pos: Position, data: bytes, consumer: str, limit: int, deadline: float,
-                       out: list[dict[str, Any]], skips: list[Position]) -> bool:
+                       out: list[Handed], skips: list[Position]) -> bool:
         """Hand out what is left of one entry; False when ``limit`` stopped it midway."""
         h = codec.decode_header(data)
         if h.kind is not EntryKind.BATCH or (h.txn is not None and self.partition.tb.is_aborted(h.txn)):
@@ -134,33 +156,20 @@ class PartitionDispatch:
             return True
         if self.cursor.is_deleted(pos):
             return True
-        msgs = codec.decode_fields(data, h)
-        size = len(msgs)
+        size = h.count
         if size > 1:
             self._remember_size(pos, size)
-        base_id = f"{pos.ledger_id}:{pos.entry_id}"
-        index, publish, src = self.index, h.publish_time_ms, h.source
-        if src is not None:
-            publish = src.publish_time_ms  # when it was published, in its source cluster
-        for bi, (value, key, props, _) in enumerate(msgs):
-            unit: Unit = (pos, bi if size > 1 else None)
-            if unit in self.pending or unit in self.held or unit in self.redeliver or self.is_gone(unit):
+        entry = Stored(self.index, pos, data, h)
+        pending, held, redeliver, gone = self.pending, self.held, self.redeliver, self.is_gone
+        for bi in range(size):
+            index = bi if size > 1 else None
+            unit: Unit = (pos, index)
+            if unit in pending or unit in held or unit in redeliver or gone(unit):
                 continue
             if len(out) >= limit:
                 return False
-            message = {
-                "message_id": f"{base_id}:{bi}" if size > 1 else base_id,  # codec.message_id
-                "partition": index,
-                "key": key,
-                "value": b2a_base64(value, newline=False).decode("ascii"),
-                "properties": props,  # a fresh dict per decoded message
-                "publish_time": publish,
-            }
-            if src is not None:  # copied from another cluster: where it was first written
-                message["replicated_from"] = src.cluster
-                message["source_message_id"] = codec.message_id(src.ledger_id, src.entry_id, bi, size)
-            self.pending[unit] = Delivery(consumer, deadline, message, size)
-            out.append(message)
+            pending[unit] = Delivery(consumer, deadline, entry, index, size)
+            out.append((entry, index, 0))
         return True
 
     def known_batch_size(self, pos: Position, batch_index: int) -> int | None:
@@ -236,3 +245,59 @@ class PartitionDispatch:
         if scanned >= scan_limit and start is not None and start <= limit:
             count += max(0, limit.entry_id - start.entry_id + 1)  # estimate the unscanned tail
         return count
+
+
+def render_json(handed: Iterable[Handed]) -> list[dict[str, Any]]:
+    """The JSON fetch answer's messages (docs/api.md): one decode per entry, values in base64."""
+    out: list[dict[str, Any]] = []
+    decoded: dict[int, list[codec.Fields]] = {}
+    for entry, bi, redeliveries in handed:
+        msgs = decoded.get(id(entry))
+        if msgs is None:
+            msgs = decoded[id(entry)] = codec.decode_fields(entry.data, entry.header)
+        h, pos = entry.header, entry.pos
+        value, key, props, _ = msgs[bi or 0]
+        src = h.source
+        message: dict[str, Any] = {
+            "message_id": (f"{pos.ledger_id}:{pos.entry_id}" if bi is None
+                           else f"{pos.ledger_id}:{pos.entry_id}:{bi}"),
+            "partition": entry.partition,
+            "key": key,
+            "value": b2a_base64(value, newline=False).decode("ascii"),
+            "properties": dict(props),
+            # A replicated entry: when it was published in its source cluster.
+            "publish_time": h.publish_time_ms if src is None else src.publish_time_ms,
+        }
+        if src is not None:  # copied from another cluster: where it was first written
+            message["replicated_from"] = src.cluster
+            message["source_message_id"] = codec.message_id(src.ledger_id, src.entry_id, bi or 0, h.count)
+        if redeliveries:
+            message["redelivery_count"] = redeliveries
+        out.append(message)
+    return out
+
+
+def render_batch(handed: list[Handed]) -> bytes:
+    """The binary fetch answer (:mod:`streamtx.wire.batch`): each entry's stored messages as they are,
+    with the batch indexes handed out when they are not the whole entry."""
+    rows: list[wire.Delivered] = []
+    i, n = 0, len(handed)
+    while i < n:
+        entry = handed[i][0]
+        j = i
+        while j < n and handed[j][0] is entry:
+            j += 1
+        h, pos = entry.header, entry.pos
+        group = handed[i:j]
+        whole = len(group) == h.count and all(rc == 0 and (bi or 0) == k
+                                              for k, (_, bi, rc) in enumerate(group))
+        src = h.source
+        rows.append(wire.Delivered(
+            entry.partition, pos.ledger_id, pos.entry_id,
+            h.publish_time_ms if src is None else src.publish_time_ms, h.count,
+            memoryview(entry.data)[h.body_offset:],
+            None if whole else [(bi or 0, rc) for _, bi, rc in group],
+            None if src is None else (src.cluster, src.ledger_id, src.entry_id),
+        ))
+        i = j
+    return wire.encode_messages_answer(rows)

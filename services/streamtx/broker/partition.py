@@ -23,6 +23,7 @@ import contextlib
 import logging
 import time
 from collections.abc import AsyncIterator, Callable
+from dataclasses import dataclass
 
 from streamtx.broker import codec, metrics, tbsnapshot
 from streamtx.broker.codec import EntryHeader, EntryKind, Message, ProducerInfo, TxnId
@@ -45,6 +46,19 @@ def partition_ledger_name(partition: str) -> str:
 
 def snapshot_ledger_name(partition: str) -> str:
     return "tbsnapshot/" + partition.removeprefix("persistent://")
+
+
+@dataclass(frozen=True, slots=True)
+class RawBatch:
+    """Messages already in the stored layout (a validated binary section): stored as they are."""
+
+    body: bytes
+    count: int
+    first_index: int
+    value_bytes: int
+
+
+Batch = list[Message] | RawBatch
 
 
 class Partition:
@@ -291,9 +305,21 @@ class Partition:
 
     # --- produce ------------------------------------------------------------------
 
-    async def produce(self, messages: list[Message], txn: TxnId | None,
+    async def produce(self, messages: Batch, txn: TxnId | None,
                       producer: ProducerInfo | None, fence_epoch: int | None) -> list[tuple[int, str]]:
         """Store one batch; ``(request_index, message_id)`` per message (original ids on a dup)."""
+        got = await self.produce_batch(messages, txn, producer, fence_epoch)
+        if isinstance(got, list):
+            return got
+        pos, n = got
+        first = messages.first_index if isinstance(messages, RawBatch) else 0
+        req = (range(first, first + n) if isinstance(messages, RawBatch)
+               else [m.request_index for m in messages])
+        return [(ri, codec.message_id(pos.ledger_id, pos.entry_id, bi, n)) for bi, ri in enumerate(req)]
+
+    async def produce_batch(self, messages: Batch, txn: TxnId | None, producer: ProducerInfo | None,
+                            fence_epoch: int | None) -> tuple[Position, int] | list[tuple[int, str]]:
+        """Store one batch: where and how many, or a duplicate's original ``(request_index, id)`` pairs."""
         await self.until_ready()
         if txn is not None:
             ended = self.tb.ended_as(txn)
@@ -330,19 +356,28 @@ class Partition:
             else:
                 self._producer_locks[name] = (lock, users - 1)
 
-    async def _produce(self, messages: list[Message], txn: TxnId | None,
-                       producer: ProducerInfo | None) -> list[tuple[int, str]]:
+    async def _produce(self, messages: Batch, txn: TxnId | None,
+                       producer: ProducerInfo | None) -> tuple[Position, int]:
         now_ms = int(time.time() * 1000)
-        if not messages:
+        req: list[int] | None
+        if isinstance(messages, RawBatch):
+            n, value_bytes = messages.count, messages.value_bytes
+            req = None if messages.first_index == 0 else list(range(messages.first_index,
+                                                                       messages.first_index + n))
+        else:
+            n, value_bytes = len(messages), sum(len(m.value) for m in messages)
+            req = [m.request_index for m in messages]
+        if not n:
             assert producer is not None
             data = codec.encode_producer(producer, publish_time_ms=now_ms)
+        elif isinstance(messages, RawBatch):
+            data = codec.encode_raw_batch(messages.body, n, publish_time_ms=now_ms, txn=txn,
+                                          producer=producer)
         else:
             data = codec.encode_batch(messages, publish_time_ms=now_ms, txn=txn, producer=producer)
         if len(data) > self.settings.max_entry_bytes:
             raise TooLargeError(f"{len(data)} bytes for {self.name} in one request; the limit is "
                                 f"{self.settings.max_entry_bytes}")
-        n = len(messages)
-        req = [m.request_index for m in messages]
         if txn is not None and (txn in self._ending or self.tb.ended_as(txn) is not None):
             # Checked with no await before the append takes its ticket (see ``end_txn``).
             raise ConflictError(f"txn {codec.txn_str(txn)} is ending or ended here")
@@ -357,10 +392,10 @@ class Partition:
 
         pos = await self._append(data, apply)
         metrics.messages_in.labels(*self._labels).inc(n)
-        metrics.bytes_in.labels(*self._labels).inc(sum(len(m.value) for m in messages))
+        metrics.bytes_in.labels(*self._labels).inc(value_bytes)
         if txn is not None:
             self._after_txn_op()
-        return [(ri, codec.message_id(pos.ledger_id, pos.entry_id, bi, n)) for bi, ri in enumerate(req)]
+        return pos, n
 
     # --- ending transactions ------------------------------------------------------
 

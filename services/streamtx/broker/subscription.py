@@ -23,7 +23,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from streamtx.broker import codec, metrics
-from streamtx.broker.dispatch import PartitionDispatch, Unit, unit_id
+from streamtx.broker.dispatch import Handed, PartitionDispatch, Unit, render_json, unit_id
 from streamtx.broker.notify import Notifier
 from streamtx.broker.settings import BrokerSettings
 from streamtx.errors import ConflictError, MalformedError
@@ -117,10 +117,17 @@ class Subscription:
     async def fetch(self, consumer: str, max_messages: int, wait_ms: int,
                     partitions: list[int] | None = None, poll: LongPoll | None = None,
                     ) -> list[dict[str, Any]]:
+        """:meth:`fetch_raw`, rendered as the JSON answer's messages."""
+        return render_json(await self.fetch_raw(consumer, max_messages, wait_ms, partitions, poll))
+
+    async def fetch_raw(self, consumer: str, max_messages: int, wait_ms: int,
+                        partitions: list[int] | None = None, poll: LongPoll | None = None,
+                        ) -> list[Handed]:
         """Long-poll for messages; ``partitions`` limits the fetch to those partitions.
 
         The wait ends early, with what was found (nothing), once ``poll`` ends:
-        the client went away or the service is stopping.
+        the client went away or the service is stopping. What is handed out
+        points at the stored entries (``dispatch.render_json``/``render_batch``).
         """
         parts = self.parts
         if partitions is not None:
@@ -152,14 +159,14 @@ class Subscription:
             await self.notifier.wait(timeout, poll)
 
     async def _fetch_once(self, consumer: str, limit: int, now: float,
-                          parts: list[PartitionDispatch]) -> list[dict[str, Any]]:
+                          parts: list[PartitionDispatch]) -> list[Handed]:
         ack_deadline = math.inf
         if self.type is SubscriptionType.SHARED:
             ack_deadline = now + self.settings.ack_timeout_ms / 1000
             expired = sum(p.expire(now) for p in self.parts)
             if expired:
                 metrics.redeliveries.labels(*self._labels).inc(expired)
-        out: list[dict[str, Any]] = []
+        out: list[Handed] = []
         n = len(parts)
         start, self._rr = self._rr % max(n, 1), self._rr + 1
         for k in range(n):  # rotate so no partition starves the others

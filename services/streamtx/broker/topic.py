@@ -10,7 +10,7 @@ from dataclasses import dataclass
 
 from streamtx.broker.codec import Message, ProducerInfo, TxnId
 from streamtx.broker.notify import Notifier
-from streamtx.broker.partition import Partition
+from streamtx.broker.partition import Partition, RawBatch
 from streamtx.broker.subscription import Subscription
 from streamtx.errors import ConflictError, MalformedError, NotFoundError
 from streamtx.ledger import Position
@@ -102,6 +102,44 @@ class Topic:
                 if request_index < len(ids):
                     ids[request_index] = message_id
         return ids
+
+    async def produce_sections(self, sections: list[tuple[int, RawBatch]], txn: TxnId | None,
+                               producer: ProducerInfo | None) -> list[tuple[int, int, int]]:
+        """Store pre-encoded sections (one partition each, validated by the caller), one entry
+        per section; ``(ledger_id, entry_id, count)`` per section in request order."""
+        n = len(self.partitions)
+        seen: set[int] = set()
+        for index, _ in sections:
+            if not 0 <= index < n:
+                raise MalformedError(f"partition {index} out of range 0..{n - 1}")
+            if index in seen:
+                raise MalformedError(f"partition {index} named by two sections")
+            seen.add(index)
+        fence = None
+        if producer is not None:
+            fence = self.fence_epoch(producer.name)
+            if fence is not None and producer.epoch < fence:
+                raise ConflictError(f"producer {producer.name} epoch {producer.epoch} is fenced "
+                                    f"(latest epoch {fence})")
+        if not sections:
+            if producer is not None:  # no messages: just record the producer's epoch
+                await self.partitions[0].produce_batch(RawBatch(b"", 0, 0, 0), txn, producer, fence)
+            return []
+        results = await asyncio.gather(*(
+            self.partitions[i].produce_batch(batch, txn, producer, fence) for i, batch in sections
+        ))
+        out: list[tuple[int, int, int]] = []
+        for got in results:
+            if isinstance(got, list):  # a duplicate: the ids the first try got
+                if not got:
+                    out.append((0, 0, 0))
+                    continue
+                lid, _, rest = got[0][1].partition(":")
+                out.append((int(lid), int(rest.partition(":")[0]), len(got)))
+            else:
+                pos, count = got
+                out.append((pos.ledger_id, pos.entry_id, count))
+        return out
 
     async def trim(self, index: int, before: Position) -> int:
         """Trim a partition before ``before``, but never past an open transaction's first

@@ -23,12 +23,16 @@ class StreamtxClient:
     and talks to each service at the URL advertised there (a service not
     advertised is assumed to answer at ``url`` itself). Use it as ``async with
     StreamtxClient(url) as client`` or call :meth:`connect` and :meth:`close`.
+
+    ``binary`` (the default): produce, fetch and acks in the binary batch format
+    (``application/x-streamtx-batch``, docs/api.md); False keeps them JSON.
     """
 
     def __init__(
         self, url: str, *, token: str | None = None, timeout_s: float = 30.0,
-        transport: httpx.AsyncBaseTransport | None = None,
+        transport: httpx.AsyncBaseTransport | None = None, binary: bool = True,
     ) -> None:
+        self.binary = binary
         self.url = url.rstrip("/")
         headers = {"authorization": f"Bearer {token}"} if token else {}
         self._http = httpx.AsyncClient(
@@ -88,7 +92,7 @@ class StreamtxClient:
             raise NotFoundError(f"topic {full_name(topic)} does not exist") from None
         if partitions < 1:
             raise UnavailableError(f"topic {full_name(topic)} reports {partitions} partitions")
-        return Producer(self.broker, topic, partitions, name=name, epoch=epoch)
+        return Producer(self.broker, topic, partitions, name=name, epoch=epoch, binary=self.binary)
 
     async def consumer(
         self, topic: str, subscription: str, initial_position: str = "latest", type: str = "Shared",
@@ -97,7 +101,8 @@ class StreamtxClient:
         """A consumer of ``subscription`` (created if new: ``earliest``/``latest``, Shared/Exclusive)."""
         path = f"/v1/topics/{path_of(topic)}/subscriptions/{subscription}"
         await self.broker.call("PUT", path, json={"initial_position": initial_position, "type": type})
-        return Consumer(self.broker, topic, subscription, name or f"c-{uuid.uuid4().hex[:12]}")
+        return Consumer(self.broker, topic, subscription, name or f"c-{uuid.uuid4().hex[:12]}",
+                        binary=self.binary)
 
     # --- transactions ----------------------------------------------------------
 

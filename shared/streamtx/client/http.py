@@ -38,18 +38,34 @@ class Endpoint:
         self, method: str, path: str, *, json: Any = None, params: Any = None, idempotent: bool = True,
     ) -> Any:
         """Send; return the decoded JSON body, or raise the error the response stands for."""
+        response = await self._send(method, path, {"json": json, "params": params}, idempotent)
+        return response.json() if response.content else None
+
+    async def call_bytes(
+        self, method: str, path: str, *, content: bytes | None = None, content_type: str | None = None,
+        accept: str | None = None, params: Any = None, idempotent: bool = True,
+    ) -> tuple[str, bytes]:
+        """Send a raw body (the binary batch format); the answer's content type and bytes."""
+        headers = {}
+        if content_type is not None:
+            headers["content-type"] = content_type
+        if accept is not None:
+            headers["accept"] = accept
+        response = await self._send(method, path, {"content": content, "params": params, "headers": headers},
+                                    idempotent)
+        return response.headers.get("content-type", ""), response.content
+
+    async def _send(self, method: str, path: str, kw: dict[str, Any], idempotent: bool) -> httpx.Response:
         delay = _first_backoff_s
         attempts = _attempts if idempotent else 1
         for attempt in range(attempts):
             try:
-                response = await send_to_owner(
-                    self._client, method, self.base_url + path, json=json, params=params
-                )
+                response = await send_to_owner(self._client, method, self.base_url + path, **kw)
             except httpx.HTTPError as exc:
                 error: StreamtxError = UnavailableError(f"{method} {path}: {exc!r}")
             else:
                 if response.status_code < 400:
-                    return response.json() if response.content else None
+                    return response
                 error = _error(response)
                 if not error.retriable:
                     raise error

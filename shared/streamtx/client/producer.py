@@ -13,6 +13,7 @@ from typing import Any
 from streamtx.client.http import Endpoint
 from streamtx.client.names import full_name, key_partition, partition_name, path_of
 from streamtx.client.transaction import Transaction
+from streamtx.wire import batch as wire
 
 
 @dataclass(frozen=True, slots=True)
@@ -34,10 +35,14 @@ class Producer:
     later sequence arriving first would make the earlier one look like a
     duplicate. The epoch defaults to the wall clock in ms, so a restarted
     producer fences its previous incarnation.
+
+    ``binary`` (the default): requests in the binary batch format
+    (``application/x-streamtx-batch``), every message routed here; else JSON.
     """
 
     def __init__(
         self, broker: Endpoint, topic: str, partitions: int, *, name: str | None, epoch: int | None,
+        binary: bool = True,
     ) -> None:
         self._broker = broker
         self.topic = full_name(topic)
@@ -47,6 +52,7 @@ class Producer:
         self._sequence = itertools.count()
         self._round_robin = itertools.count()
         self._lock = asyncio.Lock()
+        self.binary = binary
 
     async def send(
         self, value: bytes, *, key: str | None = None, properties: Mapping[str, str] | None = None,
@@ -65,9 +71,34 @@ class Producer:
             identity = {"name": self.name, "epoch": self.epoch, "sequence": sequence}
             return await self._send(messages, txn, identity)
 
+    async def _send_binary(
+        self, messages: Sequence[OutMessage], txn: Transaction | None, identity: dict[str, Any] | None,
+    ) -> list[str]:
+        if identity is not None and not any(m.partition is not None or m.key is not None for m in messages):
+            # A named producer's unkeyed request goes where its retry will (the broker's sticky rule).
+            sticky = key_partition(f"{identity['name']}:{identity['sequence']}", self.partitions)
+            routed = [sticky] * len(messages)
+        else:
+            routed = [self._route(m) for m in messages]
+        if txn is not None:
+            await txn.add_partitions(self._partition_topic(p) for p in set(routed))
+        body, order = wire.encode_produce_routed(
+            [(p, wire.Msg(m.value, m.key, m.properties)) for p, m in zip(routed, messages, strict=True)],
+            txn=None if txn is None else wire.parse_txn(txn.txn_id),
+            producer=(None if identity is None
+                      else (identity["name"], identity["epoch"], identity["sequence"])),
+        )
+        _, reply = await self._broker.call_bytes(
+            "POST", f"/v1/topics/{path_of(self.topic)}/messages", content=body,
+            content_type=wire.CONTENT_TYPE, idempotent=identity is not None,
+        )
+        return wire.ids_in_request_order(order, reply)
+
     async def _send(
         self, messages: Sequence[OutMessage], txn: Transaction | None, identity: dict[str, Any] | None,
     ) -> list[str]:
+        if self.binary:
+            return await self._send_binary(messages, txn, identity)
         routed = [self._route(m) if txn is not None else m.partition for m in messages]
         if txn is not None:
             # Registered before the broker sees a message of the transaction.
@@ -96,3 +127,4 @@ class Producer:
 
     def _partition_topic(self, index: int) -> str:
         return partition_name(self.topic, index)
+

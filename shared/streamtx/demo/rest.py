@@ -23,6 +23,7 @@ import httpx
 
 from streamtx.errors import StreamtxError, UnavailableError
 from streamtx.service.http import error_from_response
+from streamtx.wire import batch as wire
 
 tenant, namespace = "public", "demo"
 
@@ -63,9 +64,16 @@ def position_of(message_id: str) -> tuple[int, int]:
 
 
 class Rest:
-    """Calls to one suite: the coordinator and the broker."""
+    """Calls to one suite: the coordinator and the broker.
 
-    def __init__(self, coordinator_url: str, broker_url: str, *, timeout_s: float = 10.0) -> None:
+    ``binary`` (the default): produce, fetch and acks in the binary batch format
+    (``application/x-streamtx-batch``); a produce whose messages do not all name
+    their partition goes as JSON (the broker routes those).
+    """
+
+    def __init__(self, coordinator_url: str, broker_url: str, *, timeout_s: float = 10.0,
+                 binary: bool = True) -> None:
+        self.binary = binary
         limits = httpx.Limits(max_connections=32, max_keepalive_connections=32)
         self._timeout_s = timeout_s
         self._tc = httpx.AsyncClient(base_url=coordinator_url.rstrip("/"), timeout=timeout_s, limits=limits)
@@ -92,6 +100,16 @@ class Rest:
             raise error_from_response(response)
         return response.json() if response.content else None
 
+    @staticmethod
+    async def _call_bytes(client: httpx.AsyncClient, method: str, path: str, **kw: Any) -> httpx.Response:
+        try:
+            response = await client.request(method, path, **kw)
+        except httpx.HTTPError as exc:
+            raise UnavailableError(f"{method} {path}: {exc!r}") from exc
+        if response.status_code >= 400:
+            raise error_from_response(response)
+        return response
+
     # -- broker ------------------------------------------------------------------
     async def create_topic(self, topic: str, partitions: int) -> None:
         path = f"/admin/v2/persistent/{tenant}/{namespace}/{topic}/partitions"
@@ -103,6 +121,18 @@ class Rest:
     ) -> list[str]:
         """``messages``: ``{"key", "value": bytes, "properties", "partition"}``; ``producer``:
         ``{"name", "epoch", "sequence"}`` for dedup of resent requests."""
+        path = f"/v1/topics/{tenant}/{namespace}/{topic}/messages"
+        if self.binary and all(m.get("partition") is not None for m in messages):
+            content, order = wire.encode_produce_routed(
+                [(m["partition"], wire.Msg(m["value"], m.get("key"), m.get("properties") or {}))
+                 for m in messages],
+                txn=None if txn_id is None else wire.parse_txn(txn_id),
+                producer=None if producer is None else (producer["name"], producer["epoch"],
+                                                        producer["sequence"]),
+            )
+            response = await self._call_bytes(self._br, "POST", path, content=content,
+                                              headers={"content-type": wire.CONTENT_TYPE})
+            return wire.ids_in_request_order(order, response.content)
         body: dict[str, Any] = {"messages": [
             {**m, "value": base64.b64encode(m["value"]).decode()} for m in messages
         ]}
@@ -110,7 +140,6 @@ class Rest:
             body["txn_id"] = txn_id
         if producer is not None:
             body["producer"] = producer
-        path = f"/v1/topics/{tenant}/{namespace}/{topic}/messages"
         out = await self._call(self._br, "POST", path, json=body)
         return list(out["message_ids"])
 
@@ -125,7 +154,13 @@ class Rest:
         params: dict[str, Any] = {"max": max_messages, "wait_ms": wait_ms, "consumer": consumer}
         if partitions is not None:
             params["partitions"] = ",".join(map(str, partitions))
-        out = await self._call(self._br, "GET", path, params=params, timeout=self._timeout_s + wait_ms / 1000)
+        timeout = self._timeout_s + wait_ms / 1000
+        if self.binary:
+            response = await self._call_bytes(self._br, "GET", path, params=params, timeout=timeout,
+                                              headers={"accept": wire.CONTENT_TYPE})
+            return [Fetched(m.message_id, m.partition, m.key, m.value, m.properties)
+                    for m in wire.decode_messages_answer(response.content)]
+        out = await self._call(self._br, "GET", path, params=params, timeout=timeout)
         return [
             Fetched(m["message_id"], int(m.get("partition") or 0), m.get("key"),
                     base64.b64decode(m["value"]), dict(m.get("properties") or {}))
@@ -134,12 +169,18 @@ class Rest:
 
     async def ack(self, topic: str, sub: str, message_ids: list[str], txn_id: str | None = None,
                   cumulative: bool = False) -> None:
+        path = f"/v1/topics/{tenant}/{namespace}/{topic}/subscriptions/{sub}/acks"
+        if self.binary:
+            content = wire.encode_acks(message_ids, txn=None if txn_id is None else wire.parse_txn(txn_id),
+                                       cumulative=cumulative)
+            await self._call_bytes(self._br, "POST", path, content=content,
+                                   headers={"content-type": wire.CONTENT_TYPE})
+            return
         body: dict[str, Any] = {"message_ids": message_ids}
         if cumulative:
             body["cumulative"] = True
         if txn_id is not None:
             body["txn_id"] = txn_id
-        path = f"/v1/topics/{tenant}/{namespace}/{topic}/subscriptions/{sub}/acks"
         await self._call(self._br, "POST", path, json=body)
 
     # -- coordinator -------------------------------------------------------------

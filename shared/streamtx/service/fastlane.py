@@ -60,7 +60,9 @@ class HotRequest:
     the caller (None when auth is off).
 
     ``poll``: on a ``long_poll`` route, ended when the client goes away or the
-    service stops (:mod:`streamtx.service.longpoll`).
+    service stops (:mod:`streamtx.service.longpoll`). ``headers``: the request's raw
+    headers; a handler that answers something other than JSON (the binary batch
+    format) sets ``response_type``.
     """
 
     params: dict[str, str]
@@ -69,6 +71,16 @@ class HotRequest:
     state: State
     principal: Principal | None = None
     poll: LongPoll | None = None
+    headers: list[tuple[bytes, bytes]] = field(default_factory=list)
+    response_type: str = "application/json"
+
+    def header(self, name: str) -> str | None:
+        """A request header's value (the first of that name), or None."""
+        key = name.lower().encode("latin-1")
+        for k, v in self.headers:
+            if k.lower() == key:
+                return v.decode("latin-1")
+        return None
 
     def json(self, model: type[Q]) -> Q:
         """The body validated straight from bytes by ``model`` (pydantic's JSON parser); 400 when bad."""
@@ -200,12 +212,15 @@ class HotRoutes:
         def register(handler: Handler) -> Handler:
             async def endpoint(request: Request) -> Response:
                 hot = HotRequest(dict(request.path_params), request.scope.get("query_string", b""),
-                                 await request.body(), request.app.state, principal_in(request.scope))
+                                 await request.body(), request.app.state, principal_in(request.scope),
+                                 headers=list(request.scope.get("headers", ())))
                 if not long_poll:
-                    return Response(await handler(hot), media_type="application/json")
+                    payload = await handler(hot)
+                    return Response(payload, media_type=hot.response_type)
                 polls: LongPolls = request.app.state.long_polls
                 async with polls.open(request.receive) as hot.poll:
-                    return Response(await handler(hot), media_type="application/json")
+                    payload = await handler(hot)
+                return Response(payload, media_type=hot.response_type)
 
             self.router.add_api_route(
                 path, endpoint, methods=[method], name=handler.__name__,
@@ -272,12 +287,12 @@ class FastLane:
         answer = await self._serve(route, params, scope, receive, principal)  # type: ignore[arg-type]
         if answer is None:  # the client went away before its body arrived
             return
-        status, payload = answer
-        await _answer(send, status, payload)
+        status, payload, media_type = answer
+        await _answer(send, status, payload, media_type)
         self.observe(scope, route.template, status, time.perf_counter() - start)
 
     async def _serve(self, route: HotRoute, params: dict[str, str], scope: Scope,
-                     receive: Receive, principal: Principal | None) -> tuple[int, bytes] | None:
+                     receive: Receive, principal: Principal | None) -> tuple[int, bytes, bytes] | None:
         chunks: list[bytes] = []
         try:
             while True:
@@ -288,23 +303,31 @@ class FastLane:
                 if not event.get("more_body", False):
                     break
         except HTTPException as exc:  # the body limit (bodylimit.py) stopped the read
-            return exc.status_code, error_body(_codes.get(exc.status_code, "error"), str(exc.detail))
-        request = HotRequest(params, scope.get("query_string", b""), b"".join(chunks), self.state, principal)
+            return (exc.status_code, error_body(_codes.get(exc.status_code, "error"), str(exc.detail)),
+                    _json)
+        request = HotRequest(params, scope.get("query_string", b""), b"".join(chunks), self.state, principal,
+                             headers=scope["headers"])
         try:
             if route.long_poll:
                 async with self.polls.open(receive) as request.poll:
-                    return 200, await route.handler(request)
-            return 200, await route.handler(request)
+                    payload = await route.handler(request)
+            else:
+                payload = await route.handler(request)
+            media = _json if request.response_type == "application/json" else request.response_type.encode()
+            return 200, payload, media
         except StreamtxError as exc:
-            return exc.status, error_body(exc.code, exc.message)
+            return exc.status, error_body(exc.code, exc.message), _json
         except Exception as exc:
             log.exception("unhandled error")
-            return 500, error_body("internal", f"internal error: {type(exc).__name__}")
+            return 500, error_body("internal", f"internal error: {type(exc).__name__}"), _json
 
 
-async def _answer(send: Send, status: int, payload: bytes) -> None:
+_json = b"application/json"
+
+
+async def _answer(send: Send, status: int, payload: bytes, media_type: bytes = _json) -> None:
     await send({"type": "http.response.start", "status": status,
-                "headers": [(b"content-type", b"application/json"),
+                "headers": [(b"content-type", media_type),
                             (b"content-length", b"%d" % len(payload))]})
     await send({"type": "http.response.body", "body": payload})
 

@@ -13,7 +13,7 @@ TOPIC = "persistent://t/n/x"
 
 
 async def connect(cluster: FakeCluster) -> StreamtxClient:
-    client = StreamtxClient("http://any:9", transport=cluster.transport)
+    client = StreamtxClient("http://any:9", transport=cluster.transport, binary=False)  # the fake speaks JSON
     await client.connect()
     return client
 

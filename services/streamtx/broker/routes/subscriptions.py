@@ -11,10 +11,13 @@ from pydantic import BaseModel, Field
 from streamtx.broker import codec
 from streamtx.broker.broker import Broker
 from streamtx.broker.deps import BrokerDep, broker_of, topic_name
+from streamtx.broker.dispatch import render_batch, render_json
 from streamtx.broker.routes.messages import parse_txn
 from streamtx.broker.settings import BrokerSettings
 from streamtx.broker.subscription import Subscription, SubscriptionType
+from streamtx.errors import MalformedError
 from streamtx.service import HotRequest, HotRoutes
+from streamtx.wire import batch as wire
 
 router = APIRouter(prefix="/v1/topics/{tenant}/{namespace}/{topic}/subscriptions/{sub}",
                    tags=["subscriptions"])
@@ -82,41 +85,57 @@ class FetchQuery(BaseModel):
 async def fetch(request: HotRequest) -> bytes:
     """Messages for this consumer, waiting up to ``wait_ms`` for the first (long poll).
 
-    The wait ends early (an empty answer) when the client disconnects or the broker stops."""
+    The wait ends early (an empty answer) when the client disconnects or the broker stops.
+    With ``Accept: application/x-streamtx-batch`` the answer is the binary batch
+    format: the stored entries as they are (docs/api.md, :mod:`streamtx.wire.batch`)."""
     broker = broker_of(request.state)
     settings: BrokerSettings = request.state.settings
     q = request.query(FetchQuery)
     s = _subscription(broker, request.params)
     only = None if q.partitions is None else [int(p) for p in q.partitions.split(",")]
-    got = await s.fetch(q.consumer, min(q.max, settings.max_fetch_messages),
-                        min(q.wait_ms, settings.max_wait_ms), only, request.poll)
+    got = await s.fetch_raw(q.consumer, min(q.max, settings.max_fetch_messages),
+                            min(q.wait_ms, settings.max_wait_ms), only, request.poll)
+    if wire.is_batch(request.header("accept")):
+        request.response_type = wire.CONTENT_TYPE
+        return render_batch(got)
     # Bytes straight from orjson: pydantic serializing list[dict[str, Any]] cost more.
-    return orjson.dumps({"messages": got})
+    return orjson.dumps({"messages": render_json(got)})
+
+
+def _ack_body(request: HotRequest) -> tuple[list[str], codec.TxnId | None, bool]:
+    if wire.is_batch(request.header("content-type")):
+        got = wire.decode_acks(request.body)
+        if not got.ids:
+            raise MalformedError("message_ids: at least one id")
+        return got.id_strings(), got.txn, got.cumulative
+    body = request.json(AckRequest)
+    return body.message_ids, parse_txn(body.txn_id), body.cumulative
 
 
 @hot.post("/acks", body=AckRequest)
 async def ack(request: HotRequest) -> bytes:
-    """Acknowledge messages; in a transaction they are held until it ends."""
+    """Acknowledge messages; in a transaction they are held until it ends.
+
+    With ``Content-Type: application/x-streamtx-batch`` the ids come as the binary
+    batch format's *acks* body (docs/api.md); the answer is JSON either way."""
     broker = broker_of(request.state)
-    body = request.json(AckRequest)
+    message_ids, txn, cumulative = _ack_body(request)
     p = request.params
     name = topic_name(p["tenant"], p["namespace"], p["topic"])
     s = broker.topic(name).subscription(p["sub"])
-    txn = parse_txn(body.txn_id)
     if txn is None:
-        await s.ack(body.message_ids, body.cumulative)
+        await s.ack(message_ids, cumulative)
     else:
         await s.until_ready()
-        resolved = s.check_txn_ack(body.message_ids, txn)
+        resolved = s.check_txn_ack(message_ids, txn)
         # Held before the call, so no redelivery hands them out meanwhile.
-        newly = s.hold(resolved, txn, body.cumulative)
+        newly = s.hold(resolved, txn, cumulative)
         try:
-            await broker.pendingack.ack(name, p["sub"], codec.txn_str(txn), body.message_ids,
-                                        body.cumulative)
+            await broker.pendingack.ack(name, p["sub"], codec.txn_str(txn), message_ids, cumulative)
         except BaseException:
             s.unhold(newly, txn)
             raise
-    return b'{"acked":%d}' % len(body.message_ids)
+    return b'{"acked":%d}' % len(message_ids)
 
 
 def _subscription(broker: Broker, p: dict[str, str]) -> Subscription:
