@@ -91,6 +91,8 @@ class Coordinators:
         """Stop serving ``cid``: its pending log writes are flushed and the log closed."""
         if cid in self.ids:
             self.ids.remove(cid)
+        # Moving (owner unknown until the next owner-map refresh): 503 retry, not 404.
+        self.owners[cid] = None
         tc = self._by_id.pop(cid, None)
         if tc is not None:
             await _quietly_close(tc)

@@ -4,8 +4,11 @@ a multi-core node with an asyncio service.
 ``N = 1`` (the default) is the plain in-process path: :func:`run_service` builds the
 app and serves it here. ``N > 1``: this process becomes a supervisor that
 
-- starts N workers (``spawn``: each imports the service afresh, nothing of the
-  parent's state is shared); worker ``i`` gets ``worker_index=i`` and the member
+- starts N workers, forked from this process before it has an event loop or a
+  thread (so they start in milliseconds with the modules already imported,
+  instead of N concurrent imports: 13 s on a loaded 2-core machine; ``spawn``
+  if a thread exists); each builds its own app; worker ``i`` gets
+  ``worker_index=i`` and the member
   name ``<member>-w<i>`` (``.<generation>`` added when it is restarted), so each is
   a member of the ownership of its own;
 - has every worker bind the same ``host:port`` itself with ``SO_REUSEPORT``: the
@@ -32,12 +35,13 @@ import os
 import signal
 import socket
 import sys
+import threading
 import time
 from collections.abc import Callable
 from multiprocessing.connection import wait
 from multiprocessing.process import BaseProcess
 from types import FrameType
-from typing import TypeVar
+from typing import Any, TypeVar
 
 from fastapi import FastAPI
 
@@ -98,7 +102,7 @@ class _Supervisor:
         self._factory = factory
         self._settings = settings
         self._base = base_member
-        self._ctx = multiprocessing.get_context("spawn")
+        self._ctx: Any = multiprocessing.get_context("fork" if threading.active_count() == 1 else "spawn")
         self.workers: dict[int, BaseProcess] = {}
         self._generation = dict.fromkeys(range(settings.workers), 0)
         self.stopping = False

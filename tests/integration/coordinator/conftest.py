@@ -3,12 +3,15 @@
 from __future__ import annotations
 
 import asyncio
+import time
+import uuid
 from collections.abc import AsyncIterator, Callable, Iterator
 from pathlib import Path
 from typing import Any
 
 import httpx
 import pytest
+import redis
 
 from tests.conftest import kafka_url
 from tests.integration.coordinator.participant import Participant, running_participant
@@ -22,7 +25,11 @@ class TcClient:
 
     def __init__(self, proc: ServiceProcess) -> None:
         self.proc = proc
-        self.http = httpx.AsyncClient(base_url=proc.url, timeout=60)
+        # Against workers on one port, a new connection per request: each lands on any worker
+        # (the kernel's choice), so most calls for a transaction reach a sibling of its owner.
+        fresh = proc.env.get("STREAMTX_WORKERS", "1") != "1"
+        self.http = httpx.AsyncClient(base_url=proc.url, timeout=60, limits=httpx.Limits(
+            max_keepalive_connections=0 if fresh else None))
 
     async def call(self, method: str, path: str, expect: int | None = 200, **kw: Any) -> Any:
         r = await self.http.request(method, path, **kw)
@@ -99,11 +106,23 @@ def file_url(tmp_path: Path) -> str:
 
 
 @pytest.fixture
-def tc_factory(tmp_path: Path, participant: Participant) -> Iterator[TcFactory]:
-    """``start(ledger_url, **settings)`` runs a coordinator process wired to the participant."""
+def tc_workers(request: pytest.FixtureRequest) -> int:
+    """Worker processes of the coordinator ``tc_factory`` starts: 1, or what a test parametrises
+    (``@pytest.mark.parametrize("tc_workers", [1, 4], indirect=True)``)."""
+    return int(getattr(request, "param", 1))
+
+
+@pytest.fixture
+def tc_factory(tmp_path: Path, participant: Participant, tc_workers: int,
+               request: pytest.FixtureRequest) -> Iterator[TcFactory]:
+    """``start(ledger_url, **settings)`` runs a coordinator process wired to the participant
+    (with ``tc_workers`` > 1: that many workers on its port, over the session's Redis, one
+    coordinator id each unless the test names the ids)."""
     procs: list[ServiceProcess] = []
 
     def start(ledger_url: str, *, ready: bool = True, **settings: Any) -> ServiceProcess:
+        if tc_workers > 1:
+            settings = {**workers_settings(tc_workers, request.getfixturevalue("redis_url")), **settings}
         env = {
             "STREAMTX_LEDGER_URL": ledger_url,
             "STREAMTX_TEST_LOG_DIR": str(tmp_path),
@@ -117,11 +136,40 @@ def tc_factory(tmp_path: Path, participant: Participant) -> Iterator[TcFactory]:
         }
         proc = ServiceProcess("coordinator", env).start(ready=ready)
         procs.append(proc)
+        if ready and tc_workers > 1:
+            wait_workers(proc, tc_workers)
         return proc
 
     yield start
     for p in procs:
         p.stop()
+
+
+def workers_settings(workers: int, redis_url: str) -> dict[str, Any]:
+    return {"workers": workers, "redis_url": redis_url, "cluster": f"w{uuid.uuid4().hex[:8]}",
+            "coordinator_ids": ",".join(map(str, range(workers))), "lease_ttl_ms": 1500, "member": "tc"}
+
+
+def lease_holders(proc: ServiceProcess) -> dict[int, str | None]:
+    """Coordinator id -> the member holding its lease, read from Redis."""
+    env = proc.env
+    ids = [int(i) for i in env["STREAMTX_COORDINATOR_IDS"].split(",")]
+    with redis.Redis.from_url(env["STREAMTX_REDIS_URL"], decode_responses=True) as r:
+        raw = {cid: r.get(f"streamtx:{env['STREAMTX_CLUSTER']}:coordinator:lease:{cid}") for cid in ids}
+    return {cid: None if v is None else str(v).rpartition("|")[0] for cid, v in raw.items()}
+
+
+def wait_workers(proc: ServiceProcess, workers: int, timeout_s: float = 60.0) -> None:
+    """Until every coordinator id is leased and ``workers`` members hold them (each worker
+    listens once it is ready, so then every connection lands on a ready worker)."""
+    deadline = time.monotonic() + timeout_s
+    while True:
+        holders = lease_holders(proc)
+        if None not in holders.values() and len(set(holders.values())) == min(workers, len(holders)):
+            break
+        assert time.monotonic() < deadline, f"the ids were not spread over {workers} workers: {holders}"
+        time.sleep(0.1)
+    proc.wait_ready()
 
 
 @pytest.fixture

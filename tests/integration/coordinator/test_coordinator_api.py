@@ -15,6 +15,13 @@ P0, P1 = f"{TOPIC}-partition-0", f"{TOPIC}-partition-1"
 SUB = (TOPIC, "sub-a")
 
 
+# Each also against 4 workers on one port with the Redis batch buffer: same answers
+# (test_coordinator_workers.py has the failures particular to workers).
+workers = pytest.mark.parametrize("tc_workers", [1, 4], indirect=True)
+
+
+@pytest.mark.parametrize(("backend_url", "tc_workers"), [("file", 1), ("kafka", 1), ("file", 4)],
+                         indirect=True)
 async def test_lifecycle_commit_and_abort(
     backend_url: str, tc_factory: TcFactory, client_factory: ClientFactory, participant: Participant
 ) -> None:
@@ -56,6 +63,7 @@ async def test_lifecycle_commit_and_abort(
     assert participant.violations == []
 
 
+@workers
 async def test_client_errors_are_4xx_never_500(
     file_url: str, tc_factory: TcFactory, client_factory: ClientFactory
 ) -> None:
@@ -112,6 +120,7 @@ async def test_conflicting_prepare_aborts_and_answers_409(
     assert (await tc.abort(txn))["state"] == "ABORTED"
 
 
+@workers
 async def test_fanout_retries_until_the_participant_succeeds(
     file_url: str, tc_factory: TcFactory, client_factory: ClientFactory, participant: Participant
 ) -> None:

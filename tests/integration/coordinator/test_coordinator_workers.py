@@ -1,0 +1,195 @@
+"""Coordinator workers on one port with the Redis batch buffer: the failures particular to them.
+
+Real processes: a supervisor with 4 workers (``STREAMTX_WORKERS=4``), a real
+redis-server, the test participant. Each request goes on a new connection, so the
+kernel hands it to any worker and most per-transaction calls travel through the
+owner's mailbox. (The API answering the same with 4 workers as with one:
+test_coordinator_api.py, parametrised.)
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import itertools
+import os
+import shutil
+import signal
+import subprocess
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import httpx
+import pytest
+import redis
+
+from tests.integration.coordinator.conftest import TOPIC, ClientFactory, TcClient, TcFactory, lease_holders
+from tests.integration.coordinator.participant import Participant
+from tests.support.procs import free_port, stop, wait_for_port
+from tests.support.services import ServiceProcess
+from tests.support.suite import eventually
+
+pytestmark = pytest.mark.parametrize("tc_workers", [4], indirect=True)
+
+P0 = f"{TOPIC}-partition-0"
+
+
+def workers_of(proc: ServiceProcess) -> list[int]:
+    assert proc.proc is not None
+    pid = proc.proc.pid
+    return [int(p) for p in Path(f"/proc/{pid}/task/{pid}/children").read_text().split()]
+
+
+def live_members(proc: ServiceProcess) -> set[str]:
+    env = proc.env
+    with redis.Redis.from_url(env["STREAMTX_REDIS_URL"], decode_responses=True) as r:
+        key = f"streamtx:{env['STREAMTX_CLUSTER']}:coordinator:members"
+        return set(r.zrangebyscore(key, int(time.time() * 1000), "+inf"))
+
+
+def mailbox_backlog(proc: ServiceProcess) -> dict[int, tuple[int, int]]:
+    """Coordinator id -> (entries in its mailbox stream, entries read and not acknowledged)."""
+    env = proc.env
+    out = {}
+    with redis.Redis.from_url(env["STREAMTX_REDIS_URL"]) as r:
+        for cid in lease_holders(proc):
+            key = f"streamtx:{env['STREAMTX_CLUSTER']}:coordinator:mailbox:{cid}"
+            pending = r.xpending(key, "owner")["pending"] if r.exists(key) else 0
+            out[cid] = (r.xlen(key), pending)
+    return out
+
+
+async def retried(tc: TcClient, method: str, path: str) -> httpx.Response:
+    """A call repeated while the answer is 'retry' (503, or the connection of a killed worker)."""
+    while True:
+        try:
+            body = {"partitions": [P0]} if "partitions" in path else None
+            r = await tc.http.request(method, path, json=body)
+        except httpx.TransportError:
+            await asyncio.sleep(0.05)
+            continue
+        if r.status_code != 503:
+            return r
+        await asyncio.sleep(0.05)
+
+
+async def test_a_killed_worker_loses_no_acknowledged_transaction_and_ends_none_twice(
+        file_url: str, tc_factory: TcFactory, client_factory: ClientFactory,
+        participant: Participant) -> None:
+    proc = tc_factory(file_url)
+    tc = client_factory(proc)
+    before = lease_holders(proc)
+    acknowledged: dict[str, str] = {}
+    stopping = asyncio.Event()
+    turn = itertools.count()
+
+    async def writer() -> None:
+        while not stopping.is_set():
+            r = await retried(tc, "POST", "/v1/transactions")
+            assert r.status_code == 200, r.text
+            txn = r.json()["txn_id"]
+            r = await retried(tc, "POST", f"/v1/transactions/{txn}/partitions")
+            assert r.status_code == 200, r.text
+            action = "commit" if next(turn) % 2 else "abort"
+            r = await retried(tc, "POST", f"/v1/transactions/{txn}/{action}")
+            assert r.status_code == 200, r.text
+            acknowledged[txn] = r.json()["state"]
+
+    writers = [asyncio.create_task(writer()) for _ in range(12)]
+    try:
+        await eventually(lambda: _more_than(acknowledged, 30), timeout_s=30, what="a workload under way")
+        os.kill(workers_of(proc)[1], signal.SIGKILL)
+        killed_at = len(acknowledged)
+
+        async def moved() -> bool:
+            # One member is gone (its heartbeat expired) and every id is leased to a live
+            # worker: its siblings, or the worker the supervisor started in its place.
+            holders, live = lease_holders(proc), live_members(proc)
+            return (len(set(before.values()) - live) == 1 and None not in holders.values()
+                    and set(holders.values()) <= live and len(live) == 4)
+
+        await eventually(moved, timeout_s=30, what="the killed worker's ids to move to live workers")
+        await eventually(lambda: _more_than(acknowledged, killed_at + 30), timeout_s=30,
+                         what="the workload to go on after the takeover")
+        stopping.set()
+        await asyncio.gather(*writers)
+    finally:
+        for w in writers:
+            w.cancel()
+
+    assert participant.violations == []
+    for txn, state in acknowledged.items():
+        body = (await retried(tc, "GET", f"/v1/transactions/{txn}")).json()
+        assert body["state"] == state, (txn, body)
+        action = "commit" if state == "COMMITTED" else "abort"
+        assert participant.actions(txn) == {("partition", P0): action}, txn
+    # Every request posted to a mailbox was answered and left it, the dead owner's too.
+    await eventually(lambda: _drained(proc), what="every mailbox empty, nothing pending")
+    assert proc.proc is not None
+    proc.stop()
+    assert proc.proc.returncode == 0, proc.log_tail()
+
+
+async def _more_than(acknowledged: dict[str, str], n: int) -> bool:
+    return len(acknowledged) > n
+
+
+async def _drained(proc: ServiceProcess) -> bool:
+    return all(v == (0, 0) for v in mailbox_backlog(proc).values())
+
+
+@contextlib.contextmanager
+def own_redis(port: int) -> Iterator[subprocess.Popen[bytes]]:
+    binary = shutil.which("redis-server")
+    assert binary is not None
+    proc = subprocess.Popen([binary, "--port", str(port), "--bind", "127.0.0.1", "--save", "",
+                             "--appendonly", "no"], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    try:
+        wait_for_port(port, proc=proc)
+        yield proc
+    finally:
+        stop(proc)
+
+
+async def test_redis_down_is_503_and_the_workers_recover_when_it_returns(
+        file_url: str, tc_factory: TcFactory, client_factory: ClientFactory) -> None:
+    port = free_port()
+    server = own_redis(port)
+    server.__enter__()
+    try:
+        proc = tc_factory(file_url, redis_url=f"redis://127.0.0.1:{port}/0")
+        tc = client_factory(proc)
+        txns = [await tc.create() for _ in range(8)]
+        for txn in txns:
+            await tc.add_partitions(txn, [P0])
+        assert {t: (await tc.abort(t))["state"] for t in txns} == dict.fromkeys(txns, "ABORTED")
+    finally:
+        server.__exit__(None, None, None)
+
+    # Redis gone: a call that lands on a sibling of the owner cannot be forwarded (503); one
+    # that lands on the owner is served there. Never another answer, never a lost state.
+    statuses = []
+    for txn in txns * 2:
+        r = await tc.http.get(f"/v1/transactions/{txn}")
+        statuses.append(r.status_code)
+        assert r.status_code in (200, 503), r.text
+        if r.status_code == 200:
+            assert r.json()["state"] == "ABORTED"
+        else:
+            assert r.json()["error"] == "unavailable"
+    assert 503 in statuses
+
+    with own_redis(port):  # back, empty: the workers lease their ids again and recreate the mailboxes
+        async def all_served() -> bool:
+            for txn in txns:
+                r = await tc.http.get(f"/v1/transactions/{txn}")
+                if r.status_code != 200 or r.json()["state"] != "ABORTED":
+                    return False
+            return True
+
+        await eventually(all_served, timeout_s=30, what="every transaction answered again through Redis")
+        txn = (await retried(tc, "POST", "/v1/transactions")).json()["txn_id"]
+        assert (await retried(tc, "POST", f"/v1/transactions/{txn}/partitions")).status_code == 200
+        assert (await retried(tc, "POST", f"/v1/transactions/{txn}/commit")).json()["state"] == "COMMITTED"
+        proc.stop()
