@@ -8,17 +8,34 @@ connections in all: against the one replica, or 32 against each of the two (a
 Kubernetes Service spreads connections the same way); creation is served by
 the replica that receives it, so no request is redirected.
 
-The other figures of the issue's line (``broker_x2``, ``redis_records_per_entry``,
-``redis_vs_inprocess``) need partition ownership and the Redis batch buffer,
-which are not built yet: they print as ``n/a`` rather than as a made-up number.
+The Redis batch buffer, side by side in the same run (rounds interleaved, best
+of each), both with four coordinator ids and four processes on file ledgers:
+
+- ``redis``: ONE port served by ``STREAMTX_WORKERS=4`` workers, one id each.
+  wrk's 64 keep-alive connections (four wrk processes of 16, as below) land on
+  the workers as the kernel spreads them. The load is closed-loop per
+  connection: create a transaction (served by the worker that receives it, on
+  an id it owns), then abort one the thread created (on any id: 3 times in 4
+  another worker owns it, and the call goes through that id's Redis mailbox),
+  and so on.
+- ``in-process``: four single-process replicas on four ports (leases in the
+  same Redis), 16 connections each, every abort sent to the replica that
+  created the transaction: four workers each batching alone, no forwarding.
+
+``redis_records_per_entry``: log records per ledger entry written during the
+``redis`` load (every transaction log read back after the run);
+``redis_vs_inprocess``: the ``redis`` throughput (requests/s, creates and
+aborts) over the ``in-process`` one. ``broker_x2`` stays ``n/a``: partitions
+are not leased, a second broker cannot share them.
 
 Last line:
-``bench scale: tc_x2=<…> broker_x2=n/a redis_records_per_entry=n/a redis_vs_inprocess=n/a``
+``bench scale: tc_x2=<…> broker_x2=n/a redis_records_per_entry=<…> redis_vs_inprocess=<…>``
 """
 
 from __future__ import annotations
 
 import argparse
+import asyncio
 import os
 import shutil
 import signal
@@ -34,18 +51,49 @@ import httpx
 ROOT = Path(__file__).resolve().parents[1]
 sys.path[:0] = [str(ROOT / p) for p in ("shared", "services", ".")]
 
+import redis  # noqa: E402
 from tests.support.procs import free_port, redis_server  # noqa: E402
 
 from coordinator import _LUA, LoadResult, run_wrk  # noqa: E402
+from streamtx.batching.codec import decode_entry  # noqa: E402
+from streamtx.coordinator.log import ledger_name  # noqa: E402
+from streamtx.ledger import Position, open_ledger_factory  # noqa: E402
 from streamtx.service.readiness import wait_ready  # noqa: E402
+
+# Closed loop per connection: create, then abort a transaction the thread created (the
+# abort's id is any of the four), create, ...
+_CREATE_ABORT_LUA = """
+local queue, head, tail = {}, 1, 0
+wrk.headers["Content-Type"] = "application/json"
+request = function()
+  if head <= tail then
+    local txn = queue[head]
+    queue[head] = nil
+    head = head + 1
+    return wrk.format("POST", "/v1/transactions/" .. txn .. "/abort", nil, "")
+  end
+  return wrk.format("POST", "/v1/transactions", nil, '{"timeout_ms": 600000}')
+end
+response = function(status, headers, body)
+  if status == 200 and not string.find(body, '"state"', 1, true) then
+    local txn = string.match(body, '"txn_id":"([%d:]+)"')
+    if txn then
+      tail = tail + 1
+      queue[tail] = txn
+    end
+  end
+end
+"""
 
 COORDINATOR_IDS = "0,1,2,3"
 
 
-def start_replica(data: Path, redis_url: str, name: str) -> tuple[subprocess.Popen[bytes], str]:
+def start_replica(data: Path, redis_url: str, name: str,
+                  workers: int = 1) -> tuple[subprocess.Popen[bytes], str]:
     port = free_port()
     url = f"http://127.0.0.1:{port}"
     env = {
+        "STREAMTX_WORKERS": str(workers), "STREAMTX_FINISHED_RETENTION_MS": "600000",  # keep records to count
         **os.environ, "PYTHONPATH": os.pathsep.join(str(ROOT / p) for p in ("shared", "services", ".")),
         "STREAMTX_HOST": "127.0.0.1", "STREAMTX_PORT": str(port), "STREAMTX_LEDGER_URL": f"file://{data}",
         "STREAMTX_REDIS_URL": redis_url, "STREAMTX_COORDINATOR_IDS": COORDINATOR_IDS,
@@ -101,6 +149,74 @@ def measure(replicas: int, work: Path, redis_url: str, duration: int, script: Pa
             p.wait(30)
 
 
+def wait_workers(redis_url: str, cluster: str, workers: int) -> None:
+    """Until the ids are leased to ``workers`` distinct members (each worker listens once ready)."""
+    deadline = time.monotonic() + 60
+    with redis.Redis.from_url(redis_url, decode_responses=True) as r:
+        while time.monotonic() < deadline:
+            holders = [r.get(f"streamtx:{cluster}:coordinator:lease:{cid}") for cid in range(4)]
+            if None not in holders and len({str(h).rpartition("|")[0] for h in holders}) == workers:
+                return
+            time.sleep(0.2)
+    raise TimeoutError(f"the coordinator ids did not spread over {workers} workers")
+
+
+def records_per_entry(data: Path) -> float:
+    """Records over entries of every coordinator's transaction log under ``data``."""
+    async def count() -> tuple[int, int]:
+        store = open_ledger_factory(f"file://{data}")
+        records = entries = 0
+        try:
+            for cid in range(4):
+                ledger = await store.open(ledger_name(data.name, cid), writer=False)
+                start = ledger.first_position()
+                while start is not None:
+                    got = await ledger.read(start, 1000)
+                    if not got:
+                        break
+                    entries += len(got)
+                    records += sum(len(decode_entry(e.data)) for e in got)
+                    last = got[-1].position
+                    start = Position(last.ledger_id, last.entry_id + 1)
+                await ledger.close()
+        finally:
+            await store.close()
+        return records, entries
+
+    records, entries = asyncio.run(count())
+    return records / max(entries, 1)
+
+
+def measure_buffer(mode: str, work: Path, redis_url: str, duration: int, script: Path,
+                   run: int) -> tuple[LoadResult, float]:
+    """4 workers on one port with the Redis buffer, or 4 replicas on 4 ports; the load and
+    the records per entry it wrote."""
+    data = work / f"{mode}-{run}"
+    data.mkdir()
+    procs: list[subprocess.Popen[bytes]] = []
+    try:
+        if mode == "redis":
+            proc, url = start_replica(data, redis_url, "w", workers=4)
+            procs.append(proc)
+            wait_workers(redis_url, data.name, 4)
+            # The same four wrk processes of 16 connections as the in-process case, all on the one port.
+            result = load([url] * 4, duration, script, "4 workers+redis")
+        else:
+            urls = []
+            for i in range(4):
+                proc, url = start_replica(data, redis_url, f"r{i}")
+                procs.append(proc)
+                urls.append(url)
+            wait_spread(urls, 1)
+            result = load(urls, duration, script, "4 in-process")
+    finally:
+        for p in procs:
+            p.send_signal(signal.SIGINT)
+        for p in procs:
+            p.wait(30)
+    return result, records_per_entry(data)
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__,
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
@@ -113,7 +229,10 @@ def main() -> None:
     work = Path(tempfile.mkdtemp(prefix="streamtx-bench-scale-"))
     script = work / "post.lua"
     script.write_text(_LUA)
+    loop_script = work / "create-abort.lua"
+    loop_script.write_text(_CREATE_ABORT_LUA)
     best: dict[int, LoadResult] = {}
+    best_buffer: dict[str, tuple[LoadResult, float]] = {}
     try:
         with redis_server() as redis_url:
             for run in range(args.rounds):
@@ -122,11 +241,17 @@ def main() -> None:
                     print(r.line(), flush=True)
                     if replicas not in best or r.requests_per_s > best[replicas].requests_per_s:
                         best[replicas] = r
+                for mode in ("redis", "in-process"):
+                    r, per_entry = measure_buffer(mode, work, redis_url, args.duration, loop_script, run)
+                    print(f"{r.line()}  records/entry {per_entry:.1f}", flush=True)
+                    if mode not in best_buffer or r.requests_per_s > best_buffer[mode][0].requests_per_s:
+                        best_buffer[mode] = (r, per_entry)
     finally:
         shutil.rmtree(work, ignore_errors=True)
     tc_x2 = best[2].requests_per_s / best[1].requests_per_s
-    print(f"bench scale: tc_x2={tc_x2:.2f} broker_x2=n/a redis_records_per_entry=n/a redis_vs_inprocess=n/a",
-          flush=True)
+    (buffered, per_entry), (alone, _) = best_buffer["redis"], best_buffer["in-process"]
+    print(f"bench scale: tc_x2={tc_x2:.2f} broker_x2=n/a redis_records_per_entry={per_entry:.1f} "
+          f"redis_vs_inprocess={buffered.requests_per_s / alone.requests_per_s:.2f}", flush=True)
 
 
 if __name__ == "__main__":

@@ -313,6 +313,19 @@ def test_coordinator_replicas_share_the_ids_through_redis() -> None:
         assert done.returncode != 0 and why in done.stderr, unsafe
 
 
+def test_coordinator_workers_per_pod_need_redis() -> None:
+    docs = render("defaults", ("components.coordinator.env.STREAMTX_WORKERS=4",
+                               "components.redis.enabled=true"))
+    (tc,) = [s for s in of_kind(docs, "StatefulSet") if s["metadata"]["name"] == "rel-streamtx-coordinator"]
+    env = {e["name"]: e for e in tc["spec"]["template"]["spec"]["containers"][0]["env"]}
+    assert env["STREAMTX_WORKERS"]["value"] == "4"
+    assert env["STREAMTX_REDIS_URL"]["value"] == "redis://rel-streamtx-redis:6379/0"
+    done = subprocess.run([helm.binary(), "template", "rel", ".", "--set",
+                           "components.coordinator.env.STREAMTX_WORKERS=4"], capture_output=True, text=True,
+                          cwd=CHART)
+    assert done.returncode != 0 and "STREAMTX_WORKERS > 1 needs components.redis" in done.stderr
+
+
 def test_dashboards_and_alerts_are_the_repo_files() -> None:
     docs = render("defaults")
     labelled = [d for d in of_kind(docs, "ConfigMap")

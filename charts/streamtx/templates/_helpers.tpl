@@ -117,6 +117,11 @@ that could not share the ids safely. */}}
 {{- fail "components.coordinator.replicas > 1 needs ledger.backend=kafka: an id's new owner must read the log its old owner wrote" }}
 {{- end }}
 {{- end -}}
+{{- if gt (int (.c.env.STREAMTX_WORKERS | default 1)) 1 }}
+{{- if not (or $redis (hasKey .c.env "STREAMTX_REDIS_URL")) }}
+{{- fail "components.coordinator.env.STREAMTX_WORKERS > 1 needs components.redis.enabled (or env.STREAMTX_REDIS_URL): the workers lease the coordinator ids and forward requests through Redis" }}
+{{- end }}
+{{- end -}}
 - name: STREAMTX_COORDINATOR_IDS
   value: {{ .c.coordinatorIds | quote }}
 - name: STREAMTX_MEMBER
