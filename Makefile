@@ -14,6 +14,7 @@ $(STAMP): pyproject.toml
 	@command -v redis-server >/dev/null || (apt-get update -qq && apt-get install -y -qq redis-server)
 	@command -v wrk >/dev/null || apt-get install -y -qq wrk
 	@command -v promtool >/dev/null || (apt-get update -qq && apt-get install -y -qq --no-install-recommends prometheus)
+	@command -v prometheus-pushgateway >/dev/null || apt-get install -y -qq --no-install-recommends prometheus-pushgateway
 	test -x $(PY) || python3 -m venv .venv
 	$(PIP) install -q --upgrade pip
 	$(PIP) install -q -e '.[dev,spark]'

@@ -41,7 +41,7 @@ from streamtx.jobs.session import get_session  # noqa: E402
 def _txn_log(args: tuple[str, int, int]) -> int:
     root, cid, records = args
     rng = random.Random(cid)
-    recs = synth.txn_log_records(cid, records // 5, rng, open_share=0.02)
+    recs = synth.txn_log_records(cid, records // 4, rng, open_share=0.02)[:records]  # cut: some stay open
     synth.write_ledger(root, f"txnlog/bench/{cid}", list(synth.entries_of(recs, rng)))
     return len(recs)
 
@@ -49,7 +49,7 @@ def _txn_log(args: tuple[str, int, int]) -> int:
 def _pending_ack_log(args: tuple[str, int, int]) -> int:
     root, sub, records = args
     rng = random.Random(1000 + sub)
-    recs = synth.pending_ack_records(records // 3, rng, open_share=0.02)
+    recs = synth.pending_ack_records(records // 2, rng, open_share=0.02)[:records]
     synth.write_ledger(root, f"pendingack/persistent://public/default/bench/sub-{sub}", list(
         synth.entries_of(recs, rng)))
     return len(recs)
@@ -57,16 +57,17 @@ def _pending_ack_log(args: tuple[str, int, int]) -> int:
 
 def generate(root: Path, records: int, coordinators: int, subscriptions: int) -> int:
     """The ledgers (reused when a previous run made the same); the records written."""
-    params = {"records": records, "coordinators": coordinators, "subscriptions": subscriptions, "v": 2}
+    params = {"records": records, "coordinators": coordinators, "subscriptions": subscriptions, "v": 3}
     stamp = root / "params.json"
     if stamp.exists() and json.loads(stamp.read_text()).get("params") == params:
         return int(json.loads(stamp.read_text())["written"])
     shutil.rmtree(root, ignore_errors=True)
     (root / "ledgers").mkdir(parents=True)
     tc_each = records * 6 // 10 // coordinators
-    pa_each = (records - tc_each * coordinators) // subscriptions
+    pa_left = records - tc_each * coordinators
+    pa_each = [pa_left // subscriptions + (s < pa_left % subscriptions) for s in range(subscriptions)]
     jobs = [(_txn_log, (str(root / "ledgers"), c, tc_each)) for c in range(coordinators)]
-    jobs += [(_pending_ack_log, (str(root / "ledgers"), s, pa_each)) for s in range(subscriptions)]
+    jobs += [(_pending_ack_log, (str(root / "ledgers"), s, pa_each[s])) for s in range(subscriptions)]
     with ProcessPoolExecutor(max_workers=2) as pool:
         written = sum(f.result() for f in [pool.submit(fn, a) for fn, a in jobs])
     stamp.write_text(json.dumps({"params": params, "written": written}))
@@ -87,6 +88,7 @@ def main() -> None:
     size = sum(f.stat().st_size for f in (root / "ledgers").rglob("*.seg"))
     print(f"ledgers: {n} records, {size / 1e6:.0f} MB in {root / 'ledgers'} "
           f"(generated or reused in {time.monotonic() - started:.1f} s, not timed)")
+    print(f"load average before the timed part: {os.getloadavg()[0]:.1f} on {os.cpu_count()} cores")
     spark = get_session(args.master, "streamtx-bench")
     url = f"file://{root / 'ledgers'}"
     # Every run compacts the same logs afresh: drop what an earlier run committed.
@@ -99,8 +101,10 @@ def main() -> None:
     histograms.write(results, str(root / "out"), None, None)
     histograms_s = time.monotonic() - t0
     entries = sum(h.count for h in results.histograms["tc_log_records_per_entry"].values())
-    print(f"histograms: {histograms_s:.1f} s, {results.extra['tasks']} tasks, "
-          f"{entries} batched txn-log entries, charts in {root / 'out' / 'charts'}")
+    cpu = results.extra["task_cpu_seconds"]
+    print(f"histograms: {histograms_s:.1f} s ({cpu:.1f} s of CPU in the tasks), "
+          f"{results.extra['tasks']} tasks, {entries} batched txn-log entries, "
+          f"charts in {root / 'out' / 'charts'}")
 
     t0 = time.monotonic()
     reports = compact.run(spark, url)
@@ -109,7 +113,9 @@ def main() -> None:
     after = sum(r.records_after for r in reports)
     mb_before = sum(r.bytes_before for r in reports) / 1e6
     mb_after = sum(r.bytes_after for r in reports) / 1e6
-    print(f"compact: {compact_s:.1f} s, {len(reports)} logs, records {before} -> {after}, "
+    cpu = sum(r.cpu_s for r in reports)
+    print(f"compact: {compact_s:.1f} s ({cpu:.1f} s of CPU in the tasks), {len(reports)} logs, "
+          f"records {before} -> {after}, "
           f"bytes {mb_before:.0f} MB -> {mb_after:.1f} MB")
     spark.stop()
     print(f"bench spark: records={n} histograms_s={histograms_s:.1f} compact_s={compact_s:.1f} "
