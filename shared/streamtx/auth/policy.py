@@ -11,7 +11,8 @@ path                                        who may call it
 ``/v1/txn/...``, ``/v1/pendingack/...``,    service or admin: the calls between services
 ``/v1/replication/...``                     (end, prepare, transactional acks, geo-replication)
 ``/v1/topics/{tenant}/...``                 client of that tenant; service; admin
-any other path (``/v1/transactions...``)    client, service, admin
+any other path (``/v1/transactions...``,    client, service, admin
+``/lookup/...``)
 ==========================================  ==========================================
 
 Which *transaction* a client may touch is the coordinator's check (it knows
