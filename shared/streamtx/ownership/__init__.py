@@ -5,7 +5,9 @@
 - :class:`LeaseStore` keeps members and leases in Redis, each lease with a
   fencing token that only grows;
 - :class:`Ownership` runs the loop that joins, takes, renews, hands over and
-  gives up leases, calling back the service to open or close what it owns.
+  gives up leases, calling back the service to open or close what it owns;
+- :mod:`.mailbox` carries requests between the workers of one port to the
+  owner of a log through a Redis stream per item, served there in batches.
 
 Redis only decides who *should* write. What makes a paused or partitioned old
 owner harmless is the ledger: the new owner opens each ledger as writer, which

@@ -36,9 +36,16 @@ P0 = f"{TOPIC}-partition-0"
 
 
 def workers_of(proc: ServiceProcess) -> list[int]:
+    """The supervisor's children (from /proc: every process's parent is field 4 of its stat)."""
     assert proc.proc is not None
-    pid = proc.proc.pid
-    return [int(p) for p in Path(f"/proc/{pid}/task/{pid}/children").read_text().split()]
+    children = []
+    for stat in Path("/proc").glob("[0-9]*/stat"):
+        with contextlib.suppress(OSError):
+            fields = stat.read_text().rpartition(")")[2].split()
+            if int(fields[1]) == proc.proc.pid:
+                children.append(int(stat.parent.name))
+    assert len(children) == 4, children
+    return sorted(children)
 
 
 def live_members(proc: ServiceProcess) -> set[str]:
