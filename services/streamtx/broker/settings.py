@@ -14,6 +14,9 @@ class BrokerSettings(ServiceSettings):
     ack_timeout_ms: int = Field(default=30_000, ge=1)
     # Exclusive subscriptions let another consumer in once the owner is idle this long.
     exclusive_idle_ms: int = Field(default=30_000, ge=1)
+    # Failover subscriptions move a consumer's partitions to the others once it has not
+    # fetched for this long (or at once when it closes).
+    failover_idle_ms: int = Field(default=3_000, ge=1)
     dispatch_read_entries: int = Field(default=200, ge=1)  # entries per ledger read in dispatch
     max_fetch_messages: int = Field(default=1000, ge=1)  # cap on ?max= of one fetch
     max_wait_ms: int = Field(default=30_000, ge=0)  # cap on ?wait_ms= of one fetch

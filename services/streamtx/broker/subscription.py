@@ -2,7 +2,11 @@
 
 Exclusive admits one consumer at a time (another gets 409 until the owner has
 been idle for ``exclusive_idle_ms``); Shared spreads messages over consumers
-and redelivers what is not acked within the ack timeout or is negatively acked.
+and redelivers what is not acked within the ack timeout or is negatively acked;
+Failover gives each partition one active consumer (:mod:`.failover`): a
+consumer fetches only its partitions, and when a partition moves (a consumer
+joined, closed, or stopped fetching for ``failover_idle_ms``) what it had out
+unacked goes to the new active consumer first, in position order.
 Positions acked in an open transaction are held: never dispatched, never acked
 by anyone else, until the pending-ack store reports the transaction's end.
 
@@ -19,10 +23,11 @@ from __future__ import annotations
 import asyncio
 import enum
 import math
+from collections import OrderedDict
 from dataclasses import dataclass, field
 from typing import Any
 
-from streamtx.broker import codec, metrics
+from streamtx.broker import codec, failover, metrics
 from streamtx.broker.dispatch import Handed, PartitionDispatch, Unit, render_json, unit_id
 from streamtx.broker.notify import Notifier
 from streamtx.broker.settings import BrokerSettings
@@ -38,6 +43,7 @@ _new_tuple = tuple.__new__
 class SubscriptionType(enum.StrEnum):
     EXCLUSIVE = "Exclusive"
     SHARED = "Shared"
+    FAILOVER = "Failover"
 
 
 @dataclass(slots=True)
@@ -45,6 +51,7 @@ class ConsumerInfo:
     name: str
     last_seen: float
     delivered: int = 0
+    fetching: int = 0  # its fetches under way (Failover liveness)
 
 
 class Subscription:
@@ -61,6 +68,7 @@ class Subscription:
         self.held_ready = asyncio.Event()
         self._by_ledger = {p.partition.ledger.ledger_id: p for p in parts}
         self._rr = 0
+        self.active: dict[int, str] = {}  # Failover: partition index → active consumer
         self._labels = (settings.cluster, topic)
 
     # --- resolving message ids -------------------------------------------------
@@ -111,8 +119,49 @@ class Subscription:
                 self.owner = consumer
                 for p in self.parts:  # what the old owner did not ack goes to the new one
                     p.release(list(p.pending))
-        info = self.consumers.setdefault(consumer, ConsumerInfo(consumer, now))
+        info = self.consumers.get(consumer)
+        if info is None:
+            info = self.consumers[consumer] = ConsumerInfo(consumer, now)
         info.last_seen = now
+        if self.type is SubscriptionType.FAILOVER:
+            self._reassign(now)
+
+    def _reassign(self, now: float) -> None:
+        """Failover: forget consumers gone idle, recompute the active consumers, and hand
+        the unacked messages of every partition that moved to its new one, in order."""
+        idle_s = self.settings.failover_idle_ms / 1000
+        names = failover.live(self.consumers, now, idle_s)
+        for gone in [n for n in self.consumers if n not in names]:
+            del self.consumers[gone]
+        after = failover.assign(len(self.parts), names)
+        moved = failover.moved(self.active, after)
+        self.active = after
+        released = 0
+        for i in moved:
+            part = self.parts[i]
+            released += len(part.pending)
+            part.release(sorted(part.pending, key=_unit_order))
+            part.redeliver = OrderedDict(sorted(part.redeliver.items(), key=lambda kv: _unit_order(kv[0])))
+        if released:
+            metrics.redeliveries.labels(*self._labels).inc(released)
+        if moved:
+            self.notifier.changed()  # the new active consumers' long polls look again
+
+    def close_consumer(self, consumer: str) -> bool:
+        """The consumer leaves now (its Failover partitions move at once); False if unknown."""
+        if self.consumers.pop(consumer, None) is None:
+            return False
+        if self.owner == consumer:
+            self.owner = None
+        if self.type is SubscriptionType.FAILOVER:
+            self._reassign(asyncio.get_running_loop().time())
+        self.notifier.changed()
+        return True
+
+    def _assigned(self, consumer: str, only: list[PartitionDispatch]) -> list[PartitionDispatch]:
+        if self.type is not SubscriptionType.FAILOVER:
+            return only
+        return [p for p in only if self.active.get(p.index) == consumer]
 
     async def fetch(self, consumer: str, max_messages: int, wait_ms: int,
                     partitions: list[int] | None = None, poll: LongPoll | None = None,
@@ -129,16 +178,33 @@ class Subscription:
         the client went away or the service is stopping. What is handed out
         points at the stored entries (``dispatch.render_json``/``render_batch``).
         """
-        parts = self.parts
+        asked = self.parts
         if partitions is not None:
             bad = [i for i in partitions if not 0 <= i < len(self.parts)]
             if bad:
                 raise MalformedError(f"{self.topic} has no partition {bad[0]}")
-            parts = [self.parts[i] for i in sorted(set(partitions))]
+            asked = [self.parts[i] for i in sorted(set(partitions))]
         loop = asyncio.get_running_loop()
         end = loop.time() + wait_ms / 1000
         self._admit(consumer, loop.time())
+        info = self.consumers[consumer]
+        info.fetching += 1
+        try:
+            return await self._fetch_loop(consumer, info, asked, max_messages, end, poll)
+        finally:
+            info.fetching -= 1
+            info.last_seen = loop.time()
+
+    async def _fetch_loop(self, consumer: str, info: ConsumerInfo, asked: list[PartitionDispatch],
+                          max_messages: int, end: float, poll: LongPoll | None) -> list[Handed]:
+        loop = asyncio.get_running_loop()
+        failover_type = self.type is SubscriptionType.FAILOVER
         while True:
+            if failover_type:
+                if self.consumers.get(consumer) is not info:
+                    return []  # it closed meanwhile: its next fetch joins again
+                self._reassign(loop.time())
+            parts = self._assigned(consumer, asked)
             await _until_ready(parts)
             remaining = end - loop.time()
             if not self.held_ready.is_set():
@@ -149,14 +215,33 @@ class Subscription:
                 await self.notifier.wait(remaining, poll)
                 continue
             out = await self._fetch_once(consumer, max_messages, loop.time(), parts)
+            if failover_type and out:
+                out = self._still_assigned(consumer, out)
             if out or remaining <= 0 or (poll is not None and poll.ended):
-                self.consumers[consumer].delivered += len(out)
-                self.consumers[consumer].last_seen = loop.time()
+                info.delivered += len(out)
                 metrics.messages_out.labels(*self._labels).inc(len(out))
                 return out
             wake = self._next_deadline()
+            if failover_type:  # a silent consumer's partitions move when it expires
+                expiry = failover.next_expiry(self.consumers, loop.time(),
+                                              self.settings.failover_idle_ms / 1000)
+                if expiry is not None:
+                    wake = expiry if wake is None else min(wake, expiry)
             timeout = remaining if wake is None else min(remaining, max(wake - loop.time(), 0.001))
             await self.notifier.wait(timeout, poll)
+
+    def _still_assigned(self, consumer: str, out: list[Handed]) -> list[Handed]:
+        """Drop (and hand back for redelivery) what was read from a partition that moved to
+        another consumer while this fetch read it."""
+        lost = {i for i, name in self.active.items() if name != consumer}
+        if not lost.intersection(entry.partition for entry, _, _ in out):
+            return out
+        for entry, index, _ in out:
+            if entry.partition in lost:
+                part = self.parts[entry.partition]
+                part.release([(entry.pos, index)])
+                part.redeliver = OrderedDict(sorted(part.redeliver.items(), key=lambda kv: _unit_order(kv[0])))
+        return [h for h in out if h[0].partition not in lost]
 
     async def _fetch_once(self, consumer: str, limit: int, now: float,
                           parts: list[PartitionDispatch]) -> list[Handed]:
@@ -290,20 +375,19 @@ class Subscription:
         self.notifier.changed()
 
     async def end_txn(self, ids: list[str], txn: TxnId | None, commit: bool,
-                      cumulative_id: str | None = None) -> None:
+                      cumulative_ids: list[str] | None = None) -> None:
         """The pending-ack store ended a txn: commit deletes, abort makes deliverable (idempotent).
 
         Every unit the txn holds is let go, listed or not; a cumulative ack commits as a
-        mark-delete through ``cumulative_id``.
+        mark-delete through each of ``cumulative_ids`` (at most one per partition).
         """
         resolved = self._resolve_all(ids)
-        cumulative = self.resolve(cumulative_id) if cumulative_id else None
+        cumulatives = [self.resolve(c) for c in cumulative_ids or ()]
         await _until_ready(self.parts)
         batch = _CursorBatch()
         if commit:
             await self._add_deletes(batch, [(p, u) for p, u in resolved if not p.is_gone(u)])
-            if cumulative is not None:
-                part, (pos, bi) = cumulative
+            for part, (pos, bi) in cumulatives:
                 # The pending-ack store already ruled on conflicts: apply, never refuse.
                 await self._add_cumulative(batch, part, pos, bi, check_held=False)
         released: list[tuple[PartitionDispatch, Unit]] = list(resolved)
@@ -315,15 +399,13 @@ class Subscription:
             # A retried end finds its deletes already applied in memory (the first try's
             # persist failed after applying them): it must not answer before they are durable.
             touched = {p.index: p for p, _ in resolved}
-            if cumulative is not None:
-                touched[cumulative[0].index] = cumulative[0]
+            touched.update((part.index, part) for part, _ in cumulatives)
             await asyncio.gather(*(part.cursor.sync() for part in touched.values()))
         for part, unit in released:
             holder = part.held.get(unit)
             if txn is None or holder in (txn, _unknown_txn):
                 part.held.pop(unit, None)
-        if commit and cumulative is not None:
-            part, (pos, bi) = cumulative
+        for part, (pos, bi) in cumulatives if commit else ():
             part.forget_through(pos, bi)
         for part, unit in released:
             if commit:
@@ -354,11 +436,17 @@ class Subscription:
             "consumers": [{"consumerName": c.name, "msgOutCounter": c.delivered} for c in
                           self.consumers.values()],
             "activeConsumerName": self.owner if self.type is SubscriptionType.EXCLUSIVE else None,
+            "activeConsumers": ({str(i): n for i, n in sorted(self.active.items())}
+                                if self.type is SubscriptionType.FAILOVER else None),
         }
 
     async def close(self) -> None:
         for p in self.parts:
             await p.cursor.close()
+
+
+def _unit_order(unit: Unit) -> tuple[Position, int]:
+    return unit[0], -1 if unit[1] is None else unit[1]
 
 
 async def _until_ready(parts: list[PartitionDispatch]) -> None:

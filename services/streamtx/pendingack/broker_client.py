@@ -28,7 +28,7 @@ class BrokerNotifier(abc.ABC):
     @abc.abstractmethod
     async def end(
         self, topic: str, subscription: str, txn_id: str, action: str, message_ids: list[str],
-        *, cumulative_message_id: str | None = None,
+        *, cumulative_message_ids: list[str] | None = None,
     ) -> None:
         """Return once the broker applied the end (or raise UnavailableError)."""
 
@@ -45,11 +45,11 @@ class HttpBrokerNotifier(BrokerNotifier):
 
     async def end(
         self, topic: str, subscription: str, txn_id: str, action: str, message_ids: list[str],
-        *, cumulative_message_id: str | None = None,
+        *, cumulative_message_ids: list[str] | None = None,
     ) -> None:
         body = {
             "topic": topic, "subscription": subscription, "txn_id": txn_id, "action": action,
-            "message_ids": message_ids, "cumulative_message_id": cumulative_message_id,
+            "message_ids": message_ids, "cumulative_message_ids": cumulative_message_ids or [],
         }
         deadline = time.monotonic() + self._timeout_s
         delay = _first_backoff_s
@@ -76,7 +76,7 @@ class NoBroker(BrokerNotifier):
 
     async def end(
         self, topic: str, subscription: str, txn_id: str, action: str, message_ids: list[str],
-        *, cumulative_message_id: str | None = None,
+        *, cumulative_message_ids: list[str] | None = None,
     ) -> None:
         log.warning("no broker_url: %s of %s on %s/%s not sent to a broker",
                     action, txn_id, topic, subscription)

@@ -8,12 +8,17 @@ Two kinds of check guard a subscription, following Pulsar and YDB (docs/backgrou
 * **At ack time** (pessimistic, Pulsar's rules): a message held by another open
   transaction, or already acked by a committed one, cannot be acked (409). A
   whole-entry id ``l:e`` and a batch-index id ``l:e:i`` overlap; two batch
-  indexes of one entry do not. Only one open transaction may hold a cumulative
-  ack; a cumulative ack at or below the committed cumulative position is
-  already acked.
+  indexes of one entry do not. Cumulative acks are per partition (a partition
+  is one ledger: an id's ledger names it): one cumulative ack request names at
+  most one id per partition, only one open transaction may hold a cumulative
+  ack on a partition, and a cumulative ack at or below that partition's
+  committed cumulative position is already acked. As in Pulsar's pending-ack
+  handle, an individual ack within another open transaction's cumulative range
+  is valid at ack time (so is a cumulative ack over another's individual ids).
 * **At prepare** (optimistic, YDB's offset-range check): a transaction's
   consumed positions - its individual ids, and for a cumulative ack at ``c``
-  every position after the committed cumulative position up to ``c`` - must not
+  every position of its partition after the committed cumulative position up
+  to ``c`` - must not
   overlap what another transaction already committed, or prepared (so two
   overlapping prepares cannot both pass: the first one reserves). Ack-time
   checks do not compare an individual ack with another transaction's open
@@ -67,7 +72,7 @@ class TxnAcks:
 
     txn: TxnId
     ids: set[MessageId] = field(default_factory=set)
-    cumulative: MessageId | None = None
+    cumulative: dict[int, MessageId] = field(default_factory=dict)  # ledger (partition) → id
     phase: TxnPhase = TxnPhase.OPEN
     slots: list[LogSlot] = field(default_factory=list)
     # When this process first saw the transaction hold something here (its
@@ -78,13 +83,14 @@ class TxnAcks:
     def message_ids(self) -> list[MessageId]:
         """Every id this transaction acked, the cumulative one last."""
         out = sorted(self.ids)
-        if self.cumulative is not None and self.cumulative not in self.ids:
-            out.append(self.cumulative)
+        out += [c for _, c in sorted(self.cumulative.items()) if c not in self.ids]
         return out
 
 
 def _covers(cumulative: MessageId, mid: MessageId) -> bool:
-    """Whether a cumulative ack at ``cumulative`` acks ``mid`` too."""
+    """Whether a cumulative ack at ``cumulative`` acks ``mid`` too (same partition only)."""
+    if mid.ledger_id != cumulative.ledger_id:
+        return False
     if mid.entry != cumulative.entry:
         return mid.entry < cumulative.entry
     return _whole in (mid.batch_index, cumulative.batch_index) or mid.batch_index <= cumulative.batch_index
@@ -156,7 +162,7 @@ class SubscriptionState:
         self._held = _Index()  # individual ids of open transactions
         self._committed = _Index()  # individual ids of committed transactions (bounded)
         self._committed_order: OrderedDict[TxnId, tuple[MessageId, ...]] = OrderedDict()
-        self.committed_cumulative: MessageId | None = None
+        self.committed_cumulative: dict[int, MessageId] = {}  # ledger (partition) → mark-delete
         # Recently ended transactions: an ack racing the end (a broker retry,
         # a TC timeout) must not reopen a transaction nobody will end again.
         # Ends of transactions that held nothing here are remembered too (the
@@ -169,7 +175,7 @@ class SubscriptionState:
     def held_ids(self) -> list[MessageId]:
         """Every id held by an open (or prepared, or ending) transaction."""
         out = {mid for mid, _ in self._held.items()}
-        out.update(t.cumulative for t in self.txns.values() if t.cumulative is not None)
+        out.update(c for t in self.txns.values() for c in t.cumulative.values())
         return sorted(out)
 
     @property
@@ -199,22 +205,26 @@ class SubscriptionState:
         if current is not None and current.phase is not TxnPhase.OPEN:
             raise ConflictError(f"transaction {txn} is not open: it is {current.phase.value}")
         ids = list(ids)
+        others = [t for t in self.txns.values() if t.txn != txn]
         if cumulative:
-            if len(ids) != 1:
-                raise ConflictError("a cumulative ack names exactly one message id")
-            other = next(
-                (t for t in self.txns.values() if t.cumulative is not None and t.txn != txn), None
-            )
-            if other is not None:
-                raise ConflictError(f"transaction {other.txn} holds a cumulative ack on this subscription")
+            if len({m.ledger_id for m in ids}) != len(ids):
+                raise ConflictError("a cumulative ack names at most one message id per partition")
+            for mid in ids:
+                other = next((t for t in others if mid.ledger_id in t.cumulative), None)
+                if other is not None:
+                    raise ConflictError(f"transaction {other.txn} holds a cumulative ack on the "
+                                        f"partition of {mid}")
         for mid in ids:
             owner = self._held.owner_conflicting(mid, txn)
             if owner is not None:
                 raise ConflictError(f"message {mid} is held by transaction {owner}")
-            if self._committed.owner_conflicting(mid, None) is not None or (
-                self.committed_cumulative is not None and _covers(self.committed_cumulative, mid)
-            ):
+            if self._committed.owner_conflicting(mid, None) is not None or self._below_floor(mid):
                 raise ConflictError(f"message {mid} is already acked")
+
+    def _below_floor(self, mid: MessageId) -> bool:
+        floor = self.committed_cumulative.get(mid.ledger_id)
+        return floor is not None and _covers(floor, mid)
+
 
     def add_ack(self, txn: TxnId, ids: Iterable[MessageId], cumulative: bool) -> TxnAcks:
         """Hold ``ids`` for ``txn`` (no checks: call :meth:`check_ack` first, or replay)."""
@@ -223,8 +233,9 @@ class SubscriptionState:
             acks = self.txns[txn] = TxnAcks(txn, since=self._clock())
         for mid in ids:
             if cumulative:
-                if acks.cumulative is None or acks.cumulative < mid:
-                    acks.cumulative = mid
+                current = acks.cumulative.get(mid.ledger_id)
+                if current is None or current < mid:
+                    acks.cumulative[mid.ledger_id] = mid
             else:
                 acks.ids.add(mid)
                 self._held.add(mid, txn)
@@ -239,8 +250,8 @@ class SubscriptionState:
             if not cumulative and mid not in previous.ids:
                 acks.ids.discard(mid)
                 self._held.remove(mid, txn)
-        acks.cumulative = previous.cumulative
-        if not acks.ids and acks.cumulative is None and not acks.slots:
+        acks.cumulative = dict(previous.cumulative)
+        if not acks.ids and not acks.cumulative and not acks.slots:
             del self.txns[txn]
 
     # --- prepare: the optimistic check -----------------------------------------
@@ -253,23 +264,22 @@ class SubscriptionState:
         if acks.phase is TxnPhase.ENDING:
             raise ConflictError(f"transaction {txn} is ending")
         for mid in acks.ids:
-            if self._committed.owner_conflicting(mid, txn) is not None or (
-                self.committed_cumulative is not None and _covers(self.committed_cumulative, mid)
-            ):
+            if self._committed.owner_conflicting(mid, txn) is not None or self._below_floor(mid):
                 raise ConflictError(f"message {mid} was already committed by another transaction")
         prepared = [t for t in self.txns.values() if t.phase is TxnPhase.PREPARED and t.txn != txn]
         for other in prepared:
             for mid in acks.ids:
                 if any(_overlap(o, mid) for o in other.ids):
                     raise ConflictError(f"message {mid} is in prepared transaction {other.txn}")
-                if other.cumulative is not None and _covers(other.cumulative, mid):
+                if any(_covers(c, mid) for c in other.cumulative.values()):
                     raise ConflictError(f"message {mid} is in prepared transaction {other.txn}")
-        if acks.cumulative is not None:
-            self._check_cumulative_range(txn, acks.cumulative, prepared)
+        for cumulative in acks.cumulative.values():
+            self._check_cumulative_range(txn, cumulative, prepared)
 
     def _check_cumulative_range(self, txn: TxnId, cumulative: MessageId, prepared: list[TxnAcks]) -> None:
-        """A cumulative ack consumes (committed cumulative, cumulative]: nobody else may own any of it."""
-        floor = self.committed_cumulative
+        """A cumulative ack consumes (its partition's committed cumulative, cumulative]: nobody
+        else may own any of it."""
+        floor = self.committed_cumulative.get(cumulative.ledger_id)
         if floor is not None and _covers(floor, cumulative):
             raise ConflictError(f"message {cumulative} was already committed by another transaction")
 
@@ -280,8 +290,8 @@ class SubscriptionState:
             if owner != txn and in_range(mid):
                 raise ConflictError(f"message {mid} was already committed by transaction {owner}")
         for other in prepared:
-            if any(in_range(mid) for mid in other.ids) or (
-                other.cumulative is not None and in_range(other.cumulative)
+            if any(in_range(mid) for mid in other.ids) or any(
+                in_range(c) for c in other.cumulative.values()
             ):
                 raise ConflictError(f"transaction {other.txn} prepared messages this one consumed")
 
@@ -328,13 +338,12 @@ class SubscriptionState:
         return acks
 
     def _remember_commit(self, acks: TxnAcks) -> None:
-        if acks.cumulative is not None and (
-            self.committed_cumulative is None or self.committed_cumulative < acks.cumulative
-        ):
-            self.committed_cumulative = acks.cumulative
-            self._committed.drop_covered(acks.cumulative)
-        floor = self.committed_cumulative
-        kept = tuple(m for m in acks.ids if floor is None or not _covers(floor, m))
+        for ledger, cumulative in acks.cumulative.items():
+            floor = self.committed_cumulative.get(ledger)
+            if floor is None or floor < cumulative:
+                self.committed_cumulative[ledger] = cumulative
+                self._committed.drop_covered(cumulative)
+        kept = tuple(m for m in acks.ids if not self._below_floor(m))
         for mid in kept:
             self._committed.add(mid, acks.txn)
         self._committed_order[acks.txn] = kept

@@ -191,7 +191,7 @@ class PendingAckStore:
             self._metrics.conflict("ack")
             raise
         current = self.state.txns.get(txn)
-        previous = TxnAcks(txn, set(current.ids), current.cumulative) if current else TxnAcks(txn)
+        previous = TxnAcks(txn, set(current.ids), dict(current.cumulative)) if current else TxnAcks(txn)
         acks = self.state.add_ack(txn, ids, cumulative)
         self._inflight[txn] = self._inflight.get(txn, 0) + 1
         try:
@@ -289,7 +289,7 @@ class PendingAckStore:
         await self._notifier.end(
             self.topic, self.subscription, str(txn), "commit" if commit else "abort",
             [str(m) for m in ids],
-            cumulative_message_id=str(acks.cumulative) if acks.cumulative is not None else None,
+            cumulative_message_ids=[str(c) for _, c in sorted(acks.cumulative.items())],
         )
         result = await self._write(TxnMarker(kind, txn))
         self.state.finish_end(txn, kind)
@@ -350,7 +350,7 @@ class PendingAckStore:
             "txnsByPhase": phases,
             "heldMessageCount": len(self.state.held_ids()),
             "committedIdsRemembered": self.state.committed_id_count,
-            "committedCumulative": str(cumulative) if cumulative is not None else None,
+            "committedCumulative": [str(c) for _, c in sorted(cumulative.items())],
             "batchedLogEnabled": self.batch_enabled,
             "lastLogPosition": str(last) if last else None,
         }

@@ -98,7 +98,8 @@ class StreamtxClient:
         self, topic: str, subscription: str, initial_position: str = "latest", type: str = "Shared",
         *, name: str | None = None,
     ) -> Consumer:
-        """A consumer of ``subscription`` (created if new: ``earliest``/``latest``, Shared/Exclusive)."""
+        """A consumer of ``subscription`` (created if new: ``earliest``/``latest``,
+        Shared/Exclusive/Failover)."""
         path = f"/v1/topics/{path_of(topic)}/subscriptions/{subscription}"
         await self.broker.call("PUT", path, json={"initial_position": initial_position, "type": type})
         return Consumer(self.broker, topic, subscription, name or f"c-{uuid.uuid4().hex[:12]}",

@@ -109,6 +109,11 @@ class Consumer:
             body["txn_id"] = txn.txn_id
         await self._broker.call("POST", f"{self._path}/acks", json=body)
 
+    async def close(self) -> None:
+        """Leave the subscription now: on a Failover subscription its partitions move to
+        the other consumers at once instead of after the broker's ``failover_idle_ms``."""
+        await self._broker.call("DELETE", f"{self._path}/consumers/{self.name}")
+
     async def nack(self, messages: Iterable[MessageRef]) -> None:
         """Ask for redelivery of these messages."""
         ids = _ids(messages)

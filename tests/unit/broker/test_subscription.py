@@ -101,8 +101,8 @@ async def test_txn_cumulative_ack_commit_and_abort(broker: Broker) -> None:
     assert [m["message_id"] for m in await sub.fetch("c1", 10, 0)] == ids[:3]
     # Commit: a mark-delete through the cumulative id.
     sub.hold(sub.check_txn_ack([ids[2]], (2, 2)), (2, 2), cumulative=True)
-    await sub.end_txn([ids[2]], (2, 2), commit=True, cumulative_id=ids[2])
-    await sub.end_txn([ids[2]], (2, 2), commit=True, cumulative_id=ids[2])  # idempotent
+    await sub.end_txn([ids[2]], (2, 2), commit=True, cumulative_ids=[ids[2]])
+    await sub.end_txn([ids[2]], (2, 2), commit=True, cumulative_ids=[ids[2]])  # idempotent
     part = sub.parts[0]
     assert part.cursor.mark_delete_position == Position.parse(ids[2])
     part.release(list(part.pending))

@@ -212,7 +212,7 @@ def test_committed_cumulative_drops_covered_ids() -> None:
     s.begin_end(B)
     s.finish_end(B, RecordKind.COMMITTED)
     assert s.committed_id_count == 0
-    assert s.committed_cumulative == m("1:6")
+    assert s.committed_cumulative == {1: m("1:6")}
 
 
 def test_held_lists_open_ids_and_cumulative() -> None:
@@ -220,3 +220,70 @@ def test_held_lists_open_ids_and_cumulative() -> None:
     ack(s, A, "1:5:1", "1:2")
     ack(s, B, "1:9", cumulative=True)
     assert s.held_ids() == [m("1:2"), m("1:5:1"), m("1:9")]
+
+
+# --- cumulative acks per partition (a partition is one ledger) ------------------------
+
+
+def test_one_cumulative_ack_per_partition_in_one_request() -> None:
+    s = SubscriptionState()
+    ack(s, A, "1:5", "2:9", cumulative=True)  # two partitions: one position each
+    assert s.txns[A].cumulative == {1: m("1:5"), 2: m("2:9")}
+    with pytest.raises(ConflictError, match="one message id per partition"):
+        ack(s, B, "3:1", "3:2", cumulative=True)
+
+
+def test_another_txns_cumulative_conflicts_on_its_partition_only() -> None:
+    s = SubscriptionState()
+    ack(s, A, "1:5", cumulative=True)
+    with pytest.raises(ConflictError, match="holds a cumulative ack on the partition"):
+        ack(s, B, "1:9", cumulative=True)
+    ack(s, B, "2:9", cumulative=True)  # another partition: free
+    ack(s, A, "1:7", cumulative=True)  # the holder moves its own position on
+    assert s.txns[A].cumulative == {1: m("1:7")}
+
+
+def test_committed_cumulative_is_per_partition() -> None:
+    s = SubscriptionState()
+    ack(s, A, "1:5", "2:3", cumulative=True)
+    commit(s, A)
+    assert s.committed_cumulative == {1: m("1:5"), 2: m("2:3")}
+    with pytest.raises(ConflictError, match="already acked"):
+        ack(s, B, "1:4", cumulative=True)  # below its partition's mark-delete
+    with pytest.raises(ConflictError, match="already acked"):
+        ack(s, B, "2:3")
+    ack(s, B, "1:6", "2:4", cumulative=True)  # above it, on both
+    ack(s, C, "3:1")  # an entry of ledger 3 is not covered by ledger 1's or 2's mark
+    commit(s, B)
+    commit(s, C)
+    assert s.committed_cumulative == {1: m("1:6"), 2: m("2:4")}
+
+
+def test_cumulative_range_of_one_partition_ignores_the_others() -> None:
+    s = SubscriptionState()
+    ack(s, A, "2:5")  # partition 2, below B's cumulative position on partition 1 numerically
+    commit(s, A)
+    ack(s, B, "1:9", cumulative=True)
+    s.check_prepare(B)  # (1:0 .. 1:9] does not contain 2:5
+
+
+def test_abort_releases_the_cumulative_and_commit_after_it_moves_the_mark() -> None:
+    s = SubscriptionState()
+    ack(s, A, "1:5", "2:5", cumulative=True)
+    s.begin_end(A)
+    s.finish_end(A, RecordKind.ABORTED)
+    assert s.committed_cumulative == {}
+    assert s.held_ids() == []
+    ack(s, B, "1:5", cumulative=True)  # deliverable again: another txn takes the same range
+    commit(s, B)
+    assert s.committed_cumulative == {1: m("1:5")}
+
+
+def test_replayed_cumulative_record_names_a_position_per_partition() -> None:
+    s = SubscriptionState()
+    slot = LogSlot(Position(7, 0), 0, 1)
+    s.apply(PendingAck(A, (m("1:4"), m("2:8")), cumulative=True), slot)
+    assert s.txns[A].cumulative == {1: m("1:4"), 2: m("2:8")}
+    assert s.txns[A].message_ids() == [m("1:4"), m("2:8")]
+    s.apply(TxnMarker(RecordKind.COMMITTED, A), slot)
+    assert s.committed_cumulative == {1: m("1:4"), 2: m("2:8")}

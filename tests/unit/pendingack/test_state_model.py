@@ -1,10 +1,12 @@
 """The pending-ack rules against a model of what each transaction consumes.
 
-Every message is one concrete position ``(entry, batch_index)``; a whole-entry
-id names all of an entry's indexes, and a cumulative ack at ``c`` consumes
-every position at or below ``c`` that no earlier cumulative commit consumed
-(the range YDB's check guards). Prepare, commit and abort are separate steps,
-so a prepared transaction's reservation, and its release by an abort, count.
+Every message is one concrete position ``(partition ledger, entry,
+batch_index)``; a whole-entry id names all of an entry's indexes, and a
+cumulative ack at ``c`` consumes every position of ``c``'s partition at or
+below ``c`` that no earlier cumulative commit consumed (the range YDB's check
+guards); one request may name a cumulative position on each partition.
+Prepare, commit and abort are separate steps, so a prepared transaction's
+reservation, and its release by an abort, count.
 
 Two properties, whatever the order of the steps:
 - safety: no position is ever consumed by two committed transactions;
@@ -24,19 +26,19 @@ from streamtx.errors import ConflictError
 from streamtx.pendingack.records import MessageId, RecordKind, TxnId
 from streamtx.pendingack.state import SubscriptionState
 
-ENTRIES, INDEXES = 2, 2  # small, so steps collide often
-Pos = tuple[int, int]
+LEDGERS, ENTRIES, INDEXES = (1, 2), 2, 2  # small, so steps collide often
+Pos = tuple[int, int, int]
 
 
 def concrete(mid: MessageId) -> set[Pos]:
     if mid.batch_index == -1:
-        return {(mid.entry_id, i) for i in range(INDEXES)}
-    return {(mid.entry_id, mid.batch_index)}
+        return {(mid.ledger_id, mid.entry_id, i) for i in range(INDEXES)}
+    return {(mid.ledger_id, mid.entry_id, mid.batch_index)}
 
 
 def below(c: MessageId) -> set[Pos]:
-    """What a cumulative ack at ``c`` acknowledges."""
-    return {(e, i) for e in range(ENTRIES) for i in range(INDEXES)
+    """What a cumulative ack at ``c`` acknowledges (its partition only)."""
+    return {(c.ledger_id, e, i) for e in range(ENTRIES) for i in range(INDEXES)
             if e < c.entry_id or (e == c.entry_id and (c.batch_index == -1 or i <= c.batch_index))}
 
 
@@ -45,7 +47,7 @@ class Model:
     """What the transactions acked, reserved and committed, kept apart from the state under test."""
 
     ids: dict[TxnId, set[MessageId]] = field(default_factory=dict)
-    cumulative: dict[TxnId, MessageId] = field(default_factory=dict)
+    cumulative: dict[TxnId, dict[int, MessageId]] = field(default_factory=dict)
     prepared: set[TxnId] = field(default_factory=set)
     committed: dict[Pos, TxnId] = field(default_factory=dict)
     by_cumulative: set[Pos] = field(default_factory=set)  # consumed by committed cumulative acks
@@ -53,7 +55,9 @@ class Model:
     def ack(self, txn: TxnId, ids: list[MessageId], cumulative: bool) -> None:
         if cumulative:
             self.ids.setdefault(txn, set())
-            self.cumulative[txn] = max(ids[0], self.cumulative.get(txn, ids[0]))
+            mine = self.cumulative.setdefault(txn, {})
+            for mid in ids:
+                mine[mid.ledger_id] = max(mid, mine.get(mid.ledger_id, mid))
         else:
             self.ids.setdefault(txn, set()).update(ids)
 
@@ -62,8 +66,8 @@ class Model:
         out: set[Pos] = set()
         for mid in self.ids[txn]:
             out |= concrete(mid)
-        if txn in self.cumulative:
-            out |= below(self.cumulative[txn]) - self.by_cumulative
+        for c in self.cumulative.get(txn, {}).values():
+            out |= below(c) - self.by_cumulative
         return out
 
     def taken(self, txn: TxnId) -> set[Pos]:
@@ -74,8 +78,7 @@ class Model:
         return out
 
     def refusal_has_reason(self, txn: TxnId) -> bool:
-        c = self.cumulative.get(txn)
-        if c is not None and concrete(c) <= self.by_cumulative:
+        if any(concrete(c) <= self.by_cumulative for c in self.cumulative.get(txn, {}).values()):
             return True  # the cumulative id itself was already acknowledged
         return bool(self.claim(txn) & self.taken(txn))
 
@@ -85,8 +88,8 @@ class Model:
         assert not double, f"{txn} commits positions already committed by {double}"
         for p in claim:
             self.committed[p] = txn
-        if txn in self.cumulative:
-            self.by_cumulative |= below(self.cumulative[txn])
+        for c in self.cumulative.get(txn, {}).values():
+            self.by_cumulative |= below(c)
         self.end(txn)
 
     def end(self, txn: TxnId) -> None:
@@ -95,7 +98,8 @@ class Model:
         self.prepared.discard(txn)
 
 
-mids = st.builds(lambda e, i: MessageId(1, e, i), st.integers(0, ENTRIES - 1), st.integers(-1, INDEXES - 1))
+mids = st.builds(MessageId, st.sampled_from(LEDGERS), st.integers(0, ENTRIES - 1),
+                 st.integers(-1, INDEXES - 1))
 steps = st.lists(st.tuples(
     st.sampled_from(["ack", "cum", "prepare", "commit", "abort"]), st.integers(1, 2),
     st.lists(mids, min_size=1, max_size=2),
@@ -135,7 +139,8 @@ def test_prepare_commit_abort_keep_every_position_consumed_once(
         txn = TxnId(0, t)
         if op in ("ack", "cum"):
             cumulative = op == "cum"
-            ids = ids[:1] if cumulative else ids
+            if cumulative:  # at most one position per partition in one request
+                ids = list({m.ledger_id: m for m in ids}.values())
             try:
                 s.check_ack(txn, ids, cumulative)
             except ConflictError:

@@ -28,7 +28,7 @@ class RecordingBroker(BrokerNotifier):
 
     async def end(
         self, topic: str, subscription: str, txn_id: str, action: str, message_ids: list[str],
-        *, cumulative_message_id: str | None = None,
+        *, cumulative_message_ids: list[str] | None = None,
     ) -> None:
         if self.fail:
             self.fail -= 1

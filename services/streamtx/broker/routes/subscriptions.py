@@ -150,6 +150,14 @@ async def nack(tenant: str, namespace: str, topic: str, sub: str, body: NackRequ
     return {"nacked": len(body.message_ids)}
 
 
+@router.delete("/consumers/{consumer}")
+async def close_consumer(tenant: str, namespace: str, topic: str, sub: str, consumer: str,
+                         broker: BrokerDep) -> dict[str, Any]:
+    """The consumer leaves: on a Failover subscription its partitions move at once."""
+    s = broker.topic(topic_name(tenant, namespace, topic)).subscription(sub)
+    return {"consumer": consumer, "closed": s.close_consumer(consumer)}
+
+
 @router.get("/stats")
 async def subscription_stats(tenant: str, namespace: str, topic: str, sub: str,
                              broker: BrokerDep) -> dict[str, Any]:

@@ -38,7 +38,8 @@ class SubscriptionEnd(BaseModel):
     txn_id: str
     action: TxnAction
     message_ids: list[str] = Field(default_factory=list)
-    cumulative_message_id: str | None = None
+    cumulative_message_id: str | None = None  # one partition's (kept for older stores)
+    cumulative_message_ids: list[str] = Field(default_factory=list)  # at most one per partition
 
 
 @hot.post("/partitions/end", body=PartitionEnd, response_model=PartitionEndPublic)
@@ -61,7 +62,9 @@ async def end_subscription(request: HotRequest) -> bytes:
     body = request.json(SubscriptionEnd)
     txn = parse_txn(body.txn_id)
     sub = broker.topic(body.topic).subscription(body.subscription)
-    await sub.end_txn(body.message_ids, txn, body.action is TxnAction.COMMIT, body.cumulative_message_id)
+    cumulative = [*body.cumulative_message_ids,
+                  *([body.cumulative_message_id] if body.cumulative_message_id else [])]
+    await sub.end_txn(body.message_ids, txn, body.action is TxnAction.COMMIT, cumulative)
     # The count, not the ids back: an end carries thousands of them.
     return orjson.dumps({"topic": body.topic, "subscription": body.subscription, "txn_id": body.txn_id,
                          "action": body.action.value, "ended": len(body.message_ids)})
