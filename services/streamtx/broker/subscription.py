@@ -158,6 +158,13 @@ class Subscription:
         self.notifier.changed()
         return True
 
+    def partitions_of(self, consumer: str) -> list[int]:
+        """The partitions ``consumer`` is active on now (Failover); every partition otherwise."""
+        if self.type is not SubscriptionType.FAILOVER:
+            return [p.index for p in self.parts]
+        self._reassign(asyncio.get_running_loop().time())
+        return sorted(i for i, name in self.active.items() if name == consumer)
+
     def _assigned(self, consumer: str, only: list[PartitionDispatch]) -> list[PartitionDispatch]:
         if self.type is not SubscriptionType.FAILOVER:
             return only

@@ -7,6 +7,7 @@ The test plays the coordinator (it calls prepare and end on the pending-ack stor
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -19,6 +20,7 @@ from tests.support.services import ServiceProcess
 from tests.support.suite import Suite
 
 TOPIC = "persistent://t/n/fo"
+SUBS = "/v1/topics/t/n/fo/subscriptions"
 
 
 @pytest.fixture
@@ -102,6 +104,15 @@ async def test_failover_takeover_and_cumulative_txn_acks(
         stats = await client.endpoint("broker").call("GET", "/v1/topics/t/n/fo/subscriptions/fo/stats")
         assert stats["type"] == "Failover" and stats["msgBacklog"] == 0
         assert stats["activeConsumers"] == {"0": "b", "1": "b"}
+        # While b's long poll waits it is live, active on both partitions.
+        poll = asyncio.create_task(b.receive(max=100, wait_ms=3000))
+        for _ in range(50):
+            mine = await client.endpoint("broker").call("GET", f"{SUBS}/fo/consumers/b")
+            if mine["partitions"] == [0, 1]:
+                break
+            await asyncio.sleep(0.05)
+        assert mine["partitions"] == [0, 1]
+        assert await poll == []
         assert await b.receive(max=100, wait_ms=300) == []
         pa = await client.endpoint("pendingack").call(
             "GET", "/admin/v3/transactions/pendingAckStats/t/n/fo/fo")

@@ -49,7 +49,7 @@ def test_ack_conflict_and_commit_tells_the_broker(
     assert txn_call(url, "end", "0:1", action="commit").status_code == 200
     assert fake_broker.calls == [{
         "topic": TOPIC, "subscription": SUB, "txn_id": "0:1", "action": "commit",
-        "message_ids": ["1:1", "1:2:0"], "cumulative_message_id": None,
+        "message_ids": ["1:1", "1:2:0"], "cumulative_message_ids": [],
     }]
     assert txn_call(url, "end", "0:1", action="commit").status_code == 200  # idempotent
     assert txn_call(url, "end", "9:9", action="abort").status_code == 200  # unknown: no-op

@@ -104,6 +104,7 @@ async def test_partitions_move_when_a_consumer_closes_or_goes_idle(broker: Broke
     assert [m["value"] for m in got if m["partition"] == 1] == values(1)
     assert {m["partition"] for m in got} == {1, 3}
     assert sub.active == {0: "w0", 1: "w1", 2: "w0", 3: "w1"}
+    assert sub.partitions_of("w0") == [0, 2] and sub.partitions_of("nobody") == []
     assert await sub.fetch("w0", 100, 0) == []  # its own unacked ones are still out with it
     # w0 closes: everything it had out goes to w1, in position order per partition.
     assert sub.close_consumer("w0")

@@ -150,6 +150,14 @@ async def nack(tenant: str, namespace: str, topic: str, sub: str, body: NackRequ
     return {"nacked": len(body.message_ids)}
 
 
+@router.get("/consumers/{consumer}")
+async def consumer_partitions(tenant: str, namespace: str, topic: str, sub: str, consumer: str,
+                              broker: BrokerDep) -> dict[str, Any]:
+    """The partitions this consumer is active on now (Failover; all of them otherwise)."""
+    s = broker.topic(topic_name(tenant, namespace, topic)).subscription(sub)
+    return {"consumer": consumer, "partitions": s.partitions_of(consumer)}
+
+
 @router.delete("/consumers/{consumer}")
 async def close_consumer(tenant: str, namespace: str, topic: str, sub: str, consumer: str,
                          broker: BrokerDep) -> dict[str, Any]:
