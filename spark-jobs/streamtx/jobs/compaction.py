@@ -20,9 +20,10 @@ stands on is kept, with its original place in the log:
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
 
+from streamtx.batching.codec import decode_entry
 from streamtx.batching.compacted import BaseRecord
 from streamtx.batching.replay import Deletions, replay_entries, replay_records
 from streamtx.coordinator import records as tc
@@ -49,27 +50,41 @@ class Kept:
 
 
 class _Replay:
-    """Feeds base records and entries, in log order, to ``apply``; remembers every record's bytes."""
+    """Feeds base records and entries, in log order, to ``apply``; finds kept records' bytes after."""
 
     def __init__(self, ledger_id: int, deletions: Deletions | None) -> None:
         self.ledger_id = ledger_id
         self.deletions = deletions
-        self.raw: dict[Place, bytes] = {}
+        self.base: dict[Place, bytes] = {}
+        self.payloads: dict[int, bytes] = {}  # entry id -> payload (no per-record copy kept)
         self.bytes = 0
 
-    def run(self, base: Iterable[BaseRecord], entries: Iterable[tuple[int, bytes]], apply: object) -> int:
-        def one(position: Position, index: int, size: int, raw: bytes) -> None:
-            self.raw[position.entry_id, index, size] = raw
-            apply(position, index, size, raw)  # type: ignore[operator]
+    def run(self, base: Iterable[BaseRecord], entries: Iterable[tuple[int, bytes]],
+            apply: Callable[[Position, int, int, bytes], object]) -> int:
+        self.base = {(e, i, n): raw for e, i, n, raw in base}
+        n = replay_records(((e, i, size, raw) for (e, i, size), raw in self.base.items()), self.ledger_id,
+                           self.deletions, apply)[0]
+        lid, payloads = self.ledger_id, self.payloads
 
-        n = replay_records(base, self.ledger_id, self.deletions, one)[0]
-        for entry_id, payload in entries:
-            self.bytes += len(payload)
-            n += replay_entries([Entry(Position(self.ledger_id, entry_id), payload)], self.deletions, one)[0]
-        return n
+        def live() -> Iterator[Entry]:
+            for entry_id, payload in entries:
+                payloads[entry_id] = payload
+                self.bytes += len(payload)
+                yield Entry(Position(lid, entry_id), payload)
+
+        return n + replay_entries(live(), self.deletions, apply)[0]
 
     def kept(self, places: Iterable[Place], before: int) -> Kept:
-        recs = [(e, i, n, self.raw[e, i, n]) for e, i, n in sorted(set(places))]
+        recs = []
+        decoded: dict[int, list[bytes]] = {}
+        for place in sorted(set(places)):
+            raw = self.base.get(place)
+            if raw is None:
+                entry_id, index, _ = place
+                if entry_id not in decoded:
+                    decoded[entry_id] = decode_entry(self.payloads[entry_id])
+                raw = decoded[entry_id][index]
+            recs.append((*place, raw))
         return Kept(recs, before, self.bytes)
 
 
@@ -98,7 +113,8 @@ def compact_txn_log(coordinator_id: int, ledger_id: int, deletions: Deletions | 
 def compact_pending_ack_log(ledger_id: int, deletions: Deletions | None, base: Iterable[BaseRecord],
                             entries: Iterable[tuple[int, bytes]], *, max_ended_txns: int = 10_000) -> Kept:
     """What a pending-ack log keeps (see the module docstring)."""
-    state = SubscriptionState(max_ended_txns=max_ended_txns)
+    # Committed positions are memory the base does not keep: remember none.
+    state = SubscriptionState(max_committed_ids=0, max_ended_txns=max_ended_txns)
     replay = _Replay(ledger_id, deletions)
     end_marker: dict[pa.TxnId, Place] = {}
 
