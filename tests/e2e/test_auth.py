@@ -137,7 +137,7 @@ def categorize(method: str, path: str) -> str:
 def fill(path: str, txn: str) -> str:
     values = {"tenant": "a", "namespace": "n", "topic": "walk", "sub": "s", "txn": txn,
               "coordinator_id": "0", "most": txn.split(":")[0], "least": txn.split(":")[1],
-              "timeout_ms": "1000", "name": "other-cluster"}
+              "timeout_ms": "1000", "name": "other-cluster", "consumer": "c1"}
     for name, value in values.items():
         path = path.replace("{" + name + "}", value)
     assert "{" not in path, f"no value for a parameter of {path}"
