@@ -31,8 +31,11 @@ caller's wait): ``{"s": status, "h": [[name, value], ...]}`` as JSON, a newline,
 then the body bytes.
 
 The owner of an item reads its mailbox with XREADGROUP (up to ``max_batch``
-entries a read), serves the batch, pushes every answer, then XACKs and XDELs the
-entries: an entry leaves the stream only once it is answered. A worker that
+entries a read, while fewer than ``4 * max_batch`` are in flight) and starts
+every request of the read at once; each, when done, has its answer pushed and
+its entry XACKed and XDELed: an entry leaves the stream only once it is
+answered, and a slow request (a commit whose participant retries) holds up no
+other. A worker that
 dies leaves its read-but-unanswered entries in the group's pending list; the
 next owner of the item first claims them (XAUTOCLAIM) and serves them, then
 reads new ones. An entry can therefore be served twice (its owner died after
@@ -53,7 +56,7 @@ import logging
 import time
 import uuid
 from collections.abc import Awaitable, Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 import orjson
@@ -113,7 +116,7 @@ def _now_ms() -> int:
 @dataclass(slots=True)
 class _Drain:
     task: asyncio.Task[None]
-    busy: bool = False
+    serving: set[asyncio.Task[None]] = field(default_factory=set)  # one per request in flight
     stopping: bool = False
 
 
@@ -129,6 +132,7 @@ class Mailbox:
         self.timeout_s = timeout_s
         self.max_batch = max_batch
         self._drains: dict[str, _Drain] = {}
+        self.max_in_flight = 4 * max_batch  # requests one item serves at once; then it reads no more
         self.served = 0  # entries this worker served as owner
         self.replayed = 0  # of which claimed from a previous owner's pending list
 
@@ -173,17 +177,21 @@ class Mailbox:
 
         drain.task.add_done_callback(forget)
 
-    async def disown(self, item: str) -> None:
-        """Stop draining ``item``: a batch being served is finished and acknowledged first;
-        entries not read yet stay for the next owner."""
+    async def disown(self, item: str, grace_s: float = 5.0) -> None:
+        """Stop draining ``item``: no more reads; the requests in flight get ``grace_s`` to finish
+        and be answered, the rest stay pending for the next owner (which serves them again)."""
         drain = self._drains.pop(item, None)
         if drain is None:
             return
         drain.stopping = True
-        if not drain.busy:
-            drain.task.cancel()
+        drain.task.cancel()
         with contextlib.suppress(asyncio.CancelledError, Exception):
             await drain.task
+        if drain.serving:
+            _, late = await asyncio.wait(drain.serving, timeout=grace_s)
+            for task in late:
+                task.cancel()
+            await asyncio.gather(*late, return_exceptions=True)
 
     @property
     def draining(self) -> list[str]:
@@ -200,6 +208,10 @@ class Mailbox:
         claimed = False
         while not drain.stopping:
             try:
+                room = self.max_in_flight - len(drain.serving)
+                if room <= 0:  # full: wait for one to finish (its answer is sent by then)
+                    await asyncio.wait(drain.serving, return_when=asyncio.FIRST_COMPLETED)
+                    continue
                 async with asyncio.timeout(_block_ms / 1000 + 10):
                     if not claimed:
                         await self._ensure_group(key)
@@ -207,9 +219,9 @@ class Mailbox:
                         claimed = True
                         continue
                     got: Any = await self._r.xreadgroup(_group, self.consumer, {key: ">"},
-                                                        count=self.max_batch, block=_block_ms)
+                                                        count=min(room, self.max_batch), block=_block_ms)
                 if got:
-                    await self._serve(key, got[0][1], drain, serve)
+                    await self._start(key, got[0][1], drain, serve)
             except asyncio.CancelledError:
                 raise
             except ResponseError as exc:
@@ -236,35 +248,48 @@ class Mailbox:
         start: bytes | str = "0-0"
         while not drain.stopping:
             out: Any = await self._r.xautoclaim(key, _group, self.consumer, min_idle_time=0, start_id=start,
-                                           count=self.max_batch)
+                                                count=self.max_batch)
             start, entries = out[0], [e for e in out[1] if e[1]]  # (deleted ones come back empty)
             if entries:
                 self.replayed += len(entries)
                 log.info("mailbox %s: serving %d requests left by a previous owner", key, len(entries))
-                await self._serve(key, entries, drain, serve)
+                await self._start(key, entries, drain, serve)
             if start in (b"0-0", "0-0"):
                 return
 
-    async def _serve(self, key: str, entries: list[tuple[bytes, dict[bytes, bytes]]], drain: _Drain,
+    async def _start(self, key: str, entries: list[tuple[bytes, dict[bytes, bytes]]], drain: _Drain,
                      serve: Serve) -> None:
-        drain.busy = True
-        try:
-            now = _now_ms()
-            calls = [decode_call(fields) for _, fields in entries]
-            live = [(call, reply) for call, reply, deadline in calls if deadline > now]
-            # Concurrently: the requests' log records meet in the writer's buffer and are
-            # appended as one batched entry.
-            results = await asyncio.gather(*(serve(call) for call, _ in live), return_exceptions=True)
-            answers = [r if isinstance(r, Answer) else _failed(r) for r in results]
-            ttl_ms = int(self.timeout_s * 1000) + 5000
+        """Serve a batch read from the stream: every request at once, so the log records they
+        append meet in the writer's buffer and reach the ledger as one batched entry; each is
+        answered as soon as it is done (a slow commit holds up no other request)."""
+        now = _now_ms()
+        expired = []
+        for entry_id, fields in entries:
+            call, reply, deadline = decode_call(fields)
+            if deadline <= now:  # its caller answered 503 already
+                expired.append(entry_id)
+                continue
+            task = asyncio.get_running_loop().create_task(self._serve_one(key, entry_id, call, reply, serve))
+            drain.serving.add(task)
+            task.add_done_callback(drain.serving.discard)
+        if expired:
             async with self._r.pipeline(transaction=False) as p:
-                for (_, reply), answer in zip(live, answers, strict=True):
-                    p.lpush(reply, encode_answer(answer))
-                    p.pexpire(reply, ttl_ms)
-                ids = [entry_id for entry_id, _ in entries]
-                p.xack(key, _group, *ids)
-                p.xdel(key, *ids)
+                p.xack(key, _group, *expired)
+                p.xdel(key, *expired)
                 await p.execute()
-            self.served += len(live)
-        finally:
-            drain.busy = False
+
+    async def _serve_one(self, key: str, entry_id: bytes, call: Call, reply: str, serve: Serve) -> None:
+        try:
+            answer = await serve(call)
+        except Exception as exc:
+            answer = _failed(exc)
+        try:
+            async with self._r.pipeline(transaction=False) as p:
+                p.lpush(reply, encode_answer(answer))
+                p.pexpire(reply, int(self.timeout_s * 1000) + 5000)
+                p.xack(key, _group, entry_id)  # only once answered: else the next owner serves it
+                p.xdel(key, entry_id)
+                await p.execute()
+            self.served += 1
+        except (RedisError, OSError) as exc:  # its caller got 503 from its own Redis call
+            log.warning("mailbox %s: answering %s failed: %r", key, entry_id, exc)

@@ -146,6 +146,11 @@ async def _drained(proc: ServiceProcess) -> bool:
     return all(v == (0, 0) for v in mailbox_backlog(proc).values())
 
 
+async def log_entries(tc: TcClient, cid: int) -> int:
+    stats = await tc.admin(f"coordinatorInternalStats/{cid}")
+    return sum(s["entries"] for s in stats["transactionLogStats"]["ledgers"])
+
+
 @contextlib.contextmanager
 def own_redis(port: int) -> Iterator[subprocess.Popen[bytes]]:
     binary = shutil.which("redis-server")
@@ -171,6 +176,18 @@ async def test_redis_down_is_503_and_the_workers_recover_when_it_returns(
         for txn in txns:
             await tc.add_partitions(txn, [P0])
         assert {t: (await tc.abort(t))["state"] for t in txns} == dict.fromkeys(txns, "ABORTED")
+
+        # Forty concurrent calls for forty transactions of one coordinator id (created on one
+        # connection, so by one worker on its id), most through the owner's mailbox: their
+        # records reach the log in batched entries, not one entry each. (Calls for one
+        # transaction are ordered by its lock: they could not share an entry.)
+        async with httpx.AsyncClient(base_url=proc.url) as one_worker:
+            batch = [(await one_worker.post("/v1/transactions", json={})).json()["txn_id"] for _ in range(40)]
+        cid = int(batch[0].split(":")[0]) >> 48
+        assert {int(t.split(":")[0]) >> 48 for t in batch} == {cid}
+        before = await log_entries(tc, cid)
+        await asyncio.gather(*(tc.add_partitions(t, [P0]) for t in batch))
+        assert await log_entries(tc, cid) - before < 40 / 2
     finally:
         server.__exit__(None, None, None)
 

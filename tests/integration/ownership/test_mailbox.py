@@ -119,3 +119,25 @@ async def test_an_expired_request_is_dropped_unserved(mailboxes: MakeMailbox) ->
 
 async def _length(r: redis.Redis, key: str, n: int) -> bool:
     return bool(await r.xlen(key) == n)
+
+
+async def test_a_slow_request_holds_up_no_other(mailboxes: MakeMailbox) -> None:
+    caller, owner_box = mailboxes("w0"), mailboxes("w1")
+    release = asyncio.Event()
+
+    async def serve(call: Call) -> Answer:
+        if call.path == "/slow":  # a commit whose participant keeps failing
+            await release.wait()
+        return Answer(200, [], call.path.encode())
+
+    owner_box.own("8", serve)
+    slow = asyncio.create_task(caller.call("8", Call("POST", "/slow")))
+    await eventually(lambda: _in_flight(owner_box, "8"), what="the slow request to be served")
+    assert (await caller.call("8", Call("POST", "/fast"))).body == b"/fast"
+    assert not slow.done()
+    release.set()
+    assert (await slow).body == b"/slow"
+
+
+async def _in_flight(box: Mailbox, item: str) -> bool:
+    return bool(box._drains[item].serving)
