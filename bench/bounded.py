@@ -127,11 +127,11 @@ async def producer_snapshot() -> str:
     from streamtx.broker.partition import Partition
     from streamtx.broker.settings import BrokerSettings
     try:
-        from streamtx.ledger import open_ledger_factory as open_store
+        from streamtx.ledger import open_ledger_factory as open_ledger_factory
     except ImportError:  # an older tree
-        from streamtx.ledger import open_store  # type: ignore[attr-defined,no-redef]
+        from streamtx.ledger import open_ledger_factory  # type: ignore[attr-defined,no-redef]
 
-    store = open_store("memory://")
+    store = open_ledger_factory("memory://")
     settings = BrokerSettings(snapshot_every_ops=10**9)  # type: ignore[call-arg]
     part = await Partition.open(store, "persistent://t/n/x-partition-0", "persistent://t/n/x", settings,
                                 Notifier())

@@ -199,10 +199,10 @@ def load_bare(duration: int, script: Path, kit: bool = False) -> LoadResult:
 async def build_log(url: str, records: int) -> int:
     """Write a transaction log of ``records`` records in batched entries of 512; the count."""
     from streamtx.batching.codec import encode_batch
+    from streamtx.contracts.txnid import TxnId
     from streamtx.coordinator import records as rec
     from streamtx.coordinator.log import ledger_name
     from streamtx.coordinator.state import EndReason, TxnState
-    from streamtx.coordinator.txnid import TxnId
     from streamtx.ledger import open_ledger_factory
 
     store = open_ledger_factory(url)

@@ -92,8 +92,9 @@ def test_image_commands_run_a_service_from_the_wheel(venv: Path, tmp_path: Path)
         "STREAMTX_LEDGER_URL": f"file://{tmp_path / 'ledgers'}",
     }
     assert set(final.env) - {"PYTHONUNBUFFERED"} <= {k for k in env if k.startswith("STREAMTX_")}
-    log = (tmp_path / "service.log").open("wb")
-    proc = subprocess.Popen([*final.entrypoint, *final.cmd], env=env, cwd=tmp_path, stdout=log, stderr=log)
+    with (tmp_path / "service.log").open("wb") as log:  # the child keeps its own copy
+        proc = subprocess.Popen([*final.entrypoint, *final.cmd], env=env, cwd=tmp_path,
+                                stdout=log, stderr=log)
     try:
         wait_ready(f"http://127.0.0.1:{port}", proc, timeout_s=60,
                    details=lambda: (tmp_path / "service.log").read_text(errors="replace"))

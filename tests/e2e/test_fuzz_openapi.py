@@ -109,7 +109,7 @@ def test_names_are_checked_as_pulsar_does(suite: Suite) -> None:
 
 
 def api_error_shape(ctx: Any, response: Any, case: Any) -> bool | None:
-    """Every 4xx/5xx body is ``{"error": code, "message": text}`` (API.md)."""
+    """Every 4xx/5xx body is ``{"error": code, "message": text}`` (docs/api.md)."""
     if response.status_code < 400:
         return None
     body = response.json()

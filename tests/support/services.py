@@ -38,10 +38,10 @@ class ServiceProcess:
             "STREAMTX_PORT": str(self.port),
             **self.env,
         }
-        log = self.log_path.open("ab")
-        self.proc = subprocess.Popen(
-            [sys.executable, "-m", f"streamtx.{self.module}"], env=env, stdout=log, stderr=log
-        )
+        with self.log_path.open("ab") as log:  # the child keeps its own copy of the descriptor
+            self.proc = subprocess.Popen(
+                [sys.executable, "-m", f"streamtx.{self.module}"], env=env, stdout=log, stderr=log
+            )
         if ready:
             self.wait_ready(timeout)
         return self

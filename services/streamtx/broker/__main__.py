@@ -1,15 +1,14 @@
-"""``python -m streamtx.broker``: run the partition broker."""
+"""``python -m streamtx.broker``: run the partition broker (the same start-up as every service)."""
 
 from __future__ import annotations
 
 from streamtx.broker.app import build_app
 from streamtx.broker.settings import BrokerSettings
-from streamtx.service import serve
+from streamtx.service.run import run_service
 
 
 def main() -> None:
-    settings = BrokerSettings()  # type: ignore[call-arg]  # read from the environment
-    serve(build_app(settings), settings.host, settings.port)
+    run_service("broker", BrokerSettings, build_app)
 
 
 if __name__ == "__main__":

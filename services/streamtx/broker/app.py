@@ -15,8 +15,8 @@ from streamtx.ledger import open_ledger_factory
 from streamtx.service import ServiceState, create_app, include_hot
 
 
-def build_app(settings: BrokerSettings | None = None) -> FastAPI:
-    settings = settings or BrokerSettings()  # type: ignore[call-arg]
+def build_app(settings: BrokerSettings) -> FastAPI:
+    """The broker app; its ledgers, topics and pending-ack client live in the lifespan."""
     state = ServiceState()
 
     @asynccontextmanager

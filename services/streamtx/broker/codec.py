@@ -43,6 +43,7 @@ import struct
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 
+from streamtx.contracts.txnid import TxnId, from_pair
 from streamtx.errors import CorruptEntryError
 
 version = 1
@@ -56,7 +57,6 @@ _epoch_seq = struct.Struct(">QQ")
 _source_pos = struct.Struct(">QQq")
 _has_txn, _has_producer, _has_source = 1, 2, 4
 
-TxnId = tuple[int, int]
 
 
 class EntryKind(enum.IntEnum):
@@ -105,19 +105,6 @@ class EntryHeader:
     count: int
     body_offset: int
     source: SourceInfo | None = None
-
-
-def txn_str(txn: TxnId) -> str:
-    return f"{txn[0]}:{txn[1]}"
-
-
-def parse_txn(text: str) -> TxnId:
-    """``"most:least"`` to a txn id; ValueError when malformed."""
-    most, least = text.split(":")
-    m, le = int(most), int(least)
-    if not (0 <= m < 1 << 64 and 0 <= le < 1 << 64):
-        raise ValueError(f"txn id out of range: {text!r}")
-    return m, le
 
 
 def _encode_head(
@@ -203,7 +190,7 @@ def decode_header(data: bytes) -> EntryHeader:
         txn: TxnId | None = None
         producer: ProducerInfo | None = None
         if flags & _has_txn:
-            txn = _txn.unpack_from(data, off)
+            txn = from_pair(_txn.unpack_from(data, off))
             off += _txn.size
         if flags & _has_producer:
             (n,) = _u16.unpack_from(data, off)

@@ -26,11 +26,13 @@ from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass
 
 from streamtx.broker import codec, metrics, tbsnapshot
-from streamtx.broker.codec import EntryHeader, EntryKind, Message, ProducerInfo, TxnId
+from streamtx.broker.codec import EntryHeader, EntryKind, Message, ProducerInfo
 from streamtx.broker.notify import Notifier
 from streamtx.broker.producers import ProducerTable, Verdict, written
 from streamtx.broker.settings import BrokerSettings
-from streamtx.broker.txnbuffer import TxnAction, TxnBufferState
+from streamtx.broker.txnbuffer import TxnBufferState
+from streamtx.contracts.states import Action
+from streamtx.contracts.txnid import TxnId
 from streamtx.errors import ConflictError, StreamtxError, TooLargeError, UnavailableError
 from streamtx.ledger import Entry, Ledger, LedgerFactory, Position
 
@@ -168,8 +170,8 @@ class Partition:
                 _record_producer(producers, h.producer, pos, h.count, None, h.publish_time_ms)
         elif h.kind in (EntryKind.COMMIT, EntryKind.ABORT):
             assert h.txn is not None
-            tb.on_marker(pos, h.txn, TxnAction.COMMIT if h.kind is EntryKind.COMMIT
-                         else TxnAction.ABORT)
+            tb.on_marker(pos, h.txn, Action.COMMIT if h.kind is EntryKind.COMMIT
+                         else Action.ABORT)
         else:
             tb.on_entry(pos)
             if h.producer is not None:
@@ -324,7 +326,7 @@ class Partition:
         if txn is not None:
             ended = self.tb.ended_as(txn)
             if ended is not None:
-                raise ConflictError(f"txn {codec.txn_str(txn)} already ended here: {ended.action.value}")
+                raise ConflictError(f"txn {txn!s} already ended here: {ended.action.value}")
         if producer is None:
             return await self._produce(messages, txn, None)
         async with self._producer_lock(producer.name):
@@ -380,7 +382,7 @@ class Partition:
                                 f"{self.settings.max_entry_bytes}")
         if txn is not None and (txn in self._ending or self.tb.ended_as(txn) is not None):
             # Checked with no await before the append takes its ticket (see ``end_txn``).
-            raise ConflictError(f"txn {codec.txn_str(txn)} is ending or ended here")
+            raise ConflictError(f"txn {txn!s} is ending or ended here")
 
         def apply(pos: Position) -> None:
             if n:
@@ -399,7 +401,7 @@ class Partition:
 
     # --- ending transactions ------------------------------------------------------
 
-    async def end_txn(self, txn: TxnId, action: TxnAction) -> str | None:
+    async def end_txn(self, txn: TxnId, action: Action) -> str | None:
         """Write the marker (once); the marker's message id, or None if txn never produced here."""
         await self.until_ready()
         while (pending := self._ending.get(txn)) is not None:
@@ -407,7 +409,7 @@ class Partition:
         ended = self.tb.ended_as(txn)
         if ended is not None:
             if ended.action is not action:
-                raise ConflictError(f"txn {codec.txn_str(txn)} already ended here: {ended.action.value}")
+                raise ConflictError(f"txn {txn!s} already ended here: {ended.action.value}")
             return None if ended.marker is None else str(ended.marker)
         # From here no new append of this txn may start (``_produce`` checks ``_ending``),
         # and the ones already started are waited for: a message racing the end either
@@ -420,7 +422,7 @@ class Partition:
                 # An append we waited for failed: it may have landed (a message of this
                 # txn), which the state shows only once reloaded. Never decide from it.
                 raise UnavailableError(f"partition {self.name} is reloading; retry the end")
-            if txn not in self.tb.ongoing and action is TxnAction.COMMIT:
+            if txn not in self.tb.ongoing and action is Action.COMMIT:
                 self.tb.end_without_marker(txn, action)
                 return None
             # An abort is logged even where the txn never produced (yet): a produce of
@@ -428,7 +430,7 @@ class Partition:
             # refused after a restart too. Remembered only in memory, such a produce
             # would open the txn again once the broker restarted, and hold back every
             # reader of the partition until the stuck-txn checker asked the TC.
-            kind = EntryKind.COMMIT if action is TxnAction.COMMIT else EntryKind.ABORT
+            kind = EntryKind.COMMIT if action is Action.COMMIT else EntryKind.ABORT
             data = codec.encode_marker(kind, txn, publish_time_ms=int(time.time() * 1000))
             pos = await self._append(data, lambda p: self.tb.on_marker(p, txn, action))
         finally:

@@ -31,10 +31,10 @@ from array import array
 from dataclasses import dataclass, field
 from typing import Any
 
+from streamtx.contracts.txnid import TxnId, from_pair
 from streamtx.errors import CorruptEntryError
 from streamtx.ledger import Position
 
-TxnId = tuple[int, int]
 Marker = tuple[int, int]  # (ledger_id, entry_id): a Position or a plain pair
 Item = tuple[TxnId, Marker]
 version = 1
@@ -112,7 +112,7 @@ def _unpack_items(data: bytes, off: int) -> tuple[list[Item], int]:
     flat.frombytes(data[off:end])
     if _swap:
         flat.byteswap()
-    txns = zip(flat[0::4], flat[1::4], strict=True)
+    txns = map(from_pair, zip(flat[0::4], flat[1::4], strict=True))
     items = list(zip(txns, zip(flat[2::4], flat[3::4], strict=True), strict=True))
     return items, end
 

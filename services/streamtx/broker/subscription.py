@@ -31,12 +31,12 @@ from streamtx.broker import codec, failover, metrics
 from streamtx.broker.dispatch import Handed, PartitionDispatch, Unit, render_json, unit_id
 from streamtx.broker.notify import Notifier
 from streamtx.broker.settings import BrokerSettings
+from streamtx.contracts.txnid import TxnId
 from streamtx.errors import ConflictError, MalformedError
 from streamtx.ledger import Position
 from streamtx.service.longpoll import LongPoll
 
-TxnId = tuple[int, int]
-_unknown_txn: TxnId = (0, 0)  # held since before a restart: the store did not say by whom
+_unknown_txn = TxnId(0, 0)  # held since before a restart: the store did not say by whom
 _new_tuple = tuple.__new__
 
 

@@ -20,6 +20,7 @@ import time
 from streamtx.broker.notify import Notifier
 from streamtx.broker.partition import Partition
 from streamtx.broker.settings import BrokerSettings
+from streamtx.contracts.txnid import TxnId
 from streamtx.ledger import Position, open_ledger_factory
 
 _name = "persistent://bench/tb/recovery-partition-0"
@@ -33,7 +34,7 @@ async def measure(ledger_url: str, aborted: int, segment_size: int = 1000) -> fl
     part = await Partition.open(store, _name, _name.rsplit("-partition-", 1)[0], settings, Notifier())
     lid = part.ledger.ledger_id
     for i in range(aborted):
-        part.tb.add_aborted((1, i), Position(lid, 1_000 + 2 * i))
+        part.tb.add_aborted(TxnId(1, i), Position(lid, 1_000 + 2 * i))
     await part.take_snapshot()
     if not ledger_url.startswith("memory:"):  # a memory store forgets everything on close
         await part.close()

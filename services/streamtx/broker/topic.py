@@ -8,10 +8,11 @@ import zlib
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from streamtx.broker.codec import Message, ProducerInfo, TxnId
+from streamtx.broker.codec import Message, ProducerInfo
 from streamtx.broker.notify import Notifier
 from streamtx.broker.partition import Partition, RawBatch
 from streamtx.broker.subscription import Subscription
+from streamtx.contracts.txnid import TxnId
 from streamtx.errors import ConflictError, MalformedError, NotFoundError
 from streamtx.ledger import Position
 

@@ -19,23 +19,18 @@ Aborted ids are dropped only once the partition is trimmed past their marker
 
 from __future__ import annotations
 
-import enum
 from collections import OrderedDict, deque
 from dataclasses import dataclass, field
 from typing import Any
 
+from streamtx.contracts.states import Action
+from streamtx.contracts.txnid import TxnId
 from streamtx.ledger import Position
 
-TxnId = tuple[int, int]
 Marker = tuple[int, int]  # an abort marker's (ledger_id, entry_id): a Position or a plain pair
 
 recent_ended_max = 100_000  # ended txns remembered for idempotent repeats
 snapshot_ended_max = 1000  # of which the latest commits / marker-less ends go in a snapshot
-
-
-class TxnAction(enum.StrEnum):
-    COMMIT = "commit"
-    ABORT = "abort"
 
 
 @dataclass(slots=True)
@@ -57,7 +52,7 @@ class Segment:
 
 @dataclass(slots=True)
 class Ended:
-    action: TxnAction
+    action: Action
     marker: Position | None
 
 
@@ -89,12 +84,12 @@ class TxnBufferState:
             self.ongoing[txn] = position
             self.ops_since_snapshot += 1
 
-    def on_marker(self, position: Position, txn: TxnId, action: TxnAction) -> None:
+    def on_marker(self, position: Position, txn: TxnId, action: Action) -> None:
         self.on_entry(position)
         self.ongoing.pop(txn, None)
         self._remember(txn, Ended(action, position))
         self.ops_since_snapshot += 1
-        if action is TxnAction.ABORT and txn not in self.aborted:
+        if action is Action.ABORT and txn not in self.aborted:
             self.add_aborted(txn, position)
 
     def add_aborted(self, txn: TxnId, marker: Marker) -> None:
@@ -105,7 +100,7 @@ class TxnBufferState:
             self.next_segment_id += 1
             self.unsealed = []
 
-    def end_without_marker(self, txn: TxnId, action: TxnAction) -> None:
+    def end_without_marker(self, txn: TxnId, action: Action) -> None:
         """The TC ended a txn that never produced here: remember the answer only."""
         self._remember(txn, Ended(action, None))
 
@@ -134,7 +129,7 @@ class TxnBufferState:
     def ended_as(self, txn: TxnId) -> Ended | None:
         ended = self.ended.get(txn)
         if ended is None and (marker := self.aborted.get(txn)) is not None:
-            return Ended(TxnAction.ABORT, Position(*marker))
+            return Ended(Action.ABORT, Position(*marker))
         return ended
 
     # --- trimming -----------------------------------------------------------
@@ -182,7 +177,7 @@ class TxnBufferState:
         for scanned, (txn, e) in enumerate(reversed(self.ended.items())):
             if len(out) >= snapshot_ended_max or scanned >= 20 * snapshot_ended_max:
                 break
-            if e.action is TxnAction.COMMIT or e.marker is None:
+            if e.action is Action.COMMIT or e.marker is None:
                 m = e.marker
                 out.append([txn[0], txn[1], e.action.value, m[0] if m else None, m[1] if m else None])
         out.reverse()
@@ -191,7 +186,7 @@ class TxnBufferState:
     def restore_ends(self, ends: list[list[Any]]) -> None:
         for most, least, action, lid, eid in ends:
             marker = Position(int(lid), int(eid)) if lid is not None else None
-            self._remember((int(most), int(least)), Ended(TxnAction(action), marker))
+            self._remember(TxnId(int(most), int(least)), Ended(Action(action), marker))
 
     def stats(self) -> dict[str, object]:
         mrp = self.max_read_position()

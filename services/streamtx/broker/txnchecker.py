@@ -6,11 +6,9 @@ partition registered with it; a client that produced without registering, or a
 zombie producing after the end, would leave the partition blocked forever. So
 every ``stuck_txn_interval_s`` the broker asks the coordinator about each
 transaction open here longer than ``stuck_txn_after_s``, and ends it the way
-the coordinator did (its answers are read by :mod:`streamtx.service.txnlookup`:
-COMMITTED: commit; ABORTED, TIMEOUT or unknown to its coordinator: abort).
-Open or ending transactions are left alone, and so are those whose coordinator
-id the configured coordinator does not serve: its 404 says nothing about them.
-Without a coordinator URL nothing is checked.
+the coordinator did, read by :class:`streamtx.peers.CoordinatorLookup` (the
+pending-ack store's checker asks the same way). Without a coordinator URL
+nothing is checked.
 """
 
 from __future__ import annotations
@@ -19,18 +17,18 @@ import asyncio
 import logging
 from collections.abc import Callable, Iterable
 
-from streamtx.broker.codec import TxnId, txn_str
 from streamtx.broker.partition import Partition
-from streamtx.broker.txnbuffer import TxnAction
 from streamtx.errors import StreamtxError
-from streamtx.service.txnlookup import CoordinatorLookup
+from streamtx.peers import CoordinatorLookup
 
 log = logging.getLogger(__name__)
 
 
 class StuckTxnChecker:
+    """Every ``interval_s``, ends the partitions' stuck transactions as the coordinator did."""
+
     def __init__(self, coordinator_url: str, *, token: str | None, after_s: float, interval_s: float) -> None:
-        self._lookup = CoordinatorLookup(coordinator_url, token=token)
+        self.verdict = CoordinatorLookup(coordinator_url, token=token)
         self._after_s = after_s
         self._interval_s = interval_s
 
@@ -45,16 +43,9 @@ class StuckTxnChecker:
                     try:
                         marker = await part.end_txn(txn, action)
                         log.warning("%s: ended stuck txn %s (%s) as the coordinator did; marker %s",
-                                    part.name, txn_str(txn), action.value, marker)
+                                    part.name, txn, action.value, marker)
                     except StreamtxError as exc:
-                        log.warning("%s: ending stuck txn %s failed: %s", part.name, txn_str(txn), exc)
-
-    async def verdict(self, txn: TxnId) -> TxnAction | None:
-        """How the coordinator ended ``txn``; None when it did not (or cannot) say."""
-        commit = await self._lookup(txn_str(txn))
-        if commit is None:
-            return None
-        return TxnAction.COMMIT if commit else TxnAction.ABORT
+                        log.warning("%s: ending stuck txn %s failed: %s", part.name, txn, exc)
 
     async def aclose(self) -> None:
-        await self._lookup.aclose()
+        await self.verdict.aclose()

@@ -3,22 +3,13 @@ processes on its port, one by default)."""
 
 from __future__ import annotations
 
-import sys
-
-from pydantic import ValidationError
-
-from streamtx.coordinator.app import create_coordinator_app
+from streamtx.coordinator.app import build_app
 from streamtx.coordinator.settings import CoordinatorSettings
-from streamtx.service.workers import run_service
+from streamtx.service.run import run_service
 
 
 def main() -> None:
-    try:
-        # Fields come from STREAMTX_* variables (see settings.py).
-        settings = CoordinatorSettings()  # type: ignore[call-arg]
-    except ValidationError as exc:
-        sys.exit(f"streamtx coordinator: invalid settings (STREAMTX_* environment):\n{exc}")
-    run_service(create_coordinator_app, settings, base_member=settings.member)
+    run_service("coordinator", CoordinatorSettings, build_app, base_member=lambda s: s.member)
 
 
 if __name__ == "__main__":

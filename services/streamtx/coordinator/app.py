@@ -26,7 +26,7 @@ from streamtx.service.bodylimit import BodyLimit
 log = logging.getLogger(__name__)
 
 
-def create_coordinator_app(settings: CoordinatorSettings) -> FastAPI:
+def build_app(settings: CoordinatorSettings) -> FastAPI:
     """The TC app; ready (``/readyz``) once every coordinator has replayed its log."""
     state = ServiceState()
     # httpx logs every participant call at INFO: thousands a second under load.

@@ -29,6 +29,7 @@ from collections.abc import Callable, Coroutine, Iterator
 from dataclasses import dataclass
 from typing import Any
 
+from streamtx.contracts.txnid import TxnId
 from streamtx.coordinator.log import TransactionLog
 from streamtx.coordinator.metrics import CoordinatorMetrics
 from streamtx.coordinator.participants_client import Participants, Violation
@@ -53,7 +54,6 @@ from streamtx.coordinator.state import (
     final_state,
 )
 from streamtx.coordinator.table import TxnMeta, TxnTable
-from streamtx.coordinator.txnid import TxnId
 from streamtx.errors import (
     ConflictError,
     FencedError,

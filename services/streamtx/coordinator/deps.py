@@ -6,9 +6,9 @@ from typing import Annotated
 
 from fastapi import Depends, Request
 
+from streamtx.contracts.txnid import TxnId
 from streamtx.coordinator.coordinator import TransactionCoordinator
 from streamtx.coordinator.registry import Coordinators
-from streamtx.coordinator.txnid import TxnId
 from streamtx.service.auth import PrincipalDep, check_owner
 
 # Every dependency is async: FastAPI runs a plain `def` one in a worker thread,

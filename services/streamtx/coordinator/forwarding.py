@@ -28,8 +28,8 @@ import re
 
 from starlette.types import ASGIApp, Receive, Scope, Send
 
+from streamtx.contracts.txnid import TxnId
 from streamtx.coordinator.registry import Coordinators
-from streamtx.coordinator.txnid import TxnId
 from streamtx.errors import MalformedError, UnavailableError
 from streamtx.ownership.mailbox import Mailbox
 from streamtx.service.bodylimit import BodyTooLarge

@@ -26,20 +26,19 @@ from __future__ import annotations
 
 import asyncio
 import logging
-import random
 import time
-from collections.abc import Awaitable, Callable, Iterable
+from collections.abc import Awaitable, Iterable
 from dataclasses import dataclass
 
+from pydantic import BaseModel
+
+from streamtx.contracts import Action, TxnId
+from streamtx.contracts.models import PartitionEnd, SubscriptionTxn, SubscriptionTxnEnd
 from streamtx.coordinator.records import Subscription
-from streamtx.coordinator.state import Action
-from streamtx.coordinator.txnid import TxnId
 from streamtx.errors import ConflictError, NotFoundError, StreamtxError, UnavailableError
-from streamtx.service import ServiceClient
+from streamtx.transport import ONCE, HttpClient, RetryPolicy
 
 log = logging.getLogger(__name__)
-
-_fenced_code = "fenced"  # streamtx.errors.FencedError's code: a 409 that is retried
 
 
 @dataclass(frozen=True)
@@ -70,43 +69,41 @@ class Participants:
         prepare_attempts: int,
         token: str | None = None,
     ) -> None:
-        def client(url: str | None, attempts: int) -> ServiceClient | None:
-            if url is None:
-                return None
-            return ServiceClient(
-                url, timeout_s=timeout_s, attempts=attempts, backoff_s=backoff_s,
-                max_backoff_s=max_backoff_s, token=token,
-            )
-
-        self._broker = client(broker_url, 1)
-        self._pendingack = client(pendingack_url, prepare_attempts)
-        self._backoff_s = backoff_s
-        self._max_backoff_s = max_backoff_s
+        self._broker = HttpClient(broker_url, peer="broker", setting="STREAMTX_BROKER_URL",
+                                  timeout_s=timeout_s, token=token, retry=ONCE)
+        self._pendingack = HttpClient(
+            pendingack_url, peer="pending-ack store", setting="STREAMTX_PENDINGACK_URL",
+            timeout_s=timeout_s, token=token,
+            retry=RetryPolicy(attempts=prepare_attempts, backoff_s=backoff_s, max_backoff_s=max_backoff_s),
+        )
+        # An end must land: every failure (even a garbled 200) is retried, for ever.
+        self._until_done_policy = RetryPolicy(attempts=None, backoff_s=backoff_s, max_backoff_s=max_backoff_s,
+                                              any_error=True)
 
     def check_partitions(self) -> None:
         """UnavailableError (503) when no broker is configured to end partitions on."""
-        if self._broker is None:
+        if not self._broker.configured:
             raise UnavailableError("no broker_url configured: partitions cannot be ended")
 
     def check_subscriptions(self) -> None:
         """UnavailableError (503) when no pending-ack store is configured."""
-        if self._pendingack is None:
+        if not self._pendingack.configured:
             raise UnavailableError("no pendingack_url configured: subscriptions cannot be ended")
 
     async def prepare(self, txn: TxnId, subscriptions: Iterable[Subscription]) -> None:
         """Ask every subscription whether the commit may go ahead.
 
         ConflictError when one refuses (overlapping commit); UnavailableError
-        when one cannot be reached after the configured tries.
+        when one cannot be reached after the configured tries (a ``fenced``
+        store is one of those: its successor will answer).
         """
         subs = list(subscriptions)
         if not subs:
             return
         client = self._pendingack
-        if client is None:
-            raise UnavailableError("no pendingack_url configured")
+        bodies = [SubscriptionTxn(txn_id=txn, topic=s.topic, subscription=s.subscription) for s in subs]
         results = await asyncio.gather(
-            *(client.request("POST", "/v1/txn/subscriptions/prepare", json=_sub_body(txn, s)) for s in subs),
+            *(client.request("POST", "/v1/txn/subscriptions/prepare", json=b) for b in bodies),
             return_exceptions=True,
         )
         errors = [r for r in results if isinstance(r, BaseException)]
@@ -130,74 +127,50 @@ class Participants:
         Returns the participants that refused because they had ended it the other way.
         """
         calls: list[Awaitable[Violation | None]] = []
-        broker, pendingack = self._broker, self._pendingack
         for partition in partitions:
-            if broker is None:
+            if not self._broker.configured:
                 log.error("%s: no broker_url, cannot end partition %s", txn, partition)
                 continue
-            body = {"txn_id": str(txn), "partition": partition, "action": action.value}
-            calls.append(self._until_done(broker, "/v1/txn/partitions/end", body, f"partition {partition}"))
+            body: BaseModel = PartitionEnd(txn_id=txn, partition=partition, action=action)
+            who = f"partition {partition}"
+            calls.append(self._until_done(self._broker, "/v1/txn/partitions/end", body, who))
         for sub in subscriptions:
-            if pendingack is None:
+            if not self._pendingack.configured:
                 log.error("%s: no pendingack_url, cannot end subscription %s", txn, sub)
                 continue
-            body = {**_sub_body(txn, sub), "action": action.value}
+            body = SubscriptionTxnEnd(txn_id=txn, topic=sub.topic, subscription=sub.subscription,
+                                      action=action)
             who = f"subscription {sub.topic} {sub.subscription}"
-            calls.append(self._until_done(pendingack, "/v1/txn/subscriptions/end", body, who))
+            calls.append(self._until_done(self._pendingack, "/v1/txn/subscriptions/end", body, who))
         results = await asyncio.gather(*calls) if calls else []
         return [v for v in results if v is not None]
 
-    async def _until_done(
-        self, client: ServiceClient, path: str, body: dict[str, str], who: str
-    ) -> Violation | None:
-        try:
-            await retry_forever(
-                lambda: client.request("POST", path, json=body, attempts=1),
-                what=f"{path} {body}", backoff_s=self._backoff_s, max_backoff_s=self._max_backoff_s,
-            )
-        except ConflictError as exc:
-            log.error("PROTOCOL VIOLATION: %s %s answered 409 to %s: %s",
-                      body["txn_id"], who, body["action"], exc.message)
-            return Violation(who, body["action"], exc.message, time.time_ns() // 1_000_000)
-        return None
+    async def _until_done(self, client: HttpClient, path: str, body: BaseModel, who: str) -> Violation | None:
+        """Send until the participant answers. A 404 counts as done: it has nothing of that
+        transaction to end (say, the topic was deleted), and waiting would block the end forever.
+        A 409 ``conflict`` is not retried (see the module docstring); a 409 ``fenced`` decodes
+        as :class:`~streamtx.errors.FencedError`, not a conflict, and is retried like a 503."""
+        what = f"{path} {body.model_dump(mode='json')}"
+        action = str(getattr(body, "action", ""))
+
+        def retrying(attempt: int, exc: BaseException) -> None:
+            # Warn on the first failures and then now and then, not on every retry.
+            if attempt <= 3 or attempt % 20 == 0:
+                log.warning("%s failed (try %d), retrying: %r", what, attempt, exc)
+
+        async def once() -> Violation | None:
+            try:
+                await client.request("POST", path, json=body, retry=ONCE)
+            except NotFoundError as exc:
+                log.warning("%s: participant answered 404, nothing to end: %s", what, exc.message)
+            except ConflictError as exc:
+                log.error("PROTOCOL VIOLATION: %s %s answered 409 to %s: %s",
+                          getattr(body, "txn_id", "?"), who, action, exc.message)
+                return Violation(who, action, exc.message, time.time_ns() // 1_000_000)
+            return None
+
+        return await self._until_done_policy.run(once, on_retry=retrying)
 
     async def aclose(self) -> None:
-        for client in (self._broker, self._pendingack):
-            if client is not None:
-                await client.aclose()
-
-
-async def retry_forever(
-    call: Callable[[], Awaitable[object]], *, what: str, backoff_s: float, max_backoff_s: float
-) -> None:
-    """Run ``call`` until it succeeds, sleeping a jittered, doubling delay between tries.
-
-    A 404 counts as done: the participant has nothing of that transaction to
-    end (say, the topic was deleted), and waiting would block the end forever.
-    A 409 (other than ``fenced``) is raised: retrying cannot change it.
-    """
-    delay = backoff_s
-    attempt = 0
-    while True:
-        try:
-            await call()
-            return
-        except NotFoundError as exc:
-            log.warning("%s: participant answered 404, nothing to end: %s", what, exc.message)
-            return
-        except ConflictError as exc:
-            if exc.code != _fenced_code:
-                raise
-            failure: Exception = exc  # the participant lost its ledger: its successor will answer
-        except Exception as exc:  # any failure (even a garbled 200) is retried: the end must land
-            failure = exc
-        attempt += 1
-        # Warn on the first failures and then now and then, not on every retry.
-        if attempt <= 3 or attempt % 20 == 0:
-            log.warning("%s failed (try %d), retrying: %r", what, attempt, failure)
-        await asyncio.sleep(delay * (0.5 + random.random()))
-        delay = min(delay * 2, max_backoff_s)
-
-
-def _sub_body(txn: TxnId, sub: Subscription) -> dict[str, str]:
-    return {"txn_id": str(txn), "topic": sub.topic, "subscription": sub.subscription}
+        await self._broker.aclose()
+        await self._pendingack.aclose()

@@ -20,7 +20,7 @@ from __future__ import annotations
 from collections.abc import Collection, Iterable
 from typing import TypeVar
 
-from streamtx.coordinator.txnid import TxnId
+from streamtx.contracts.txnid import TxnId
 from streamtx.errors import ConflictError, TooManyRequestsError
 
 T = TypeVar("T")

@@ -34,8 +34,8 @@ import struct
 from dataclasses import dataclass
 from typing import NamedTuple
 
+from streamtx.contracts.txnid import TxnId
 from streamtx.coordinator.state import EndReason, TxnState
-from streamtx.coordinator.txnid import TxnId
 from streamtx.errors import CorruptEntryError
 from streamtx.ledger.base import Position
 

@@ -10,16 +10,15 @@ from collections.abc import Callable, Iterator
 from prometheus_client import REGISTRY, CollectorRegistry
 
 from streamtx.batching.metrics import tc_metrics
+from streamtx.contracts.txnid import TxnId
 from streamtx.coordinator.coordinator import CoordinatorConfig, TransactionCoordinator
 from streamtx.coordinator.log import TransactionLog
 from streamtx.coordinator.metrics import CoordinatorMetrics
 from streamtx.coordinator.participants_client import Participants
 from streamtx.coordinator.quota import OpenTxnQuota
 from streamtx.coordinator.settings import CoordinatorSettings
-from streamtx.coordinator.txnid import TxnId
-from streamtx.errors import NotFoundError, NotOwnerError, UnavailableError
+from streamtx.errors import NotOwnerError, NotServedError, UnavailableError
 from streamtx.ledger import LedgerFactory
-from streamtx.service.txnlookup import NOT_SERVED
 
 log = logging.getLogger(__name__)
 
@@ -152,16 +151,16 @@ class Coordinators:
                 owner = self.owners[cid]
                 raise NotOwnerError(f"coordinator {cid} is owned by {owner or 'nobody yet (moving)'}",
                                     owner=owner)
-            raise NotFoundError(f"coordinator {cid} is {NOT_SERVED} (this process owns {self.ids})")
+            raise NotServedError(f"coordinator {cid} is not served here (this process owns {self.ids})")
         return tc
 
     def owner(self, txn: TxnId) -> TransactionCoordinator:
         """The coordinator of a transaction: 404 when not ours, 503 while it recovers."""
         try:
             return self.by_id(txn.coordinator_id)
-        except NotFoundError:
-            raise NotFoundError(
-                f"transaction {txn} belongs to coordinator {txn.coordinator_id}, {NOT_SERVED}"
+        except NotServedError:
+            raise NotServedError(
+                f"transaction {txn} belongs to coordinator {txn.coordinator_id}, not served here"
             ) from None
 
     async def close(self) -> None:

@@ -13,7 +13,7 @@ from pydantic import Field, field_validator, model_validator
 from pydantic_settings import NoDecode, SettingsConfigDict
 
 from streamtx.batching.settings import BatchingSettings
-from streamtx.coordinator.txnid import max_coordinator_id
+from streamtx.contracts.txnid import max_coordinator_id
 from streamtx.service import ServiceSettings
 
 

@@ -19,25 +19,10 @@ from __future__ import annotations
 
 from enum import Enum, IntEnum
 
+from streamtx.contracts.states import Action, TxnState, ending_states, final_states
 
-class TxnState(IntEnum):
-    """A transaction's state; the int is its code in log records."""
-
-    OPEN = 0
-    COMMITTING = 1
-    COMMITTED = 2
-    ABORTING = 3
-    ABORTED = 4
-    TIMEOUT = 5
-
-    @property
-    def is_final(self) -> bool:
-        return self in _final
-
-    @property
-    def is_ending(self) -> bool:
-        """COMMITTING or ABORTING: decided, fan-out not yet finished."""
-        return self in ending_states
+__all__ = ["Action", "Decision", "EndReason", "TxnState", "ending_states", "final_states",
+           "is_transition_valid"]
 
 
 class EndReason(IntEnum):
@@ -46,13 +31,6 @@ class EndReason(IntEnum):
     CLIENT = 0  # the client asked
     TIMEOUT = 1  # it outlived its timeout
     CONFLICT = 2  # a subscription refused the commit (overlapping commit)
-
-
-class Action(Enum):
-    """What a client asks for at the end of a transaction."""
-
-    COMMIT = "commit"
-    ABORT = "abort"
 
 
 class Decision(Enum):
@@ -64,8 +42,6 @@ class Decision(Enum):
     CONFLICT = "conflict"  # the other end is in progress or done: 409
 
 
-_final = final_states = frozenset({TxnState.COMMITTED, TxnState.ABORTED, TxnState.TIMEOUT})
-ending_states = frozenset({TxnState.COMMITTING, TxnState.ABORTING})
 
 _transitions: dict[TxnState, frozenset[TxnState]] = {
     TxnState.OPEN: frozenset({TxnState.COMMITTING, TxnState.ABORTING}),

@@ -20,6 +20,7 @@ import logging
 from collections import deque
 from dataclasses import dataclass, field
 
+from streamtx.contracts.txnid import TxnId
 from streamtx.coordinator.records import (
     AddPartitions,
     LogRef,
@@ -36,7 +37,6 @@ from streamtx.coordinator.state import (
     final_states,
     is_transition_valid,
 )
-from streamtx.coordinator.txnid import TxnId
 
 log = logging.getLogger(__name__)
 

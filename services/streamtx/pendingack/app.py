@@ -10,19 +10,19 @@ from contextlib import asynccontextmanager
 from fastapi import FastAPI
 
 from streamtx.ledger import open_ledger_factory
-from streamtx.pendingack.broker_client import BrokerNotifier, HttpBrokerNotifier, NoBroker
+from streamtx.peers import CoordinatorLookup
+from streamtx.pendingack.broker_client import BrokerClient
 from streamtx.pendingack.metrics import PendingAckMetrics
 from streamtx.pendingack.registry import PendingAckStores
 from streamtx.pendingack.routes import acks, admin, txn
 from streamtx.pendingack.settings import PendingAckSettings
-from streamtx.pendingack.txnchecker import CoordinatorLookup, StuckTxnChecker
+from streamtx.pendingack.txnchecker import StuckTxnChecker
 from streamtx.pendingack.writer import writer_factory
 from streamtx.service import ServiceState, create_app, include_hot
 
 
-def build_app(settings: PendingAckSettings | None = None) -> FastAPI:
-    """The app; its ledger store, broker client and stores live in the lifespan."""
-    settings = settings or PendingAckSettings.from_env()
+def build_app(settings: PendingAckSettings) -> FastAPI:
+    """The pending-ack app; its ledgers, broker client and stores live in the lifespan."""
     state = ServiceState()
     # Domain metrics go to the default registry, which /metrics serves; one
     # app per process, so they are created once.
@@ -31,11 +31,8 @@ def build_app(settings: PendingAckSettings | None = None) -> FastAPI:
     @asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
         ledgers = open_ledger_factory(settings.ledger_url)
-        notifier: BrokerNotifier = (
-            HttpBrokerNotifier(settings.broker_url, timeout_s=settings.broker_end_timeout_s,
-                               token=settings.outgoing_token())
-            if settings.broker_url else NoBroker()
-        )
+        notifier = BrokerClient(settings.broker_url, timeout_s=settings.broker_end_timeout_s,
+                                token=settings.outgoing_token())
         stores = PendingAckStores(
             ledgers, settings, notifier=notifier,
             writer_factory=writer_factory(settings), metrics=metrics,

@@ -9,17 +9,14 @@ runs out; then the end fails with 503 and the coordinator retries it.
 from __future__ import annotations
 
 import abc
-import asyncio
 import logging
-import time
 
+from streamtx.contracts import Action, TxnId
+from streamtx.contracts.models import SubscriptionAcksEnd
 from streamtx.errors import UnavailableError
-from streamtx.service import ServiceClient
+from streamtx.transport import HttpClient, RetryPolicy
 
 log = logging.getLogger(__name__)
-
-_first_backoff_s = 0.05
-_max_backoff_s = 2.0
 
 
 class BrokerNotifier(abc.ABC):
@@ -27,7 +24,7 @@ class BrokerNotifier(abc.ABC):
 
     @abc.abstractmethod
     async def end(
-        self, topic: str, subscription: str, txn_id: str, action: str, message_ids: list[str],
+        self, topic: str, subscription: str, txn: TxnId, action: Action, message_ids: list[str],
         *, cumulative_message_ids: list[str] | None = None,
     ) -> None:
         """Return once the broker applied the end (or raise UnavailableError)."""
@@ -36,47 +33,36 @@ class BrokerNotifier(abc.ABC):
         """Release connections."""
 
 
-class HttpBrokerNotifier(BrokerNotifier):
-    """Calls the broker over HTTP, retrying transport errors and 5xx until ``timeout_s``."""
+class BrokerClient(BrokerNotifier):
+    """Calls the broker over HTTP, retrying transport errors and 5xx until ``timeout_s``.
 
-    def __init__(self, broker_url: str, *, timeout_s: float, token: str | None = None) -> None:
-        self._client = ServiceClient(broker_url, token=token, attempts=3)
-        self._timeout_s = timeout_s
+    Without a broker URL (a store run alone) an end is only logged.
+    """
+
+    def __init__(self, broker_url: str | None, *, timeout_s: float, token: str | None = None) -> None:
+        self._client = HttpClient(broker_url, peer="broker", setting="STREAMTX_BROKER_URL", token=token,
+                                  retry=RetryPolicy(attempts=None, deadline_s=timeout_s))
 
     async def end(
-        self, topic: str, subscription: str, txn_id: str, action: str, message_ids: list[str],
+        self, topic: str, subscription: str, txn: TxnId, action: Action, message_ids: list[str],
         *, cumulative_message_ids: list[str] | None = None,
     ) -> None:
-        body = {
-            "topic": topic, "subscription": subscription, "txn_id": txn_id, "action": action,
-            "message_ids": message_ids, "cumulative_message_ids": cumulative_message_ids or [],
-        }
-        deadline = time.monotonic() + self._timeout_s
-        delay = _first_backoff_s
-        while True:
-            try:
-                await self._client.request("POST", "/v1/txn/subscriptions/end", json=body)
-                return
-            except UnavailableError as exc:
-                # ServiceClient raises only retriable errors as UnavailableError;
-                # a 4xx is final and propagates as its own class.
-                if time.monotonic() + delay > deadline:
-                    raise UnavailableError(f"broker did not apply {action} of {txn_id}: {exc}") from exc
-                log.warning("broker end of %s on %s/%s failed, retrying: %s",
-                            txn_id, topic, subscription, exc)
-                await asyncio.sleep(delay)
-                delay = min(delay * 2, _max_backoff_s)
+        if not self._client.configured:
+            log.warning("no broker_url: %s of %s on %s/%s not sent to a broker",
+                        action.value, txn, topic, subscription)
+            return
+        body = SubscriptionAcksEnd.model_construct(
+            topic=topic, subscription=subscription, txn_id=txn, action=action,
+            message_ids=message_ids, cumulative_message_ids=cumulative_message_ids or [])
+
+        def retrying(attempt: int, exc: BaseException) -> None:
+            log.warning("broker end of %s on %s/%s failed (try %d), retrying: %s",
+                        txn, topic, subscription, attempt, exc)
+
+        try:
+            await self._client.request("POST", "/v1/txn/subscriptions/end", json=body, on_retry=retrying)
+        except UnavailableError as exc:  # a 4xx is final and propagates as its own class
+            raise UnavailableError(f"broker did not apply {action.value} of {txn}: {exc}") from exc
 
     async def aclose(self) -> None:
         await self._client.aclose()
-
-
-class NoBroker(BrokerNotifier):
-    """No broker configured (a store run alone): ends are only logged here."""
-
-    async def end(
-        self, topic: str, subscription: str, txn_id: str, action: str, message_ids: list[str],
-        *, cumulative_message_ids: list[str] | None = None,
-    ) -> None:
-        log.warning("no broker_url: %s of %s on %s/%s not sent to a broker",
-                    action, txn_id, topic, subscription)

@@ -32,6 +32,7 @@ import struct
 from dataclasses import dataclass
 from typing import NamedTuple
 
+from streamtx.contracts.txnid import TxnId
 from streamtx.errors import CorruptEntryError, MalformedError
 
 _header = struct.Struct(">BQQ")
@@ -48,27 +49,6 @@ class RecordKind(enum.IntEnum):
     PREPARED = 2
     COMMITTED = 3
     ABORTED = 4
-
-
-class TxnId(NamedTuple):
-    """A transaction id, ``"{most}:{least}"`` in JSON."""
-
-    most: int
-    least: int
-
-    def __str__(self) -> str:
-        return f"{self.most}:{self.least}"
-
-    @classmethod
-    def parse(cls, text: str) -> TxnId:
-        """Parse ``"most:least"``; MalformedError (400) on anything else."""
-        most, sep, least = text.partition(":")
-        if not (sep and most.isdigit() and least.isdigit()):
-            raise MalformedError(f"transaction id {text[:80]!r} is not '<most>:<least>'")
-        txn = cls(int(most), int(least))
-        if txn.most > _u64_max or txn.least > _u64_max:
-            raise MalformedError("transaction id halves must be unsigned 64-bit integers")
-        return txn
 
 
 class MessageId(NamedTuple):

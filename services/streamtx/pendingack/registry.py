@@ -27,11 +27,11 @@ import re
 from collections import OrderedDict
 from collections.abc import AsyncIterator
 
+from streamtx.contracts.txnid import TxnId
 from streamtx.errors import ConflictError, MalformedError, NotFoundError
 from streamtx.ledger import LedgerFactory
 from streamtx.pendingack.broker_client import BrokerNotifier
 from streamtx.pendingack.metrics import PendingAckMetrics
-from streamtx.pendingack.records import TxnId
 from streamtx.pendingack.settings import PendingAckSettings
 from streamtx.pendingack.store import PendingAckStore, WriterFactory, log_name
 

@@ -46,10 +46,3 @@ class PendingAckSettings(ServiceSettings):
         default=120.0, gt=0, description="age of a transaction's acks before the coordinator is asked, s",
     )
     stuck_txn_interval_s: float = Field(default=10.0, gt=0, description="time between stuck-txn checks, s")
-
-    @classmethod
-    def from_env(cls) -> PendingAckSettings:
-        """Read the settings from the environment, validated."""
-        # The base class gives its defaults positionally, which mypy's view of
-        # pydantic cannot see, so it would call every field required.
-        return cls()  # type: ignore[call-arg]

@@ -32,6 +32,7 @@ from prometheus_client import CollectorRegistry
 
 from streamtx.batching import compacted
 from streamtx.batching.replay import replay_entries, replay_records
+from streamtx.contracts import Action, TxnId
 from streamtx.cursor import Cursor
 from streamtx.errors import ConflictError, FencedError, LedgerError, MalformedError, UnavailableError
 from streamtx.ledger import Ledger, LedgerFactory, Position
@@ -42,7 +43,6 @@ from streamtx.pendingack.records import (
     PendingAck,
     Record,
     RecordKind,
-    TxnId,
     TxnMarker,
     decode,
 )
@@ -287,7 +287,7 @@ class PendingAckStore:
             await self._inflight_done.wait_for(lambda: txn not in self._inflight)
         ids = acks.message_ids()
         await self._notifier.end(
-            self.topic, self.subscription, str(txn), "commit" if commit else "abort",
+            self.topic, self.subscription, txn, Action.COMMIT if commit else Action.ABORT,
             [str(m) for m in ids],
             cumulative_message_ids=[str(c) for _, c in sorted(acks.cumulative.items())],
         )

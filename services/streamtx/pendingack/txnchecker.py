@@ -8,15 +8,23 @@ before the first ack and was forgotten in a restart) would hold its messages
 forever. So every ``stuck_txn_interval_s`` the store asks the coordinator
 (``GET {coordinator_url}/v1/transactions/{txn}``) about each transaction that
 has held acks here for longer than ``stuck_txn_after_s``, and ends it the way
-the coordinator did. The coordinator's answers and what they mean are
-:mod:`streamtx.service.txnlookup`'s (shared with the broker's checker,
-``streamtx.broker.txnchecker``).
+the coordinator did:
+
+* ``COMMITTED`` -> commit; ``ABORTED`` or ``TIMEOUT`` -> abort;
+* 404 (the coordinator does not know it, e.g. its records were deleted after
+  ``finished_retention_ms``) -> abort, except the 404 of a coordinator that
+  does not serve the transaction's coordinator id (nothing is known then);
+* ``OPEN``, ``COMMITTING``, ``ABORTING`` or no answer -> left alone: the
+  coordinator still ends it (its timeout, its retried fan-out), or the next
+  round asks again.
 
 A transaction whose end is running right now is skipped; one whose end failed
 (the broker was down) and nobody repeats it is ended by a later round.
 
 Only the subscriptions opened since this process started are checked (see
-:mod:`.registry`). Without a coordinator URL nothing is checked.
+:mod:`.registry`). Without a coordinator URL nothing is checked. The broker's
+checker for transaction buffers (``streamtx.broker.txnchecker``) asks the same
+question through the same :class:`streamtx.peers.CoordinatorLookup`.
 """
 
 from __future__ import annotations
@@ -25,16 +33,15 @@ import asyncio
 import logging
 from collections.abc import Awaitable, Callable, Iterable
 
+from streamtx.contracts import Action, TxnId
 from streamtx.errors import StreamtxError
-from streamtx.pendingack.records import TxnId
 from streamtx.pendingack.store import PendingAckStore
-from streamtx.service.txnlookup import CoordinatorLookup, Verdict, verdict_of
-
-__all__ = ["CoordinatorLookup", "Lookup", "StuckTxnChecker", "Verdict", "verdict_of"]
 
 log = logging.getLogger(__name__)
 
-Lookup = Callable[[TxnId], Awaitable[Verdict]]
+#: How the coordinator ended a transaction: the end to apply, or None to leave it for now
+#: (:class:`streamtx.peers.CoordinatorLookup` is the real one).
+Lookup = Callable[[TxnId], Awaitable[Action | None]]
 
 
 class StuckTxnChecker:
@@ -56,16 +63,17 @@ class StuckTxnChecker:
     async def check(self, stores: Iterable[PendingAckStore]) -> int:
         """One round; returns how many transactions it ended."""
         ended = 0
-        verdicts: dict[TxnId, Verdict] = {}  # one question per transaction per round
+        verdicts: dict[TxnId, Action | None] = {}  # one question per transaction per round
         for store in list(stores):
             for txn in store.state.stuck_txns(self._after_s):
                 if store.ending_now(txn):
                     continue  # the coordinator's end is running; if it fails, the next round sees it
                 if txn not in verdicts:
                     verdicts[txn] = await self._lookup(txn)
-                commit = verdicts[txn]
-                if commit is None:
+                action = verdicts[txn]
+                if action is None:
                     continue
+                commit = action is Action.COMMIT
                 try:
                     await store.end(txn, commit)
                 except StreamtxError as exc:
@@ -74,5 +82,5 @@ class StuckTxnChecker:
                     continue
                 ended += 1
                 log.warning("%s/%s: ended stuck txn %s (%s) as the coordinator did",
-                            store.topic, store.subscription, txn, "commit" if commit else "abort")
+                            store.topic, store.subscription, txn, action.value)
         return ended

@@ -20,7 +20,7 @@ from streamtx.replication.policies import Policies
 from streamtx.replication.replicator import PartitionReplicator
 from streamtx.replication.settings import ReplicationSettings
 from streamtx.replication.store import PolicyStore
-from streamtx.service import ServiceClient
+from streamtx.transport import ONCE, HttpClient, RetryPolicy
 
 log = logging.getLogger(__name__)
 
@@ -30,7 +30,7 @@ Key = tuple[str, int, str]  # (topic, partition, remote cluster)
 class Controller:
     """Create with :meth:`open`; :meth:`start` runs the scan loop."""
 
-    def __init__(self, settings: ReplicationSettings, store: PolicyStore, local: ServiceClient) -> None:
+    def __init__(self, settings: ReplicationSettings, store: PolicyStore, local: HttpClient) -> None:
         self.settings = settings
         self.store = store
         self.local = local
@@ -45,8 +45,8 @@ class Controller:
         if not settings.broker_url:
             raise UnavailableError("the replication controller needs STREAMTX_BROKER_URL")
         store = await PolicyStore.open(ledgers, settings.cluster)
-        local = ServiceClient(settings.broker_url, token=settings.outgoing_token(),
-                              timeout_s=settings.read_wait_ms / 1000 + 10)
+        local = HttpClient(settings.broker_url, token=settings.outgoing_token(),
+                           timeout_s=settings.read_wait_ms / 1000 + 10, retry=RetryPolicy(attempts=5))
         return cls(settings, store, local)
 
     @property
@@ -66,7 +66,7 @@ class Controller:
             await asyncio.sleep(self.settings.scan_interval_s)
 
     async def scan(self) -> None:
-        body = await self.local.request("GET", "/v1/replication/topics", attempts=1)
+        body = await self.local.request("GET", "/v1/replication/topics", retry=ONCE)
         wanted: dict[Key, int] = {}
         for t in body["topics"]:
             for remote in self.policies.remotes_for(t["topic"]):
@@ -83,7 +83,7 @@ class Controller:
                                         partition=index, partitions=partitions, settings=self.settings)
                 self.replicators[key] = (r, asyncio.create_task(r.run()))
 
-    async def _remote(self, name: str) -> ServiceClient:
+    async def _remote(self, name: str) -> HttpClient:
         url = self.policies.clusters.get(name)
         if url is None:
             raise UnavailableError(f"cluster {name} is not registered")

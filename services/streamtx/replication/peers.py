@@ -5,14 +5,14 @@ from __future__ import annotations
 import logging
 
 from streamtx.errors import ConflictError, UnavailableError
-from streamtx.service import ServiceClient
+from streamtx.transport import HttpClient, RetryPolicy
 
 log = logging.getLogger(__name__)
 
 
 async def discover(service_url: str, *, timeout_s: float, token: str | None) -> tuple[str, str]:
     """``(cluster name, broker URL)`` a service of a cluster advertises."""
-    client = ServiceClient(service_url, timeout_s=timeout_s, attempts=2, token=token)
+    client = HttpClient(service_url, timeout_s=timeout_s, retry=RetryPolicy(attempts=2), token=token)
     try:
         body = await client.request("GET", "/v1/cluster")
     finally:
@@ -27,7 +27,7 @@ class Peers:
     def __init__(self, *, timeout_s: float, token: str | None) -> None:
         self.timeout_s = timeout_s
         self.token = token
-        self._clients: dict[str, tuple[str, ServiceClient]] = {}  # name -> (service_url, client)
+        self._clients: dict[str, tuple[str, HttpClient]] = {}  # name -> (service_url, client)
 
     async def check(self, name: str, service_url: str) -> str | None:
         """The broker URL of ``service_url`` if it answers; 409 if it is another cluster."""
@@ -40,7 +40,7 @@ class Peers:
             raise ConflictError(f"{service_url} is cluster {cluster!r}, not {name!r}")
         return broker
 
-    async def broker(self, name: str, service_url: str) -> ServiceClient:
+    async def broker(self, name: str, service_url: str) -> HttpClient:
         """The remote cluster's broker client (503 while it cannot be discovered)."""
         got = self._clients.get(name)
         if got is not None and got[0] == service_url:
@@ -48,7 +48,7 @@ class Peers:
         cluster, broker = await discover(service_url, timeout_s=self.timeout_s, token=self.token)
         if cluster != name:
             raise UnavailableError(f"{service_url} answers as cluster {cluster!r}, not {name!r}")
-        client = ServiceClient(broker, timeout_s=self.timeout_s, attempts=2, token=self.token)
+        client = HttpClient(broker, timeout_s=self.timeout_s, retry=RetryPolicy(attempts=2), token=self.token)
         if got is not None:
             await got[1].aclose()
         self._clients[name] = (service_url, client)

@@ -19,12 +19,12 @@ from typing import Any
 
 from streamtx.errors import NotFoundError, StreamtxError
 from streamtx.replication.settings import ReplicationSettings
-from streamtx.service import ServiceClient
+from streamtx.transport import HttpClient
 
 log = logging.getLogger(__name__)
 
 #: The remote's broker client for a cluster name (raises while undiscoverable).
-RemoteOf = Callable[[str], Awaitable[ServiceClient]]
+RemoteOf = Callable[[str], Awaitable[HttpClient]]
 #: Called with each batch read (the snapshot logic watches markers pass).
 Observer = Callable[[list[dict[str, Any]]], None]
 
@@ -32,7 +32,7 @@ Observer = Callable[[list[dict[str, Any]]], None]
 class PartitionReplicator:
     """Copies one partition's local entries to one remote cluster, forever."""
 
-    def __init__(self, *, local: ServiceClient, remote_of: RemoteOf, local_cluster: str, remote: str,
+    def __init__(self, *, local: HttpClient, remote_of: RemoteOf, local_cluster: str, remote: str,
                  topic: str, partition: int, partitions: int, settings: ReplicationSettings) -> None:
         self.local = local
         self.remote_of = remote_of
@@ -103,7 +103,7 @@ class PartitionReplicator:
             await self._ensure_remote_topic(remote)
             await remote.request("POST", "/v1/replication/write", json=body)
 
-    async def _ensure_remote_topic(self, remote: ServiceClient) -> None:
+    async def _ensure_remote_topic(self, remote: HttpClient) -> None:
         """Create the topic there as it is here, if missing (Pulsar auto-creates it too); idempotent."""
         await remote.request("POST", "/v1/replication/topics",
                              json={"topic": self.topic, "partitions": self.partitions})

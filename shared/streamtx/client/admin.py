@@ -6,16 +6,14 @@ from typing import Any
 
 from streamtx.client.client import StreamtxClient
 from streamtx.client.names import path_of
-from streamtx.errors import MalformedError
+from streamtx.contracts import TxnId
 
 _v3 = "/admin/v3/transactions"
 
 
 def _txn_path(txn_id: str) -> str:
-    most, sep, least = txn_id.partition(":")
-    if not (sep and most.isdigit() and least.isdigit()):
-        raise MalformedError(f"transaction id {txn_id!r} is not '<most>:<least>'")
-    return f"{most}/{least}"
+    txn = TxnId.parse(txn_id)  # MalformedError for anything the services would refuse
+    return f"{txn.most}/{txn.least}"
 
 
 class AdminClient:

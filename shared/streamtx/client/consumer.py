@@ -99,7 +99,7 @@ class Consumer:
         if txn is not None:
             await txn.add_subscription(self.topic, self.subscription)
         if self.binary:
-            content = wire.encode_acks(ids, txn=None if txn is None else wire.parse_txn(txn.txn_id),
+            content = wire.encode_acks(ids, txn=None if txn is None else txn.id,
                                        cumulative=cumulative)
             await self._broker.call_bytes("POST", f"{self._path}/acks", content=content,
                                           content_type=wire.CONTENT_TYPE)

@@ -1,45 +1,39 @@
-"""The SDK's HTTP layer: one keep-alive httpx client per service, errors as streamtx errors.
+"""The SDK's HTTP layer: one keep-alive httpx client shared by every service's :class:`Endpoint`.
 
 Only calls that are safe to repeat are retried (reads, the coordinator's
 idempotent calls, a named producer's sends, acks); an unnamed producer's send
-is never retried, since the broker could not drop the duplicate.
+is never retried, since the broker could not drop the duplicate. The HTTP
+client and the retry policy are :mod:`streamtx.transport`'s, as in the services.
 """
 
 from __future__ import annotations
 
-import asyncio
-import random
 from typing import Any
 
 import httpx
 
-from streamtx.errors import StreamtxError, UnavailableError
-from streamtx.redirect import send_to_owner
-from streamtx.service.http import error_from_response
+from streamtx.errors import AuthError
+from streamtx.transport import ONCE, HttpClient, RetryPolicy
 
-_attempts = 4
-_first_backoff_s = 0.05
+__all__ = ["SDK_RETRY", "AuthError", "Endpoint"]
 
-
-class AuthError(StreamtxError):
-    """The token is missing (401) or not allowed here (403)."""
-
-    code, status = "unauthorized", 401
+#: What the SDK does with a call that is safe to repeat: four tries, 50 ms doubling.
+SDK_RETRY = RetryPolicy(attempts=4, backoff_s=0.05, max_backoff_s=2.0)
 
 
 class Endpoint:
     """Calls to one service's base URL."""
 
-    def __init__(self, client: httpx.AsyncClient, base_url: str) -> None:
-        self._client = client
-        self.base_url = base_url.rstrip("/")
+    def __init__(self, client: httpx.AsyncClient, base_url: str, retry: RetryPolicy = SDK_RETRY) -> None:
+        self._http = HttpClient(base_url, http=client, retry=retry)
+        self.base_url = self._http.base_url
 
     async def call(
         self, method: str, path: str, *, json: Any = None, params: Any = None, idempotent: bool = True,
     ) -> Any:
         """Send; return the decoded JSON body, or raise the error the response stands for."""
-        response = await self._send(method, path, {"json": json, "params": params}, idempotent)
-        return response.json() if response.content else None
+        return await self._http.request(method, path, json=json, params=params,
+                                        retry=None if idempotent else ONCE)
 
     async def call_bytes(
         self, method: str, path: str, *, content: bytes | None = None, content_type: str | None = None,
@@ -51,34 +45,6 @@ class Endpoint:
             headers["content-type"] = content_type
         if accept is not None:
             headers["accept"] = accept
-        response = await self._send(method, path, {"content": content, "params": params, "headers": headers},
-                                    idempotent)
+        response = await self._http.send(method, path, content=content, headers=headers, params=params,
+                                         retry=None if idempotent else ONCE)
         return response.headers.get("content-type", ""), response.content
-
-    async def _send(self, method: str, path: str, kw: dict[str, Any], idempotent: bool) -> httpx.Response:
-        delay = _first_backoff_s
-        attempts = _attempts if idempotent else 1
-        for attempt in range(attempts):
-            try:
-                response = await send_to_owner(self._client, method, self.base_url + path, **kw)
-            except httpx.HTTPError as exc:
-                error: StreamtxError = UnavailableError(f"{method} {path}: {exc!r}")
-            else:
-                if response.status_code < 400:
-                    return response
-                error = _error(response)
-                if not error.retriable:
-                    raise error
-            if attempt == attempts - 1:
-                raise error
-            await asyncio.sleep(delay * (0.5 + random.random()))
-            delay *= 2
-        raise AssertionError("unreachable")
-
-
-def _error(response: httpx.Response) -> StreamtxError:
-    if response.status_code in (401, 403):
-        err = AuthError(f"{response.request.method} {response.request.url.path}: {response.text[:200]}")
-        err.status = response.status_code
-        return err
-    return error_from_response(response)

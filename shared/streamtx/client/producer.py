@@ -84,7 +84,7 @@ class Producer:
             await txn.add_partitions(self._partition_topic(p) for p in set(routed))
         body, order = wire.encode_produce_routed(
             [(p, wire.Msg(m.value, m.key, m.properties)) for p, m in zip(routed, messages, strict=True)],
-            txn=None if txn is None else wire.parse_txn(txn.txn_id),
+            txn=None if txn is None else txn.id,
             producer=(None if identity is None
                       else (identity["name"], identity["epoch"], identity["sequence"])),
         )

@@ -16,6 +16,7 @@ from types import TracebackType
 from typing import Any
 
 from streamtx.client.http import Endpoint
+from streamtx.contracts import TxnId, TxnState
 from streamtx.errors import StreamtxError
 
 log = logging.getLogger(__name__)
@@ -26,8 +27,10 @@ class Transaction:
 
     def __init__(self, coordinator: Endpoint, txn_id: str) -> None:
         self._tc = coordinator
-        self.txn_id = txn_id
-        self.state = "OPEN"
+        self.id = TxnId.parse(txn_id)  # the coordinator's answer, checked by the one parser
+        self.txn_id = str(self.id)
+        #: The state's name as the coordinator reports it (a :class:`TxnState` name).
+        self.state = TxnState.OPEN.name
         self._partitions: dict[str, asyncio.Future[None]] = {}
         self._subscriptions: dict[tuple[str, str], asyncio.Future[None]] = {}
 
@@ -84,16 +87,21 @@ class Transaction:
     async def commit(self) -> None:
         """Commit; ConflictError (409) when the coordinator already aborted it."""
         body = await self._tc.call("POST", f"/v1/transactions/{self.txn_id}/commit")
-        self.state = str(body.get("state", "COMMITTED")) if isinstance(body, dict) else "COMMITTED"
+        self.state = _state_of(body, TxnState.COMMITTED)
 
     async def abort(self) -> None:
         """Abort; ConflictError (409) when it is already committing or committed."""
         body = await self._tc.call("POST", f"/v1/transactions/{self.txn_id}/abort")
-        self.state = str(body.get("state", "ABORTED")) if isinstance(body, dict) else "ABORTED"
+        self.state = _state_of(body, TxnState.ABORTED)
 
     async def metadata(self) -> Any:
         """The coordinator's view: state, partitions, subscriptions, timestamps."""
         return await self._tc.call("GET", f"/v1/transactions/{self.txn_id}")
+
+
+def _state_of(body: Any, default: TxnState) -> str:
+    state = TxnState.parse(body.get("state")) if isinstance(body, dict) else None
+    return (state or default).name
 
 
 class TransactionScope:

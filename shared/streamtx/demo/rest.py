@@ -11,18 +11,15 @@ is kept to the handful of calls below so the swap is local.
 
 from __future__ import annotations
 
-import asyncio
 import base64
-import random
-import time
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from typing import Any, TypeVar
 
 import httpx
 
-from streamtx.errors import StreamtxError, UnavailableError
-from streamtx.service.http import error_from_response
+from streamtx.contracts import TxnId
+from streamtx.transport import ONCE, HttpClient, RetryPolicy
 from streamtx.wire import batch as wire
 
 tenant, namespace = "public", "demo"
@@ -74,16 +71,18 @@ class Rest:
     def __init__(self, coordinator_url: str, broker_url: str, *, timeout_s: float = 10.0,
                  binary: bool = True) -> None:
         self.binary = binary
-        limits = httpx.Limits(max_connections=32, max_keepalive_connections=32)
         self._timeout_s = timeout_s
-        self._tc = httpx.AsyncClient(base_url=coordinator_url.rstrip("/"), timeout=timeout_s, limits=limits)
-        self._br = httpx.AsyncClient(base_url=broker_url.rstrip("/"), timeout=timeout_s, limits=limits)
+        self._tc = HttpClient(coordinator_url, retry=ONCE, timeout_s=timeout_s, max_connections=32)
+        self._br = HttpClient(broker_url, retry=ONCE, timeout_s=timeout_s, max_connections=32)
 
     @classmethod
     async def discover(cls, url: str, *, timeout_s: float = 10.0) -> Rest:
         """Find the coordinator and broker through any service's ``/v1/cluster``."""
-        async with httpx.AsyncClient(timeout=timeout_s) as c:
-            services = (await c.get(f"{url.rstrip('/')}/v1/cluster")).json()["services"]
+        any_service = HttpClient(url, retry=ONCE, timeout_s=timeout_s)
+        try:
+            services = (await any_service.request("GET", "/v1/cluster"))["services"]
+        finally:
+            await any_service.aclose()
         return cls(services["coordinator"], services["broker"], timeout_s=timeout_s)
 
     async def aclose(self) -> None:
@@ -91,24 +90,16 @@ class Rest:
         await self._br.aclose()
 
     @staticmethod
-    async def _call(client: httpx.AsyncClient, method: str, path: str, **kw: Any) -> Any:
-        try:
-            response = await client.request(method, path, **kw)
-        except httpx.HTTPError as exc:
-            raise UnavailableError(f"{method} {path}: {exc!r}") from exc
-        if response.status_code >= 400:
-            raise error_from_response(response)
-        return response.json() if response.content else None
+    async def _call(client: HttpClient, method: str, path: str, *, json: Any = None, params: Any = None,
+                    timeout: float | None = None) -> Any:
+        return await client.request(method, path, json=json, params=params, timeout_s=timeout)
 
     @staticmethod
-    async def _call_bytes(client: httpx.AsyncClient, method: str, path: str, **kw: Any) -> httpx.Response:
-        try:
-            response = await client.request(method, path, **kw)
-        except httpx.HTTPError as exc:
-            raise UnavailableError(f"{method} {path}: {exc!r}") from exc
-        if response.status_code >= 400:
-            raise error_from_response(response)
-        return response
+    async def _call_bytes(client: HttpClient, method: str, path: str, *, content: bytes | None = None,
+                          params: Any = None, headers: dict[str, str] | None = None,
+                          timeout: float | None = None) -> httpx.Response:
+        return await client.send(method, path, content=content, params=params, headers=headers,
+                                 timeout_s=timeout)
 
     # -- broker ------------------------------------------------------------------
     async def create_topic(self, topic: str, partitions: int) -> None:
@@ -126,7 +117,7 @@ class Rest:
             content, order = wire.encode_produce_routed(
                 [(m["partition"], wire.Msg(m["value"], m.get("key"), m.get("properties") or {}))
                  for m in messages],
-                txn=None if txn_id is None else wire.parse_txn(txn_id),
+                txn=None if txn_id is None else TxnId.parse(txn_id),
                 producer=None if producer is None else (producer["name"], producer["epoch"],
                                                         producer["sequence"]),
             )
@@ -171,7 +162,7 @@ class Rest:
                   cumulative: bool = False) -> None:
         path = f"/v1/topics/{tenant}/{namespace}/{topic}/subscriptions/{sub}/acks"
         if self.binary:
-            content = wire.encode_acks(message_ids, txn=None if txn_id is None else wire.parse_txn(txn_id),
+            content = wire.encode_acks(message_ids, txn=None if txn_id is None else TxnId.parse(txn_id),
                                        cumulative=cumulative)
             await self._call_bytes(self._br, "POST", path, content=content,
                                    headers={"content-type": wire.CONTENT_TYPE})
@@ -211,13 +202,4 @@ T = TypeVar("T")
 
 async def retry_retriable(call: Callable[[], Awaitable[T]], *, give_up_s: float = 120.0) -> T:
     """Retry ``call`` while the service is away (retriable errors only), with jittered backoff."""
-    deadline = time.monotonic() + give_up_s
-    delay = 0.05
-    while True:
-        try:
-            return await call()
-        except StreamtxError as exc:
-            if not exc.retriable or time.monotonic() > deadline:
-                raise
-        await asyncio.sleep(delay * (0.5 + random.random()))
-        delay = min(delay * 2, 1.0)
+    return await RetryPolicy(attempts=None, backoff_s=0.05, max_backoff_s=1.0, deadline_s=give_up_s).run(call)

@@ -261,13 +261,13 @@ class Demo:
                 self.zombie_txns.append(txn)
 
     def spawn_generator(self, *, rate: float, duration_s: float, count: int = 0) -> subprocess.Popen[bytes]:
-        return subprocess.Popen(
-            [sys.executable, "-m", "streamtx.demo.generator", "--run-dir", str(self.run_dir),
-             "--broker", self.urls["broker"], "--rate", str(rate), "--duration", str(duration_s),
-             "--count", str(count), "--seed", str(self.opts.seed)],
-            stdout=subprocess.PIPE, stderr=(self.run_dir / "logs" / "generator.log").open("ab"),
-            env=child_env({}),
-        )
+        with (self.run_dir / "logs" / "generator.log").open("ab") as log:  # the child keeps its copy
+            return subprocess.Popen(
+                [sys.executable, "-m", "streamtx.demo.generator", "--run-dir", str(self.run_dir),
+                 "--broker", self.urls["broker"], "--rate", str(rate), "--duration", str(duration_s),
+                 "--count", str(count), "--seed", str(self.opts.seed)],
+                stdout=subprocess.PIPE, stderr=log, env=child_env({}),
+            )
 
     def read_generator(self, proc: subprocess.Popen[bytes]) -> None:
         assert proc.stdout is not None

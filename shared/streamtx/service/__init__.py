@@ -1,11 +1,11 @@
 """What every streamtx service shares: settings base, error mapping, common routes,
-inter-service HTTP with retries, the fast lane for hot routes, and a uvicorn runner."""
+the fast lane for hot routes, and a uvicorn runner. Calls between services go
+through :mod:`streamtx.transport`."""
 
 from streamtx.service.app import ServiceState, create_app, include_hot
 from streamtx.service.fastlane import HotRequest, HotRoutes
-from streamtx.service.http import ServiceClient
 from streamtx.service.run import serve
 from streamtx.service.settings import ServiceSettings
 
-__all__ = ["HotRequest", "HotRoutes", "ServiceClient", "ServiceSettings", "ServiceState", "create_app",
+__all__ = ["HotRequest", "HotRoutes", "ServiceSettings", "ServiceState", "create_app",
            "include_hot", "serve"]

@@ -94,7 +94,7 @@ def create_app(
         return {"status": "ok"}
 
     @app.get("/readyz")
-    async def readyz() -> JSONResponse:
+    async def readyz() -> Response:
         if state.ready:
             return JSONResponse({"status": "ready"})
         return error_response(503, "unavailable", state.reason)

@@ -1,59 +1,72 @@
-"""Maps errors to the API's JSON error body ``{"error": code, "message": text}``."""
+"""The one renderer of errors: every failed request, in FastAPI or in the fast lane, ends here.
+
+:func:`render` turns whatever a request raised into the API's status, body
+``{"error": code, "message": text}`` (the codes are :mod:`streamtx.errors`'s)
+and headers; FastAPI's exception handlers and
+:class:`~streamtx.service.fastlane.FastLane` both call it, so the two paths
+cannot drift. A :class:`NotOwnerError` naming its owner is a 307 to that
+replica (the method and body go along); while nobody owns the log it is a 503.
+"""
 
 from __future__ import annotations
 
 import logging
+from collections.abc import Sequence
+from typing import Any
 
+import orjson
 from fastapi import FastAPI, Request
 from fastapi.exceptions import RequestValidationError
-from fastapi.responses import JSONResponse, Response
+from fastapi.responses import Response
 from starlette.exceptions import HTTPException
 
-from streamtx.errors import NotOwnerError, StreamtxError
+from streamtx.errors import NotOwnerError, StreamtxError, code_for_status, reply_body, reply_of
 
 log = logging.getLogger(__name__)
 
-#: The API error code of each HTTP status the services answer.
-codes = {400: "malformed", 401: "unauthorized", 403: "forbidden", 404: "not_found",
-         405: "method_not_allowed", 409: "conflict", 413: "too_large", 429: "too_many_requests",
-         503: "unavailable"}
+#: ``(status, body, extra headers)`` of an error answer.
+Rendered = tuple[int, bytes, dict[str, str]]
 
 
-def error_response(status: int, code: str, message: str) -> JSONResponse:
-    return JSONResponse({"error": code, "message": message}, status_code=status)
+def validation_message(errors: Sequence[Any], where: str = "") -> str:
+    """``loc: msg; ...`` of a validation error's first complaints (pydantic's or FastAPI's)."""
+    parts = []
+    for e in list(errors)[:5]:
+        loc = [str(p) for p in e.get("loc", ()) or ()]
+        parts.append(".".join([where, *loc] if where else loc) + f": {e.get('msg', '')}")
+    return "; ".join(parts) or "invalid request"
+
+
+def render(exc: BaseException, target: str = "") -> Rendered:
+    """The answer to a request (``target``: its path and query) that raised ``exc``."""
+    if isinstance(exc, NotOwnerError):
+        body = orjson.dumps({"error": exc.code, "message": exc.message, "owner": exc.owner})
+        if exc.owner is None:
+            return 503, body, {"retry-after": "1"}
+        return 307, body, {"location": exc.owner.rstrip("/") + target}
+    if isinstance(exc, StreamtxError):
+        status, body = reply_of(exc)
+        return status, body, {}
+    if isinstance(exc, RequestValidationError):
+        return 400, reply_body("malformed", validation_message(exc.errors())), {}
+    if isinstance(exc, HTTPException):  # a route miss (404/405), the body limit (413)
+        return exc.status_code, reply_body(code_for_status(exc.status_code), str(exc.detail)), {}
+    log.error("unhandled error", exc_info=exc)
+    return 500, reply_body("internal", f"internal error: {type(exc).__name__}"), {}
+
+
+def error_response(status: int, code: str, message: str) -> Response:
+    """An error answer built outside an exception (readiness, auth, the body limit)."""
+    return Response(reply_body(code, message), status_code=status, media_type="application/json")
 
 
 def install_error_handlers(app: FastAPI) -> None:
-    """One handler per error family, so routes just raise."""
+    """One handler for every exception, so routes just raise."""
 
-    @app.exception_handler(StreamtxError)
-    async def _streamtx(_: Request, exc: StreamtxError) -> JSONResponse:
-        return error_response(exc.status, exc.code, exc.message)
+    async def handle(request: Request, exc: Exception) -> Response:
+        target = request.url.path + (f"?{request.url.query}" if request.url.query else "")
+        status, body, headers = render(exc, target)
+        return Response(body, status_code=status, media_type="application/json", headers=headers)
 
-    @app.exception_handler(NotOwnerError)
-    async def _not_owner(request: Request, exc: NotOwnerError) -> Response:
-        # Another replica owns the log: send the client there (307 keeps the method and
-        # the body); while the log moves nobody owns it, and 503 says retry.
-        body = {"error": exc.code, "message": exc.message, "owner": exc.owner}
-        if exc.owner is None:
-            return JSONResponse(body, status_code=503, headers={"Retry-After": "1"})
-        target = exc.owner.rstrip("/") + request.url.path
-        if request.url.query:
-            target += "?" + request.url.query
-        return JSONResponse(body, status_code=307, headers={"Location": target})
-
-    @app.exception_handler(RequestValidationError)
-    async def _validation(_: Request, exc: RequestValidationError) -> JSONResponse:
-        details = "; ".join(
-            f"{'.'.join(str(p) for p in e.get('loc', ()))}: {e.get('msg', '')}" for e in exc.errors()
-        )
-        return error_response(400, "malformed", details or "invalid request")
-
-    @app.exception_handler(HTTPException)
-    async def _http(_: Request, exc: HTTPException) -> JSONResponse:
-        return error_response(exc.status_code, codes.get(exc.status_code, "error"), str(exc.detail))
-
-    @app.exception_handler(Exception)
-    async def _unexpected(_: Request, exc: Exception) -> JSONResponse:
-        log.exception("unhandled error")
-        return error_response(500, "internal", f"internal error: {type(exc).__name__}")
+    for kind in (StreamtxError, RequestValidationError, HTTPException, Exception):
+        app.add_exception_handler(kind, handle)

@@ -33,7 +33,6 @@ from dataclasses import dataclass, field
 from typing import Any, TypeVar
 from urllib.parse import parse_qsl
 
-import orjson
 from fastapi import APIRouter, Request, Response
 from prometheus_fastapi_instrumentator import Instrumentator
 from prometheus_fastapi_instrumentator.metrics import Info
@@ -44,9 +43,9 @@ from starlette.types import ASGIApp, Receive, Scope, Send
 
 from streamtx.auth.policy import Denial
 from streamtx.auth.tokens import Principal
-from streamtx.errors import MalformedError, StreamtxError
+from streamtx.errors import MalformedError, reply_body
 from streamtx.service.auth import PRINCIPAL, Authorize, principal_in
-from streamtx.service.errors import codes as _codes
+from streamtx.service.errors import Rendered, render, validation_message
 from streamtx.service.longpoll import LongPoll, LongPolls
 
 log = logging.getLogger(__name__)
@@ -109,10 +108,7 @@ def first_error(exc: ValidationError) -> str:
 
 
 def _describe(exc: ValidationError, where: str) -> str:
-    return "; ".join(
-        ".".join([where, *(str(p) for p in e.get("loc", ()))]) + f": {e.get('msg', '')}"
-        for e in exc.errors()[:5]
-    )
+    return validation_message(exc.errors(), where)
 
 
 @dataclass(frozen=True, slots=True)
@@ -274,7 +270,7 @@ class FastLane:
             # Every request of the app is checked here, hot or not: the rule lives in one place.
             verdict = self.authorize(scope["method"], scope["path"], _header(scope, b"authorization"))
             if type(verdict) is Denial:
-                await _answer(send, verdict.status, error_body(verdict.code, verdict.message))
+                await _answer(send, verdict.status, reply_body(verdict.code, verdict.message))
                 return
             if verdict is not None:
                 principal = scope[PRINCIPAL] = verdict
@@ -287,12 +283,12 @@ class FastLane:
         answer = await self._serve(route, params, scope, receive, principal)  # type: ignore[arg-type]
         if answer is None:  # the client went away before its body arrived
             return
-        status, payload, media_type = answer
-        await _answer(send, status, payload, media_type)
+        status, payload, headers = answer
+        await _answer(send, status, payload, headers)
         self.observe(scope, route.template, status, time.perf_counter() - start)
 
     async def _serve(self, route: HotRoute, params: dict[str, str], scope: Scope,
-                     receive: Receive, principal: Principal | None) -> tuple[int, bytes, bytes] | None:
+                     receive: Receive, principal: Principal | None) -> Rendered | None:
         chunks: list[bytes] = []
         try:
             while True:
@@ -303,8 +299,7 @@ class FastLane:
                 if not event.get("more_body", False):
                     break
         except HTTPException as exc:  # the body limit (bodylimit.py) stopped the read
-            return (exc.status_code, error_body(_codes.get(exc.status_code, "error"), str(exc.detail)),
-                    _json)
+            return render(exc)
         request = HotRequest(params, scope.get("query_string", b""), b"".join(chunks), self.state, principal,
                              headers=scope["headers"])
         try:
@@ -313,28 +308,22 @@ class FastLane:
                     payload = await route.handler(request)
             else:
                 payload = await route.handler(request)
-            media = _json if request.response_type == "application/json" else request.response_type.encode()
-            return 200, payload, media
-        except StreamtxError as exc:
-            return exc.status, error_body(exc.code, exc.message), _json
+            if request.response_type == "application/json":
+                return 200, payload, {}
+            return 200, payload, {"content-type": request.response_type}
         except Exception as exc:
-            log.exception("unhandled error")
-            return 500, error_body("internal", f"internal error: {type(exc).__name__}"), _json
+            query = scope.get("query_string", b"")
+            return render(exc, scope["path"] + (f"?{query.decode('latin-1')}" if query else ""))
 
 
-_json = b"application/json"
-
-
-async def _answer(send: Send, status: int, payload: bytes, media_type: bytes = _json) -> None:
-    await send({"type": "http.response.start", "status": status,
-                "headers": [(b"content-type", media_type),
-                            (b"content-length", b"%d" % len(payload))]})
+async def _answer(send: Send, status: int, payload: bytes, headers: dict[str, str] | None = None) -> None:
+    """Send one whole answer; JSON unless ``headers`` names another content type."""
+    extra = headers or {}
+    raw = [(b"content-type", extra.get("content-type", "application/json").encode("latin-1")),
+           (b"content-length", b"%d" % len(payload))]
+    raw += [(k.encode("latin-1"), v.encode("latin-1")) for k, v in extra.items() if k != "content-type"]
+    await send({"type": "http.response.start", "status": status, "headers": raw})
     await send({"type": "http.response.body", "body": payload})
-
-
-def error_body(code: str, message: str) -> bytes:
-    """The API's error body (docs/api.md): ``{"error": code, "message": text}``."""
-    return orjson.dumps({"error": code, "message": message})
 
 
 def _header(scope: Scope, name: bytes) -> str:

@@ -1,4 +1,10 @@
-"""Run a service app under uvicorn (used by each service's ``__main__``)."""
+"""How every service starts: ``python -m streamtx.<service>`` calls :func:`run_service`.
+
+Settings come from ``STREAMTX_*`` variables through the service's one settings
+class (bad ones stop the process with a message naming them), the app is built
+by the service's ``build_app(settings)``, and uvicorn serves it with the same
+options and garbage-collector tuning everywhere.
+"""
 
 from __future__ import annotations
 
@@ -6,12 +12,19 @@ import asyncio
 import gc
 import logging
 import socket
+import sys
+from collections.abc import Callable
 from types import FrameType
+from typing import TypeVar
 
 import uvicorn
 from fastapi import FastAPI
+from pydantic import ValidationError
 
 from streamtx.service.longpoll import LongPolls
+from streamtx.service.settings import ServiceSettings
+
+S = TypeVar("S", bound=ServiceSettings)
 
 #: The services' log lines (the pid tells workers of one port apart).
 LOG_FORMAT = "%(asctime)s %(process)d %(name)s %(levelname)s %(message)s"
@@ -72,3 +85,19 @@ def serve(app: FastAPI, host: str, port: int, sock: socket.socket | None = None)
         # uvicorn re-raises a Ctrl-C once it has stopped cleanly; asyncio's runner
         # turns that into KeyboardInterrupt. Nothing is left to do: exit quietly.
         pass
+
+
+def run_service(name: str, settings_class: type[S], build_app: Callable[[S], FastAPI], *,
+                base_member: Callable[[S], str] | None = None) -> None:
+    """Read ``settings_class`` from the environment, build the app, serve it until stopped.
+
+    ``STREAMTX_WORKERS`` > 1 (services that lease their logs) serves it from that many
+    processes on the port (:mod:`streamtx.service.workers`); ``base_member`` names them.
+    """
+    from streamtx.service.workers import run_service as run_workers  # it imports serve from here
+
+    try:
+        settings = settings_class()  # type: ignore[call-arg]  # fields from the environment
+    except ValidationError as exc:
+        sys.exit(f"streamtx {name}: invalid settings (STREAMTX_* environment):\n{exc}")
+    run_workers(build_app, settings, base_member=base_member(settings) if base_member else "")

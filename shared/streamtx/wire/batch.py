@@ -71,6 +71,7 @@ import struct
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 
+from streamtx.contracts.txnid import TxnId, from_pair
 from streamtx.errors import MalformedError
 
 CONTENT_TYPE = "application/x-streamtx-batch"
@@ -97,7 +98,6 @@ _has_txn, _has_producer = 1, 2
 _cumulative = 2
 _replicated, _selection = 1, 2
 
-TxnId = tuple[int, int]
 
 
 def is_batch(content_type: str | None) -> bool:
@@ -310,14 +310,6 @@ def ids_in_request_order(order: Sequence[int], produced: bytes) -> list[str]:
     return ids
 
 
-def parse_txn(txn_id: str) -> TxnId:
-    """``"most:least"`` to its numbers (ValueError when malformed)."""
-    most, sep, least = txn_id.partition(":")
-    if not sep:
-        raise ValueError(f"bad txn id {txn_id!r}")
-    return int(most), int(least)
-
-
 def decode_produce(data: bytes, *, max_sections: int = 1 << 16) -> Produce:
     """The request's frame; section bodies are sliced out, not walked (see :func:`validate_messages`)."""
     view = memoryview(data)
@@ -330,7 +322,7 @@ def decode_produce(data: bytes, *, max_sections: int = 1 << 16) -> Produce:
         txn: TxnId | None = None
         producer = None
         if flags & _has_txn:
-            txn = _txn.unpack_from(view, off)
+            txn = from_pair(_txn.unpack_from(view, off))
             off += _txn.size
         if flags & _has_producer:
             (n,) = _u16.unpack_from(view, off)
@@ -535,7 +527,7 @@ def decode_acks(data: bytes) -> Acks:
             raise MalformedError(f"unknown ack flags {flags:#x}")
         txn: TxnId | None = None
         if flags & _has_txn:
-            txn = _txn.unpack_from(data, off)
+            txn = from_pair(_txn.unpack_from(data, off))
             off += _txn.size
         (n,) = _u32.unpack_from(data, off)
         off += 4

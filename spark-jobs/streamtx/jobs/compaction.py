@@ -26,9 +26,9 @@ from dataclasses import dataclass
 from streamtx.batching.codec import decode_entry
 from streamtx.batching.compacted import BaseRecord
 from streamtx.batching.replay import Deletions, replay_entries, replay_records
+from streamtx.contracts.txnid import TxnId
 from streamtx.coordinator import records as tc
 from streamtx.coordinator.table import TxnTable
-from streamtx.coordinator.txnid import TxnId
 from streamtx.ledger.base import Entry, Position
 from streamtx.pendingack import records as pa
 from streamtx.pendingack.state import LogSlot, SubscriptionState

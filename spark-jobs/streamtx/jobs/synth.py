@@ -16,9 +16,9 @@ from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 
 from streamtx.batching.codec import encode_batch
+from streamtx.contracts.txnid import TxnId
 from streamtx.coordinator import records as tc
 from streamtx.coordinator.state import EndReason, TxnState
-from streamtx.coordinator.txnid import TxnId
 from streamtx.ledger import frames as framing
 from streamtx.ledger import segment
 from streamtx.ledger.frames import FenceTracker

@@ -86,6 +86,7 @@ BrokerFactory = Callable[..., BrokerClient]
 @pytest.fixture
 def broker_factory(tmp_path: Path) -> Iterator[BrokerFactory]:
     procs: list[ServiceProcess] = []
+    clients: list[BrokerClient] = []
 
     def start(ledger_url: str | None = None, **settings: Any) -> BrokerClient:
         env = {
@@ -95,9 +96,12 @@ def broker_factory(tmp_path: Path) -> Iterator[BrokerFactory]:
         }
         proc = ServiceProcess("broker", env).start()
         procs.append(proc)
-        return BrokerClient(proc)
+        clients.append(BrokerClient(proc))
+        return clients[-1]
 
     yield start
+    for c in clients:
+        c.http.close()
     for p in procs:
         p.stop()
 

@@ -13,7 +13,7 @@ from streamtx.broker.codec import Message
 from streamtx.broker.pendingack_client import PendingAckClient
 from streamtx.broker.settings import BrokerSettings
 from streamtx.broker.topic import Outgoing
-from streamtx.broker.txnbuffer import TxnAction
+from streamtx.contracts.states import Action
 from streamtx.ledger import open_ledger_factory
 from tests.integration.broker.conftest import BrokerFactory
 
@@ -41,12 +41,12 @@ async def build(ledger_url: str) -> list[str]:
         for v in plain:
             await topic.produce([Outgoing(Message(v.encode()), 0)], None, None)
         await asyncio.gather(*(
-            part.end_txn((7, i), TxnAction.COMMIT if i % 1000 == 999 else TxnAction.ABORT) for i in txns))
+            part.end_txn((7, i), Action.COMMIT if i % 1000 == 999 else Action.ABORT) for i in txns))
         visible += [f"t{i}" for i in txns if i % 1000 == 999] + plain
     await part.take_snapshot()
     # A few more after the snapshot, recovered by replaying the partition.
     await topic.produce([Outgoing(Message(b"tail-aborted"), 0)], (8, 1), None)
-    await part.end_txn((8, 1), TxnAction.ABORT)
+    await part.end_txn((8, 1), Action.ABORT)
     await topic.produce([Outgoing(Message(b"tail-plain"), 0)], None, None)
     visible.append("tail-plain")
     assert len(part.tb.aborted) == N_TXNS - N_TXNS // 1000 + 1

@@ -120,10 +120,14 @@ def test_long_poll_wakes_on_produce(broker: BrokerClient) -> None:
 
     broker.create_topic("w", 1)
     broker.subscribe("w", "s")
-    timer = threading.Timer(0.3, lambda: broker.produce("w", ["late"]))
+    # Its own client: an httpx.Client is not to be shared between threads.
+    late = BrokerClient(broker.proc)
+    timer = threading.Timer(0.3, lambda: late.produce("w", ["late"]))
     t0 = time.monotonic()
     timer.start()
     got = broker.fetch("w", "s", wait_ms=30_000)
+    timer.join()
+    late.http.close()
     assert values(got) == ["late"] and time.monotonic() - t0 < 15  # woken, not timed out
 
 

@@ -23,7 +23,9 @@ TOPIC = "persistent://t/n/ta"
 def suite(tmp_path: Path) -> Iterator[tuple[BrokerClient, ServiceProcess]]:
     with Suite(f"file://{tmp_path / 'ledgers'}", tmp_path, services=("broker", "pendingack"),
                env={"STREAMTX_ACK_TIMEOUT_MS": "60000"}) as suite:
-        yield BrokerClient(suite.broker), suite.pendingack
+        client = BrokerClient(suite.broker)
+        yield client, suite.pendingack
+        client.http.close()
 
 
 def end(pendingack: ServiceProcess, txn: str, action: str) -> None:

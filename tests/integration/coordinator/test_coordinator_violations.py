@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import asyncio
 
-from streamtx.broker.txnbuffer import TxnAction
 from streamtx.broker.txnchecker import StuckTxnChecker
+from streamtx.contracts import Action, TxnId
 from tests.integration.coordinator.conftest import TOPIC, ClientFactory, TcFactory
 from tests.integration.coordinator.participant import Participant
 
@@ -54,9 +54,8 @@ async def test_the_broker_checker_does_not_read_not_served_here_as_abort(
     await tc.commit(txn)
     checker = StuckTxnChecker(tc.proc.url, token=None, after_s=60, interval_s=60)
     try:
-        assert await checker.verdict((0, 999_999)) is TxnAction.ABORT
-        assert await checker.verdict((5 << 48, 0)) is None
-        most, least = (int(x) for x in txn.split(":"))
-        assert await checker.verdict((most, least)) is TxnAction.COMMIT
+        assert await checker.verdict(TxnId(0, 999_999)) is Action.ABORT
+        assert await checker.verdict(TxnId(5 << 48, 0)) is None  # told apart by the code "not_served"
+        assert await checker.verdict(TxnId.parse(txn)) is Action.COMMIT
     finally:
         await checker.aclose()

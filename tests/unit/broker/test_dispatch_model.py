@@ -15,7 +15,7 @@ from streamtx.broker.pendingack_client import PendingAckClient
 from streamtx.broker.settings import BrokerSettings
 from streamtx.broker.subscription import SubscriptionType
 from streamtx.broker.topic import Outgoing
-from streamtx.broker.txnbuffer import TxnAction
+from streamtx.contracts.states import Action
 from streamtx.ledger import open_ledger_factory
 
 T = "persistent://t/n/d"
@@ -45,7 +45,7 @@ async def run(script: list[tuple[str, int]]) -> None:
             await topic.produce([Outgoing(Message(f"v{n}".encode()), 0)], txn, None)
             log.append((f"v{n}", txn))
         elif op in ("commit", "abort") and arg not in ended and any(t == (3, arg) for _, t in log):
-            await topic.partitions[0].end_txn((3, arg), TxnAction(op))
+            await topic.partitions[0].end_txn((3, arg), Action(op))
             ended[arg] = op
         elif op == "read":
             got = await sub.fetch("c", arg, 0)

@@ -8,7 +8,7 @@ from streamtx.broker.codec import Message, ProducerInfo, parse_message_id
 from streamtx.broker.notify import Notifier
 from streamtx.broker.partition import Partition, snapshot_ledger_name
 from streamtx.broker.settings import BrokerSettings
-from streamtx.broker.txnbuffer import TxnAction
+from streamtx.contracts.states import Action
 from streamtx.ledger import LedgerFactory, Position, open_ledger_factory
 
 NAME = "persistent://t/n/x-partition-0"
@@ -26,7 +26,7 @@ async def open_part(store: LedgerFactory, **kw: object) -> Partition:
 async def fill(part: Partition, n_aborted: int, start: int = 0) -> None:
     for i in range(start, start + n_aborted):
         await part.produce([Message(b"x")], (1, i), None, None)
-        await part.end_txn((1, i), TxnAction.ABORT)
+        await part.end_txn((1, i), Action.ABORT)
 
 
 def same_state(a: Partition, b: Partition) -> None:
@@ -44,7 +44,7 @@ async def test_recovery_from_segmented_snapshot_then_replay() -> None:
     assert part.tb.stats()["segmentsSize"] == 2 and part.tb.stats()["unsealedAbortedTxnIdSize"] == 2
     await fill(part, 3, start=100)  # after the snapshot: recovered by replay
     await part.produce([Message(b"c")], (2, 2), None, None)
-    await part.end_txn((2, 2), TxnAction.COMMIT)
+    await part.end_txn((2, 2), Action.COMMIT)
     again = await open_part(store)
     same_state(part, again)
     assert len(again.tb.aborted) == 13 and (2, 1) in again.tb.ongoing
@@ -125,20 +125,20 @@ async def test_producer_state_survives_restart() -> None:
 async def test_end_is_idempotent_and_null_without_messages() -> None:
     store = open_ledger_factory("memory://")
     part = await open_part(store)
-    assert await part.end_txn((5, 5), TxnAction.COMMIT) is None
+    assert await part.end_txn((5, 5), Action.COMMIT) is None
     await part.produce([Message(b"t")], (5, 6), None, None)
-    m1 = await part.end_txn((5, 6), TxnAction.ABORT)
+    m1 = await part.end_txn((5, 6), Action.ABORT)
     before = part.ledger.last_position()
-    assert await part.end_txn((5, 6), TxnAction.ABORT) == m1
+    assert await part.end_txn((5, 6), Action.ABORT) == m1
     assert part.ledger.last_position() == before
     await part.produce([Message(b"c")], (5, 7), None, None)
-    m2 = await part.end_txn((5, 7), TxnAction.COMMIT)
+    m2 = await part.end_txn((5, 7), Action.COMMIT)
     await part.take_snapshot()
     # After a restart from that snapshot, repeats still answer the same and write nothing.
     again = await open_part(store)
-    assert await again.end_txn((5, 7), TxnAction.COMMIT) == m2
-    assert await again.end_txn((5, 6), TxnAction.ABORT) == m1
-    assert await again.end_txn((5, 5), TxnAction.COMMIT) is None
+    assert await again.end_txn((5, 7), Action.COMMIT) == m2
+    assert await again.end_txn((5, 6), Action.ABORT) == m1
+    assert await again.end_txn((5, 5), Action.COMMIT) is None
     assert again.ledger.last_position() == part.ledger.last_position()
 
 
@@ -155,10 +155,10 @@ async def test_a_produce_racing_the_end_is_never_visible_as_committed() -> None:
     part = await open_part(store)
     produce = asyncio.create_task(part.produce([Message(b"racing")], (6, 1), None, None))
     await asyncio.sleep(0)  # the append is in flight, not yet applied
-    marker = await part.end_txn((6, 1), TxnAction.ABORT)
+    marker = await part.end_txn((6, 1), Action.ABORT)
     await produce
     assert marker is not None and part.tb.is_aborted((6, 1))
-    ending = asyncio.create_task(part.end_txn((6, 2), TxnAction.ABORT))
+    ending = asyncio.create_task(part.end_txn((6, 2), Action.ABORT))
     await asyncio.sleep(0)
     with pytest.raises(ConflictError):
         await part.produce([Message(b"late")], (6, 2), None, None)
@@ -176,7 +176,7 @@ async def test_a_commit_racing_the_first_append_waits_for_it_and_releases_it() -
     part = await open_part(store)
     produce = asyncio.create_task(part.produce([Message(b"racing")], (7, 1), None, None))
     await asyncio.sleep(0)  # the append is in flight, not yet applied
-    marker = await part.end_txn((7, 1), TxnAction.COMMIT)
+    marker = await part.end_txn((7, 1), Action.COMMIT)
     [(_, message_id)] = await produce
     assert marker is not None, "the commit did not see the message in flight"
     assert Position.parse(message_id) < Position.parse(marker)
@@ -200,7 +200,7 @@ async def test_snapshot_ledger_stays_small() -> None:
     await fill(part, 8)  # two sealed segments that live forever (nothing is trimmed)
     for i in range(300):
         await part.produce([Message(b"c")], (9, i), None, None)
-        await part.end_txn((9, i), TxnAction.COMMIT)
+        await part.end_txn((9, i), Action.COMMIT)
         await part.take_snapshot()
     first, last = part.snap.first_position(), part.snap.last_position()
     assert first is not None and last is not None

@@ -14,7 +14,7 @@ from streamtx.broker.codec import Message
 from streamtx.broker.notify import Notifier
 from streamtx.broker.partition import Partition
 from streamtx.broker.settings import BrokerSettings
-from streamtx.broker.txnbuffer import TxnAction
+from streamtx.contracts.states import Action
 from streamtx.ledger import LedgerFactory, open_ledger_factory
 
 NAME = "persistent://t/n/m-partition-0"
@@ -48,7 +48,7 @@ async def run(ops: list[tuple[str, int]]) -> None:
         elif name == "txn" and t not in ended:
             await part.produce([Message(b"t")], txn, None, None)
         elif name in ("commit", "abort") and t not in ended:
-            await part.end_txn(txn, TxnAction(name))
+            await part.end_txn(txn, Action(name))
             ended.add(t)
         elif name == "snapshot":
             await part.take_snapshot()

@@ -10,7 +10,7 @@ import pytest
 from streamtx.broker import tbsnapshot
 from streamtx.broker.codec import Message
 from streamtx.broker.partition import Partition, partition_ledger_name
-from streamtx.broker.txnbuffer import TxnAction
+from streamtx.contracts.states import Action
 from streamtx.errors import ConflictError, StreamtxError, UnavailableError
 from streamtx.ledger import open_ledger_factory
 from streamtx.ledger.memory import MemoryLedgerFactory
@@ -60,7 +60,7 @@ async def reloading_with_open_txn(
 async def test_an_end_during_a_reload_waits_and_writes_its_marker(monkeypatch: pytest.MonkeyPatch) -> None:
     store, part, gate = await reloading_with_open_txn(monkeypatch, reload_wait_ms=60_000)
 
-    end = asyncio.create_task(part.end_txn(TXN, TxnAction.COMMIT))
+    end = asyncio.create_task(part.end_txn(TXN, Action.COMMIT))
     fetch = asyncio.create_task(part.read_visible(None, 10))
     await asyncio.sleep(0.1)
     assert not end.done()  # waits for the reload: the txn is unknown to the state being rebuilt
@@ -82,14 +82,14 @@ async def test_requests_during_a_long_reload_answer_503(monkeypatch: pytest.Monk
     _, part, gate = await reloading_with_open_txn(monkeypatch, reload_wait_ms=50)
 
     with pytest.raises(UnavailableError):
-        await part.end_txn(TXN, TxnAction.COMMIT)
+        await part.end_txn(TXN, Action.COMMIT)
     with pytest.raises(UnavailableError):
         await part.produce([Message(b"x")], (4, 3), None, None)
     assert TXN in part.tb.ongoing  # the state in use is the one from before, whole
     gate.set()
     while reloading(part):  # noqa: ASYNC110 - the reload runs in the partition's own task
         await asyncio.sleep(0.01)
-    assert await part.end_txn(TXN, TxnAction.COMMIT) is not None
+    assert await part.end_txn(TXN, Action.COMMIT) is not None
     await part.close()
 
 
@@ -103,7 +103,7 @@ async def test_an_end_whose_wait_saw_an_append_fail_is_retried(monkeypatch: pyte
     produce = asyncio.create_task(part.produce([Message(b"m")], TXN, None, None))
     await asyncio.sleep(0)  # the produce's append is in flight
     with pytest.raises(UnavailableError):
-        await part.end_txn(TXN, TxnAction.COMMIT)
+        await part.end_txn(TXN, Action.COMMIT)
     with pytest.raises(StreamtxError):
         await produce
     assert part.tb.ended_as(TXN) is None

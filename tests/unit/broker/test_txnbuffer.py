@@ -5,7 +5,8 @@ from __future__ import annotations
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from streamtx.broker.txnbuffer import TxnAction, TxnBufferState
+from streamtx.broker.txnbuffer import TxnBufferState
+from streamtx.contracts.states import Action
 from streamtx.ledger import Position
 
 L = 42
@@ -24,9 +25,9 @@ def test_max_read_position_stops_before_oldest_ongoing() -> None:
     tb.on_message(p(3), None)
     tb.on_message(p(4), (1, 2))
     assert tb.max_read_position() == p(1)
-    tb.on_marker(p(5), (1, 2), TxnAction.COMMIT)
+    tb.on_marker(p(5), (1, 2), Action.COMMIT)
     assert tb.max_read_position() == p(1)  # txn 1:1 is older and still open
-    tb.on_marker(p(6), (1, 1), TxnAction.ABORT)
+    tb.on_marker(p(6), (1, 1), Action.ABORT)
     assert tb.max_read_position() == p(6)
     assert tb.is_aborted((1, 1)) and not tb.is_aborted((1, 2))
     assert tb.ended_as((1, 2)) is not None and tb.ended_as((1, 2)).marker == p(5)  # type: ignore[union-attr]
@@ -35,7 +36,7 @@ def test_max_read_position_stops_before_oldest_ongoing() -> None:
 def test_ended_txn_messages_do_not_reopen_it() -> None:
     tb = TxnBufferState()
     tb.on_message(p(1), (1, 1))
-    tb.on_marker(p(2), (1, 1), TxnAction.ABORT)
+    tb.on_marker(p(2), (1, 1), Action.ABORT)
     tb.on_message(p(3), (1, 1))  # a zombie's late write
     assert not tb.ongoing and tb.max_read_position() == p(3)
 
@@ -47,7 +48,7 @@ def test_segments_seal_in_marker_order_and_trim() -> None:
         e += 1
         tb.on_message(p(e), (0, i))
         e += 1
-        tb.on_marker(p(e), (0, i), TxnAction.ABORT)
+        tb.on_marker(p(e), (0, i), Action.ABORT)
     assert [len(s.ids) for s in tb.sealed] == [3, 3, 3] and len(tb.unsealed) == 1
     assert [t for t, _ in tb.sealed[0].ids] == [(0, 0), (0, 1), (0, 2)]
     # Trim past the markers of txns 0..3 (markers at entries 2, 4, 6, 8).
@@ -76,7 +77,7 @@ def test_model(ops: list[tuple[str, int]]) -> None:
             if t not in ended:
                 firsts.setdefault(t, last)
         elif t in firsts and t not in ended:
-            tb.on_marker(p(last), txn, TxnAction(op))
+            tb.on_marker(p(last), txn, Action(op))
             ended[t] = op
         else:
             tb.on_entry(p(last))

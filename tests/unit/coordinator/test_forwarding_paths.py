@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import pytest
 
+from streamtx.contracts.txnid import TxnId
 from streamtx.coordinator.forwarding import coordinator_of_path
-from streamtx.coordinator.txnid import TxnId
 
 txn = TxnId.of(5, 77)
 

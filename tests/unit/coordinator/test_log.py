@@ -6,10 +6,10 @@ from __future__ import annotations
 import asyncio
 
 from streamtx.batching import BatchingSettings
+from streamtx.contracts.txnid import TxnId
 from streamtx.coordinator.log import TransactionLog
 from streamtx.coordinator.records import LogRef, NewTxn, Record, StatusChange
 from streamtx.coordinator.state import EndReason, TxnState
-from streamtx.coordinator.txnid import TxnId
 from streamtx.ledger.memory import MemoryLedgerFactory
 
 

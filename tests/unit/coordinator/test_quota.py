@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import pytest
 
+from streamtx.contracts.txnid import TxnId
 from streamtx.coordinator.quota import OpenTxnQuota, check_participants
-from streamtx.coordinator.txnid import TxnId
 from streamtx.errors import ConflictError, TooManyRequestsError
 
 

@@ -6,6 +6,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
+from streamtx.contracts.txnid import TxnId
 from streamtx.coordinator import records
 from streamtx.coordinator.records import (
     AddPartitions,
@@ -16,7 +17,6 @@ from streamtx.coordinator.records import (
     Subscription,
 )
 from streamtx.coordinator.state import EndReason, TxnState
-from streamtx.coordinator.txnid import TxnId
 from streamtx.errors import CorruptEntryError
 
 u64 = st.integers(0, 2**64 - 1)

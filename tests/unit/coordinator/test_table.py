@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from streamtx.contracts.txnid import TxnId
 from streamtx.coordinator.records import (
     AddPartitions,
     AddSubscriptions,
@@ -14,7 +15,6 @@ from streamtx.coordinator.records import (
 )
 from streamtx.coordinator.state import EndReason, TxnState
 from streamtx.coordinator.table import TxnTable
-from streamtx.coordinator.txnid import TxnId
 from streamtx.ledger import Position
 
 T1, T2 = TxnId.of(3, 1), TxnId.of(3, 2)

@@ -16,10 +16,10 @@ from hypothesis import strategies as st
 
 from streamtx.batching.codec import encode_batch
 from streamtx.batching.replay import StateDeletions, replay_entries, replay_records
+from streamtx.contracts.txnid import TxnId
 from streamtx.coordinator import records as tc
 from streamtx.coordinator.state import EndReason, TxnState
 from streamtx.coordinator.table import TxnTable
-from streamtx.coordinator.txnid import TxnId
 from streamtx.cursor.state import CursorState
 from streamtx.jobs import compaction
 from streamtx.ledger.base import Entry, Position

@@ -22,8 +22,9 @@ from dataclasses import dataclass, field
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from streamtx.contracts.txnid import TxnId
 from streamtx.errors import ConflictError
-from streamtx.pendingack.records import MessageId, RecordKind, TxnId
+from streamtx.pendingack.records import MessageId, RecordKind
 from streamtx.pendingack.state import SubscriptionState
 
 LEDGERS, ENTRIES, INDEXES = (1, 2), 2, 2  # small, so steps collide often

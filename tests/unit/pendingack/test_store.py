@@ -9,10 +9,11 @@ from typing import Any
 import pytest
 from prometheus_client import CollectorRegistry
 
+from streamtx.contracts import Action, TxnId
 from streamtx.errors import ConflictError, UnavailableError
 from streamtx.ledger import LedgerFactory, open_ledger_factory
 from streamtx.pendingack.broker_client import BrokerNotifier
-from streamtx.pendingack.records import MessageId, TxnId
+from streamtx.pendingack.records import MessageId
 from streamtx.pendingack.settings import PendingAckSettings
 from streamtx.pendingack.store import PendingAckStore
 from streamtx.pendingack.writer import writer_factory
@@ -27,13 +28,13 @@ class RecordingBroker(BrokerNotifier):
         self.fail = 0
 
     async def end(
-        self, topic: str, subscription: str, txn_id: str, action: str, message_ids: list[str],
+        self, topic: str, subscription: str, txn: TxnId, action: Action, message_ids: list[str],
         *, cumulative_message_ids: list[str] | None = None,
     ) -> None:
         if self.fail:
             self.fail -= 1
             raise UnavailableError("broker down")
-        self.calls.append({"txn_id": txn_id, "action": action, "message_ids": message_ids})
+        self.calls.append({"txn_id": str(txn), "action": action.value, "message_ids": message_ids})
 
 
 def ids(*texts: str) -> list[MessageId]:
@@ -48,7 +49,7 @@ async def ledgers() -> AsyncIterator[LedgerFactory]:
 
 
 async def open_store_(ledgers: LedgerFactory, broker: BrokerNotifier, **kw: Any) -> PendingAckStore:
-    settings = PendingAckSettings.from_env()
+    settings = PendingAckSettings()  # type: ignore[call-arg]
     return await PendingAckStore.open(
         ledgers, TOPIC, SUB, writer_factory=writer_factory(settings, CollectorRegistry()),
         notifier=broker, batch_enabled=kw.get("batch", True), max_committed_ids=1000, max_ended_txns=1000,

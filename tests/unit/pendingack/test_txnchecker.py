@@ -9,11 +9,14 @@ from typing import Any
 import httpx
 import pytest
 
+from streamtx.contracts import Action, TxnId
 from streamtx.errors import ConflictError
 from streamtx.ledger import LedgerFactory, open_ledger_factory
-from streamtx.pendingack.records import RecordKind, TxnId
+from streamtx.peers import CoordinatorLookup
+from streamtx.peers.coordinator import outcome_of
+from streamtx.pendingack.records import RecordKind
 from streamtx.pendingack.state import SubscriptionState, TxnPhase
-from streamtx.pendingack.txnchecker import CoordinatorLookup, StuckTxnChecker, Verdict, verdict_of
+from streamtx.pendingack.txnchecker import StuckTxnChecker
 from tests.unit.pendingack.test_store import A, B, RecordingBroker, ids, open_store_
 
 C = TxnId(0, 3)
@@ -95,11 +98,12 @@ async def test_store_remembers_the_end_of_a_txn_it_never_saw(ledgers: LedgerFact
 
 
 def test_verdicts() -> None:
-    assert verdict_of("COMMITTED") is True
-    assert verdict_of("ABORTED") is False
-    assert verdict_of("TIMEOUT") is False
-    for state in ("OPEN", "COMMITTING", "ABORTING", None, "???"):
-        assert verdict_of(state) is None
+    assert outcome_of({"state": "COMMITTED"}) is Action.COMMIT
+    assert outcome_of({"state": "ABORTED"}) is Action.ABORT
+    assert outcome_of({"state": "TIMEOUT"}) is Action.ABORT
+    for state in ("OPEN", "COMMITTING", "ABORTING", None, "???", 2):
+        assert outcome_of({"state": state}) is None
+    assert outcome_of(None) is None and outcome_of([]) is None
 
 
 async def test_checker_ends_stuck_txns_as_the_coordinator_did(ledgers: LedgerFactory) -> None:
@@ -110,10 +114,10 @@ async def test_checker_ends_stuck_txns_as_the_coordinator_did(ledgers: LedgerFac
     await store.ack(A, ids("1:1"), False)
     await store.ack(B, ids("1:2"), False)
     await store.ack(C, ids("1:3"), False)
-    answers: dict[TxnId, Verdict] = {A: False, B: True, C: None}
+    answers: dict[TxnId, Action | None] = {A: Action.ABORT, B: Action.COMMIT, C: None}
     asked: list[TxnId] = []
 
-    async def lookup(txn: TxnId) -> Verdict:
+    async def lookup(txn: TxnId) -> Action | None:
         asked.append(txn)
         return answers[txn]
 
@@ -136,8 +140,8 @@ async def test_checker_survives_a_failing_end(ledgers: LedgerFactory) -> None:
     store = await open_store_(ledgers, broker)
     await store.ack(A, ids("1:1"), False)
 
-    async def abort(txn: TxnId) -> Verdict:
-        return False
+    async def abort(txn: TxnId) -> Action | None:
+        return Action.ABORT
 
     checker = StuckTxnChecker(abort, after_s=0, interval_s=1)
     broker.fail = 1
@@ -149,23 +153,22 @@ async def test_checker_survives_a_failing_end(ledgers: LedgerFactory) -> None:
 
 
 def _lookup_with(handler: httpx.MockTransport) -> CoordinatorLookup:
-    lookup = CoordinatorLookup("http://tc", token=None)
-    lookup._client._client = httpx.AsyncClient(base_url="http://tc", transport=handler)
-    return lookup
+    return CoordinatorLookup("http://tc", token=None, http=httpx.AsyncClient(transport=handler))
 
 
 @pytest.mark.parametrize(("status", "body", "expected"), [
-    (200, {"txn_id": "0:1", "state": "COMMITTED"}, True),
-    (200, {"txn_id": "0:1", "state": "ABORTED"}, False),
-    (200, {"txn_id": "0:1", "state": "TIMEOUT"}, False),
+    (200, {"txn_id": "0:1", "state": "COMMITTED"}, Action.COMMIT),
+    (200, {"txn_id": "0:1", "state": "ABORTED"}, Action.ABORT),
+    (200, {"txn_id": "0:1", "state": "TIMEOUT"}, Action.ABORT),
     (200, {"txn_id": "0:1", "state": "OPEN"}, None),
     (200, {"txn_id": "0:1", "state": "ABORTING"}, None),
-    (404, {"error": "not_found", "message": "transaction 0:1 not found"}, False),
-    (404, {"error": "not_found",
-           "message": "transaction 0:1 belongs to coordinator 0, not served here"}, None),
+    (404, {"error": "not_found", "message": "transaction 0:1 not found"}, Action.ABORT),
+    # Told apart by the code, not the text: another process owns coordinator 0.
+    (404, {"error": "not_served", "message": "transaction 0:1 belongs to coordinator 0"}, None),
     (503, {"error": "unavailable", "message": "replaying"}, None),
+    (401, {"error": "unauthorized", "message": "missing bearer token"}, None),
 ])
-async def test_coordinator_lookup(status: int, body: dict[str, str], expected: Verdict) -> None:
+async def test_coordinator_lookup(status: int, body: dict[str, str], expected: Action | None) -> None:
     seen: list[str] = []
 
     def handle(request: httpx.Request) -> httpx.Response:
@@ -197,7 +200,7 @@ async def test_checker_skips_a_txn_whose_end_is_running(ledgers: LedgerFactory) 
     assert store.ending_now(A)
     asked: list[TxnId] = []
 
-    async def lookup(txn: TxnId) -> Verdict:
+    async def lookup(txn: TxnId) -> Action | None:
         asked.append(txn)
         return False
 

@@ -8,13 +8,12 @@ import orjson
 from fastapi import APIRouter
 from pydantic import BaseModel, Field
 
-from streamtx.broker import codec
 from streamtx.broker.broker import Broker
 from streamtx.broker.deps import BrokerDep, broker_of, topic_name
 from streamtx.broker.dispatch import render_batch, render_json
-from streamtx.broker.routes.messages import parse_txn
 from streamtx.broker.settings import BrokerSettings
 from streamtx.broker.subscription import Subscription, SubscriptionType
+from streamtx.contracts.txnid import TxnId, TxnIdField
 from streamtx.errors import MalformedError
 from streamtx.service import HotRequest, HotRoutes
 from streamtx.wire import batch as wire
@@ -44,7 +43,7 @@ class AckRequest(BaseModel):
     """Acknowledge messages, individually or cumulatively, optionally in a transaction."""
 
     message_ids: list[str] = Field(min_length=1)
-    txn_id: str | None = None
+    txn_id: TxnIdField | None = None
     cumulative: bool = False
 
 
@@ -102,14 +101,14 @@ async def fetch(request: HotRequest) -> bytes:
     return orjson.dumps({"messages": render_json(got)})
 
 
-def _ack_body(request: HotRequest) -> tuple[list[str], codec.TxnId | None, bool]:
+def _ack_body(request: HotRequest) -> tuple[list[str], TxnId | None, bool]:
     if wire.is_batch(request.header("content-type")):
         got = wire.decode_acks(request.body)
         if not got.ids:
             raise MalformedError("message_ids: at least one id")
         return got.id_strings(), got.txn, got.cumulative
     body = request.json(AckRequest)
-    return body.message_ids, parse_txn(body.txn_id), body.cumulative
+    return body.message_ids, body.txn_id, body.cumulative
 
 
 @hot.post("/acks", body=AckRequest)
@@ -131,7 +130,7 @@ async def ack(request: HotRequest) -> bytes:
         # Held before the call, so no redelivery hands them out meanwhile.
         newly = s.hold(resolved, txn, cumulative)
         try:
-            await broker.pendingack.ack(name, p["sub"], codec.txn_str(txn), message_ids, cumulative)
+            await broker.pendingack.ack(name, p["sub"], txn, message_ids, cumulative)
         except BaseException:
             s.unhold(newly, txn)
             raise

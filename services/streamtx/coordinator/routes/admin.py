@@ -7,12 +7,12 @@ from typing import Any
 from fastapi import APIRouter, Query
 from pydantic import BaseModel
 
+from streamtx.contracts.txnid import TxnId
 from streamtx.coordinator.coordinator import TransactionCoordinator
 from streamtx.coordinator.deps import CoordinatorsDep
 from streamtx.coordinator.registry import Coordinators
 from streamtx.coordinator.state import TxnState
 from streamtx.coordinator.table import TxnMeta
-from streamtx.coordinator.txnid import TxnId
 from streamtx.errors import MalformedError
 
 router = APIRouter(prefix="/admin/v3/transactions", tags=["admin"])

@@ -10,9 +10,9 @@ from __future__ import annotations
 from fastapi import APIRouter, Path, Request
 from pydantic import BaseModel
 
+from streamtx.contracts.txnid import max_coordinator_id
 from streamtx.coordinator import replicas
 from streamtx.coordinator.deps import CoordinatorsDep
-from streamtx.coordinator.txnid import max_coordinator_id
 from streamtx.errors import NotFoundError
 
 router = APIRouter(prefix="/lookup/v2", tags=["lookup"])

@@ -4,9 +4,9 @@ from __future__ import annotations
 
 from fastapi import APIRouter
 
+from streamtx.contracts import Action
 from streamtx.pendingack.deps import OK, stores_of
 from streamtx.pendingack.models import SubscriptionTxn, SubscriptionTxnEnd
-from streamtx.pendingack.records import TxnId
 from streamtx.service import HotRequest, HotRoutes
 
 router = APIRouter(prefix="/v1/txn/subscriptions", tags=["transactions"])
@@ -17,7 +17,7 @@ hot = HotRoutes(router)
 async def prepare(request: HotRequest) -> bytes:
     """200 when the transaction may commit here; 409 when it overlaps another's commit."""
     body = request.json(SubscriptionTxn)
-    txn = TxnId.parse(body.txn_id)
+    txn = body.txn_id
     async with stores_of(request.state).use(body.topic, body.subscription) as store:
         if store is not None:  # else nothing was ever acked here: nothing to overlap
             await store.prepare(txn)
@@ -28,9 +28,9 @@ async def prepare(request: HotRequest) -> bytes:
 async def end(request: HotRequest) -> bytes:
     """Commit or abort the transaction's acks; idempotent, 200 for an unknown transaction."""
     body = request.json(SubscriptionTxnEnd)
-    txn = TxnId.parse(body.txn_id)
+    txn = body.txn_id
     stores = stores_of(request.state)
-    commit = body.action == "commit"
+    commit = body.action is Action.COMMIT
     async with stores.use(body.topic, body.subscription) as store:
         if store is None:  # nothing held here: remembered without opening a log
             stores.remember_end(body.topic, body.subscription, txn, commit)

@@ -1,0 +1,76 @@
+"""The bodies the services send each other (docs/internal-api.md), one model each.
+
+The receiving route validates with the model, and the sending client builds
+the same model and sends ``model_dump(mode="json")``, so a field renamed on one
+side breaks a test instead of a deployment. Transaction ids are
+:data:`~streamtx.contracts.txnid.TxnIdField`: a :class:`TxnId` in Python,
+``"{most}:{least}"`` on the wire, validated by the one strict parser; names
+follow :mod:`streamtx.names` (Pulsar's rules).
+"""
+
+from __future__ import annotations
+
+from pydantic import BaseModel, Field
+
+from streamtx.contracts.states import Action
+from streamtx.contracts.txnid import TxnIdField
+from streamtx.names import SubscriptionName, TopicName
+
+#: Most message ids one ack or end may carry.
+MAX_IDS_PER_CALL = 100_000
+
+
+class PartitionEnd(BaseModel):
+    """Coordinator -> broker: end a transaction on one partition (write its marker; idempotent)."""
+
+    txn_id: TxnIdField
+    partition: TopicName
+    action: Action
+
+
+class PartitionEnded(PartitionEnd):
+    """Broker -> coordinator: the marker's message id, or null when the txn never produced there."""
+
+    marker: str | None
+
+
+class SubscriptionTxn(BaseModel):
+    """Coordinator -> pending-ack store: one transaction on one subscription (prepare)."""
+
+    txn_id: TxnIdField
+    topic: TopicName
+    subscription: SubscriptionName
+
+
+class SubscriptionTxnEnd(SubscriptionTxn):
+    """Coordinator -> pending-ack store: end one transaction's acks on one subscription."""
+
+    action: Action
+
+
+class PendingAckCreate(BaseModel):
+    """Broker -> pending-ack store: a transactional ack to hold durably."""
+
+    topic: TopicName
+    subscription: SubscriptionName
+    txn_id: TxnIdField
+    message_ids: list[str] = Field(min_length=1, max_length=MAX_IDS_PER_CALL)
+    cumulative: bool = False
+
+
+class Held(BaseModel):
+    """Pending-ack store -> broker: ids open transactions hold, which the broker must not dispatch."""
+
+    message_ids: list[str]
+
+
+class SubscriptionAcksEnd(BaseModel):
+    """Pending-ack store -> broker: delete (commit) or redeliver (abort) a transaction's acked ids."""
+
+    topic: TopicName
+    subscription: SubscriptionName
+    txn_id: TxnIdField
+    action: Action
+    message_ids: list[str] = Field(default_factory=list)
+    cumulative_message_id: str | None = None  # one partition's (kept for older stores)
+    cumulative_message_ids: list[str] = Field(default_factory=list)  # at most one per partition

@@ -1,0 +1,117 @@
+"""The one HTTP client of streamtx: the SDK, the services' clients of each other, the demo.
+
+An :class:`HttpClient` calls one base URL over a keep-alive httpx client (its
+own, or one shared by several base URLs, as the SDK does), sends JSON with
+orjson (ack and end bodies carry thousands of ids) or a pydantic model's own
+serializer, and decodes every error reply by its ``error`` code
+(:func:`streamtx.errors.from_reply`): what a peer raised comes back as the same
+class. Retries follow the caller's :class:`~streamtx.transport.retry.RetryPolicy`.
+
+It imports nothing of the server kit, so ``import streamtx.client`` stays light.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import httpx
+import orjson
+from pydantic import BaseModel
+
+from streamtx.errors import StreamtxError, UnavailableError, from_reply
+from streamtx.redirect import send_to_owner
+from streamtx.transport.retry import OnRetry, RetryPolicy
+
+_json_headers = {"content-type": "application/json"}
+
+
+def encode_json(body: Any) -> bytes:
+    """A request body's bytes: a pydantic model by its own serializer, anything else by orjson."""
+    if isinstance(body, BaseModel):
+        return body.__pydantic_serializer__.to_json(body)
+    return orjson.dumps(body)
+
+
+def reply_error(response: httpx.Response) -> StreamtxError:
+    """The streamtx error an error reply stands for, decoded by its ``error`` code."""
+    try:
+        body: Any = orjson.loads(response.content)
+    except orjson.JSONDecodeError:
+        body = response.text[:200]
+    return from_reply(response.status_code, body, f"{response.request.method} {response.request.url.path}")
+
+
+class HttpClient:
+    """Calls to one base URL with a retry policy (per client, overridable per call).
+
+    A peer that is not deployed has no URL: ``HttpClient(None, peer=..., setting=...)``
+    is :attr:`configured` False and every call raises :class:`UnavailableError`
+    naming the setting, so each service's client of another says "not deployed"
+    the same way (and decides in its own methods what that means for it).
+    """
+
+    def __init__(
+        self,
+        base_url: str | None,
+        *,
+        peer: str = "peer",
+        setting: str = "",
+        retry: RetryPolicy | None = None,
+        timeout_s: float = 10.0,
+        token: str | None = None,
+        http: httpx.AsyncClient | None = None,
+        max_connections: int = 200,
+    ) -> None:
+        self.base_url = (base_url or "").rstrip("/")
+        self.configured = base_url is not None
+        self._missing = f"no {peer} is configured" + (f" ({setting})" if setting else "")
+        self.retry = retry or RetryPolicy()
+        self._owned = http is None
+        if http is None:
+            headers = {"authorization": f"Bearer {token}"} if token else {}
+            http = httpx.AsyncClient(
+                timeout=timeout_s, headers=headers,
+                limits=httpx.Limits(max_connections=max_connections,
+                                    max_keepalive_connections=max_connections // 2),
+            )
+        self._http = http
+
+    async def request(
+        self, method: str, path: str, *, json: Any = None, params: Any = None,
+        retry: RetryPolicy | None = None, timeout_s: float | None = None, on_retry: OnRetry | None = None,
+    ) -> Any:
+        """Send (retrying as the policy says); the decoded JSON body, or the reply's error raised."""
+        content = None if json is None else encode_json(json)
+        headers = None if json is None else _json_headers
+        response = await self.send(method, path, content=content, headers=headers, params=params,
+                                   retry=retry, timeout_s=timeout_s, on_retry=on_retry)
+        return orjson.loads(response.content) if response.content else None
+
+    async def send(
+        self, method: str, path: str, *, content: bytes | None = None, headers: dict[str, str] | None = None,
+        params: Any = None, retry: RetryPolicy | None = None, timeout_s: float | None = None,
+        on_retry: OnRetry | None = None,
+    ) -> httpx.Response:
+        """Send raw bytes (the binary batch format, say); the 2xx response, or the reply's error raised."""
+        if not self.configured:
+            raise UnavailableError(self._missing)
+        url = self.base_url + path
+        timeout: Any = httpx.USE_CLIENT_DEFAULT if timeout_s is None else timeout_s
+
+        async def once() -> httpx.Response:
+            try:
+                # send_to_owner follows a replica's 307 to the owner with our own headers.
+                response = await send_to_owner(self._http, method, url, content=content, params=params,
+                                               headers=headers, timeout=timeout)
+            except httpx.HTTPError as exc:
+                raise UnavailableError(f"{method} {path}: {exc!r}") from exc
+            if response.status_code >= 400:
+                raise reply_error(response)
+            return response
+
+        return await (retry or self.retry).run(once, on_retry=on_retry)
+
+    async def aclose(self) -> None:
+        """Close the connections, unless the httpx client is shared (its owner closes it)."""
+        if self._owned:
+            await self._http.aclose()
