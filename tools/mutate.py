@@ -44,7 +44,7 @@ MODULES: dict[str, list[str]] = {
     "pendingack/state.py": ["tests/unit/pendingack/test_state.py",
                             "tests/unit/pendingack/test_state_model.py"],
     "cursor/ranges.py": ["tests/unit/test_cursor_state.py"],
-    "ledger/segment.py": ["tests/unit/test_segment_codec.py"],
+    "ledger/segment.py": ["tests/unit/test_segment_codec.py", "tests/unit/test_segment_edges.py"],
     "ledger/frames.py": ["tests/unit/test_frames.py"],
     "batching/codec.py": ["tests/unit/test_batch_codec.py"],
 }
