@@ -109,7 +109,9 @@ def test_bad_produce_bodies_are_refused() -> None:
         "trailing bytes": (good + b"x", 1, 0),
         "count beyond the body": (good, 2, 0),
         "key not utf-8": (wire.encode_messages([wire.Msg(b"", "k")])[1].replace(b"k", b"\xff"), 1, 0),
-        "empty property name": (wire.encode_messages([wire.Msg(b"", None, {"": "x"})])[1], 1, 0),
+        "property value not utf-8": (wire.encode_messages([wire.Msg(b"", None, {"n": "x"})])[1]
+                                     .replace(b"x", b"\xc3"), 1, 0),
+        "property past the end": (wire.encode_messages([wire.Msg(b"", None, {"n": "x"})])[1][:12], 1, 0),
         "bad key length": (struct.pack(">Ii", 0, -7) + b"\0\0" + struct.pack(">I", 0), 1, 0),
     }
     for why, (body, n, first) in bad.items():

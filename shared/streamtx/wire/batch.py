@@ -178,8 +178,8 @@ def validate_messages(body: bytes | memoryview, count: int, first_index: int, *,
     """Walk ``count`` messages of ``body`` without building them; their value bytes in total.
 
     Checks every length against the body's end, the request indexes
-    (``first_index`` onwards, in order), that keys and properties are UTF-8 and
-    property names non-empty, and that nothing follows the last message.
+    (``first_index`` onwards, in order), that keys and properties are UTF-8
+    (names up to ``max_name_bytes``), and that nothing follows the last message.
     """
     data = memoryview(body)
     end = len(data)
@@ -203,7 +203,7 @@ def validate_messages(body: bytes | memoryview, count: int, first_index: int, *,
             off += 2
             for _ in range(nprops):
                 (n,) = u16(data, off)
-                if n == 0 or n > max_name_bytes or off + 2 + n > end:
+                if n > max_name_bytes or off + 2 + n > end:
                     raise MalformedError(f"message {i}: bad property name length {n}")
                 str(data[off + 2:off + 2 + n], "utf-8")
                 off += 2 + n
