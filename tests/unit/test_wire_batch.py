@@ -128,3 +128,18 @@ def test_bad_produce_bodies_are_refused() -> None:
         wire.decode_acks(wire.encode_acks(["1:2"])[:-1])
     with pytest.raises(MalformedError):
         wire.decode_acks(wire.encode_acks(["1:2"]) + b"\0")
+
+
+@settings(max_examples=150)
+@given(st.binary(max_size=80), st.integers(0, 5))
+def test_any_bytes_are_a_batch_or_malformed(tail: bytes, count: int) -> None:
+    # What the broker is sent decides a 400 or a store, never an unhandled error (a 500).
+    for kind, decode in ((wire.PRODUCE, wire.decode_produce), (wire.ACKS, wire.decode_acks)):
+        try:
+            decode(wire.MAGIC + bytes([wire.VERSION, kind]) + tail)
+        except MalformedError:
+            pass
+    try:
+        wire.validate_messages(tail, count, 0)
+    except MalformedError:
+        pass
