@@ -5,7 +5,7 @@ STAMP   := .venv/.stamp-setup
 DATA    ?= data
 export PYTHONPATH := shared:services:spark-jobs:.
 
-.PHONY: setup run test lint spark-histograms spark-compact bench bench-spark bench-log bench-tc bench-txn bench-peer demo demo-long clean bench-bounded
+.PHONY: setup run test lint spark-histograms spark-compact bench bench-spark bench-log bench-tc bench-txn bench-peer demo demo-long clean bench-bounded bench-auth
 .PHONY: run-geo bench-repl
 
 setup: $(STAMP)
@@ -57,6 +57,9 @@ bench-scale: setup
 
 bench-txn: setup
 	$(PY) bench/transactions.py
+
+bench-auth: setup
+	$(PY) bench/auth.py
 
 bench-bounded: setup
 	$(PY) bench/bounded.py
