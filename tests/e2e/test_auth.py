@@ -20,7 +20,7 @@ import pytest
 
 from streamtx.auth import issue
 from streamtx.client import StreamtxClient
-from tests.support.suite import Suite, receive
+from tests.support.suite import ORDER, Suite, receive
 
 SECRET = "e2e-secret-e2e-secret-e2e-secret-0123"
 ADMIN = issue(SECRET, subject="ops", roles=["admin"])
@@ -37,7 +37,7 @@ OPEN = {"/healthz", "/readyz", "/metrics", "/v1/cluster", "/openapi.json", "/doc
 def suite(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Suite]:
     tmp = tmp_path_factory.mktemp("auth")
     env = {"STREAMTX_AUTH_JWT_SECRET": SECRET, "STREAMTX_SERVICE_TOKEN": SERVICE}
-    with Suite(f"file://{tmp / 'ledgers'}", tmp, env=env) as running:
+    with Suite(f"file://{tmp / 'ledgers'}", tmp, env=env, services=ORDER) as running:
         yield running
     _http.close()
 

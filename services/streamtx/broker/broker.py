@@ -25,7 +25,7 @@ from streamtx.broker.txnchecker import StuckTxnChecker
 from streamtx.cursor import Cursor
 from streamtx.errors import ConflictError, MalformedError, NotFoundError, StreamtxError
 from streamtx.ledger import Ledger, LedgerFactory
-from streamtx.names import check_name
+from streamtx.names import check_name, check_topic
 
 log = logging.getLogger(__name__)
 
@@ -134,6 +134,7 @@ class Broker:
         return self.topic(base).partition(int(index))
 
     async def create_topic(self, name: str, partitions: int) -> None:
+        check_topic(name)  # whoever asks (admin API, replication): no ledger for a name Pulsar refuses
         if not 1 <= partitions <= max_partitions:
             raise MalformedError(f"partitions must be within 1..{max_partitions}")
         async with self._lock:

@@ -4,7 +4,9 @@ from __future__ import annotations
 
 import logging
 
-from streamtx.errors import ConflictError, UnavailableError
+import httpx
+
+from streamtx.errors import ConflictError, MalformedError, UnavailableError
 from streamtx.transport import HttpClient, RetryPolicy
 
 log = logging.getLogger(__name__)
@@ -12,7 +14,10 @@ log = logging.getLogger(__name__)
 
 async def discover(service_url: str, *, timeout_s: float, token: str | None) -> tuple[str, str]:
     """``(cluster name, broker URL)`` a service of a cluster advertises."""
-    client = HttpClient(service_url, timeout_s=timeout_s, retry=RetryPolicy(attempts=2), token=token)
+    try:
+        client = HttpClient(service_url, timeout_s=timeout_s, retry=RetryPolicy(attempts=2), token=token)
+    except httpx.InvalidURL as exc:
+        raise MalformedError(f"service_url {service_url!r}: {exc}") from None
     try:
         body = await client.request("GET", "/v1/cluster")
     finally:

@@ -12,6 +12,7 @@ from fastapi import APIRouter, Body
 from pydantic import BaseModel, Field
 
 from streamtx.errors import MalformedError, NotFoundError
+from streamtx.names import check_name
 from streamtx.replication.deps import ControllerDep
 
 router = APIRouter(prefix="/admin/v2", tags=["admin: replication"])
@@ -23,7 +24,9 @@ ClusterList = Annotated[Any, Body()]
 class ClusterData(BaseModel):
     """A peer cluster: any service URL of it (its ``/v1/cluster`` lists the others)."""
 
-    service_url: str = Field(min_length=1, pattern=r"^https?://")
+    # A host after the scheme, printable ASCII (the fuzzer's finds: "http://" alone was stored as
+    # "http:" and broke every later read; non-ASCII was an invalid URL to httpx, a 500).
+    service_url: str = Field(min_length=1, max_length=2048, pattern=r"^https?://[A-Za-z0-9\[][!-~]*$")
 
 
 class ClusterPublic(ClusterData):
@@ -43,8 +46,7 @@ def _clusters(body: Any) -> list[str]:
 
 
 def _check_name(name: str) -> None:
-    if not name or "/" in name or len(name) > 200:
-        raise MalformedError(f"bad cluster name {name!r}")
+    check_name("cluster", name)  # Pulsar's rule for cluster names too
 
 
 @router.get("/clusters")
