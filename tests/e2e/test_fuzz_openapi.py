@@ -173,9 +173,10 @@ def test_fuzz_every_operation(suite: Suite, service: str) -> None:
         @given(case=strategy(operation))
         def fuzz(case: schemathesis.Case) -> None:
             # Long polls would only wait; the fuzzer wants answers.
-            wait = case.query.get("wait_ms") if isinstance(case.query, dict) else None
-            if isinstance(wait, int | str) and str(wait).lstrip("-").isdigit():
-                case.query["wait_ms"] = min(int(wait), 50)
+            for part in (case.query, case.body):  # fetch's query, replication reads' body
+                wait = part.get("wait_ms") if isinstance(part, dict) else None
+                if isinstance(wait, int | str) and str(wait).lstrip("-").isdigit():
+                    part["wait_ms"] = min(int(wait), 50)
             response = case.call(base_url=url, headers=headers, timeout=30)
             calls.append(response.status_code)
             case.validate_response(response, checks=[not_a_server_error, response_schema_conformance,
