@@ -14,12 +14,11 @@ log = logging.getLogger(__name__)
 
 async def discover(service_url: str, *, timeout_s: float, token: str | None) -> tuple[str, str]:
     """``(cluster name, broker URL)`` a service of a cluster advertises."""
-    try:
-        client = HttpClient(service_url, timeout_s=timeout_s, retry=RetryPolicy(attempts=2), token=token)
-    except httpx.InvalidURL as exc:
-        raise MalformedError(f"service_url {service_url!r}: {exc}") from None
+    client = HttpClient(service_url, timeout_s=timeout_s, retry=RetryPolicy(attempts=2), token=token)
     try:
         body = await client.request("GET", "/v1/cluster")
+    except httpx.InvalidURL as exc:  # not an httpx.HTTPError: it was a 500 (fuzzer)
+        raise MalformedError(f"service_url {service_url!r}: {exc}") from None
     finally:
         await client.aclose()
     broker = (body.get("services") or {}).get("broker") or service_url
