@@ -141,7 +141,7 @@ class Subscription:
             part = self.parts[i]
             released += len(part.pending)
             part.release(sorted(part.pending, key=_unit_order))
-            part.redeliver = OrderedDict(sorted(part.redeliver.items(), key=lambda kv: _unit_order(kv[0])))
+            _in_position_order(part)
         if released:
             metrics.redeliveries.labels(*self._labels).inc(released)
         if moved:
@@ -247,7 +247,7 @@ class Subscription:
             if entry.partition in lost:
                 part = self.parts[entry.partition]
                 part.release([(entry.pos, index)])
-                part.redeliver = OrderedDict(sorted(part.redeliver.items(), key=lambda kv: _unit_order(kv[0])))
+                _in_position_order(part)
         return [h for h in out if h[0].partition not in lost]
 
     async def _fetch_once(self, consumer: str, limit: int, now: float,
@@ -454,6 +454,11 @@ class Subscription:
 
 def _unit_order(unit: Unit) -> tuple[Position, int]:
     return unit[0], -1 if unit[1] is None else unit[1]
+
+
+def _in_position_order(part: PartitionDispatch) -> None:
+    """Sort what waits for redelivery by position: a moved partition's new consumer gets it in order."""
+    part.redeliver = OrderedDict(sorted(part.redeliver.items(), key=lambda kv: _unit_order(kv[0])))
 
 
 async def _until_ready(parts: list[PartitionDispatch]) -> None:
