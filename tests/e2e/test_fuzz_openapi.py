@@ -1,13 +1,15 @@
 """Property-based fuzzing of every service's OpenAPI with schemathesis (issue 9, item 14).
 
-The three services run as real processes (auth on, the admin token, which
+The four services run as real processes (auth on, the admin token, which
 may call every route). For each operation schemathesis generates requests
 from the OpenAPI document - valid and invalid bodies, queries and path
 parameters - and every answer must be: not a 5xx, an error in the API's
 shape (``{"error": code, "message": text}``) when it is one, and a 2xx that
 matches its documented schema. The documents themselves must be valid
-OpenAPI with every ``$ref`` resolving. Bounded: ``FUZZ_EXAMPLES`` cases per
-operation (about 40 operations).
+OpenAPI with every ``$ref`` resolving. Bounded: ``STREAMTX_FUZZ_EXAMPLES``
+cases per operation (15; about 60 operations), the same ones every run;
+``STREAMTX_FUZZ_RANDOM=1`` with more examples hunts for new ones by hand.
+The fuzzer's finds so far stay covered by ``test_what_the_fuzzer_found_stays_fixed``.
 """
 
 from __future__ import annotations
@@ -31,7 +33,7 @@ from schemathesis.specs.openapi.checks import response_schema_conformance
 from tests.support.suite import ORDER, Suite
 
 TOKEN = "fuzz-admin-token"
-FUZZ_EXAMPLES = int(os.environ.get("STREAMTX_FUZZ_EXAMPLES", "20"))
+FUZZ_EXAMPLES = int(os.environ.get("STREAMTX_FUZZ_EXAMPLES", "15"))
 #: CI replays the same cases every run; STREAMTX_FUZZ_RANDOM=1 explores new ones (a longer hunt, by hand).
 FUZZ_RANDOM = os.environ.get("STREAMTX_FUZZ_RANDOM") == "1"
 
