@@ -31,8 +31,19 @@ run: setup
 run-geo: setup
 	$(PY) -m streamtx.geo --data-dir $(DATA)
 
+# The services' hot-route API tests run a second time with the fast lane off, so the
+# routes FastAPI serves when STREAMTX_FAST_LANE=false are tested too (a hot route is
+# declared once and served both ways: shared/streamtx/service/fastlane.py). A chosen
+# few, to keep the extra run near half a minute; test_malformed_txn_ids.py runs both.
+LANE_OFF_TESTS := tests/integration/broker/test_broker_messaging.py \
+	tests/integration/pendingack/test_pendingack_service.py \
+	tests/integration/coordinator/test_coordinator_api.py
+LANE_OFF_PICK := produce_fetch_ack or producer_dedup or bad_input or ack_conflict or prepare_refuses \
+	or malformed_input or lifecycle_commit or client_errors or conflicting_prepare
+
 test: setup
 	$(PY) -m pytest -q -p no:cacheprovider
+	STREAMTX_FAST_LANE=false $(PY) -m pytest -q -p no:cacheprovider $(LANE_OFF_TESTS) -k "$(LANE_OFF_PICK)"
 
 .PHONY: mutate
 # Mutation testing (mutmut) of the pure modules and the ledger layer; not part of `make test`.

@@ -26,9 +26,10 @@ _json_headers = {"content-type": "application/json"}
 
 
 def encode_json(body: Any) -> bytes:
-    """A request body's bytes: a pydantic model by its own serializer, anything else by orjson."""
+    """A request body's bytes: a pydantic model by its own serializer (unset optional fields
+    left out), anything else by orjson."""
     if isinstance(body, BaseModel):
-        return body.__pydantic_serializer__.to_json(body)
+        return body.__pydantic_serializer__.to_json(body, exclude_none=True)
     return orjson.dumps(body)
 
 
