@@ -10,12 +10,14 @@ down keeps a growing backlog and loses nothing when it returns.
 from __future__ import annotations
 
 import asyncio
+import re
 from collections import defaultdict
 from typing import Any
 
 import httpx
 
 from streamtx.client import StreamtxClient
+from tests.deploy import dashboards
 from tests.integration.replication.conftest import b64, create_topic, decoded, get, replicate
 from tests.support.geo import Geo
 from tests.support.suite import eventually
@@ -154,6 +156,12 @@ async def test_remote_down_backlog_grows_then_drains(clusters: Geo) -> None:
     metrics = (await get(f"{clusters.url('a')}/metrics")).text
     assert 'pulsar_replication_backlog{cluster="a",namespace="t/down",remote_cluster="c",topic=' \
            '"persistent://t/down/x"} 20.0' in metrics
+    # Every metric the replication dashboard reads is there, per remote cluster.
+    board = dashboards.load()["replication.json"]
+    names = {n for _, expr in dashboards.queries(board) for n in re.findall(r"pulsar_replication_\w+", expr)}
+    assert len(names) == 7
+    for name in names:
+        assert re.search(rf'^{name}{{[^}}]*remote_cluster="c"', metrics, re.M), name
     clusters["c"].broker.start()
     got = await drain(clusters.url("c"), topic, "check", 60)
     check_exactly_once_in_order("c", got, ["a"], 20, 3)
