@@ -9,7 +9,7 @@ from fastapi import FastAPI
 
 from streamtx.broker.broker import Broker
 from streamtx.broker.pendingack_client import PendingAckClient
-from streamtx.broker.routes import admin, messages, replication, subscriptions, topics, txn
+from streamtx.broker.routes import admin, messages, replicated_subs, replication, subscriptions, topics, txn
 from streamtx.broker.settings import BrokerSettings
 from streamtx.ledger import open_ledger_factory
 from streamtx.service import ServiceState, create_app, include_hot
@@ -44,4 +44,6 @@ def build_app(settings: BrokerSettings) -> FastAPI:
     app.include_router(admin.router)
     app.include_router(replication.router)
     app.include_router(replication.admin)
+    app.include_router(replicated_subs.router)
+    app.include_router(replicated_subs.admin)
     return app

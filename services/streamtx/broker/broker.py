@@ -2,7 +2,8 @@
 
 Each entry of the metadata ledger is one JSON record, replayed on start:
 ``{"kind": "topic", "topic": "persistent://t/n/x", "partitions": N}`` or
-``{"kind": "subscription", "topic", "subscription", "type", "initial_position"}``.
+``{"kind": "subscription", "topic", "subscription", "type", "initial_position"}`` or
+``{"kind": "subscription_replicated", "topic", "subscription", "replicated": bool}`` (PIP-33).
 """
 
 from __future__ import annotations
@@ -61,6 +62,8 @@ class Broker:
             elif r["kind"] == "subscription":
                 await self._open_subscription(self.topics[r["topic"]], r["subscription"],
                                               SubscriptionType(r["type"]), r["initial_position"], new=False)
+            elif r["kind"] == "subscription_replicated":
+                self.topics[r["topic"]].subscription(r["subscription"]).replicated = bool(r["replicated"])
         self._tasks.append(asyncio.create_task(self._snapshot_timer()))
         self._tasks.append(asyncio.create_task(self._replication_timer()))
         if self.settings.coordinator_url:
@@ -155,7 +158,23 @@ class Broker:
     # --- subscriptions --------------------------------------------------------------
 
     async def create_subscription(self, topic_name: str, name: str, sub_type: SubscriptionType,
-                                  initial_position: str) -> Subscription:
+                                  initial_position: str, replicated: bool | None = None) -> Subscription:
+        """Create (or retype) a subscription; ``replicated`` set, its PIP-33 state follows."""
+        sub = await self._create_subscription(topic_name, name, sub_type, initial_position)
+        if replicated is not None:
+            await self.set_replicated(sub, replicated)
+        return sub
+
+    async def set_replicated(self, sub: Subscription, replicated: bool) -> None:
+        """Whether the subscription's position follows the consumer to other clusters (durable)."""
+        async with self._lock:
+            if sub.replicated is not replicated:
+                await self._record({"kind": "subscription_replicated", "topic": sub.topic,
+                                    "subscription": sub.name, "replicated": replicated})
+                sub.replicated = replicated
+
+    async def _create_subscription(self, topic_name: str, name: str, sub_type: SubscriptionType,
+                                   initial_position: str) -> Subscription:
         check_name("subscription", name)
         topic = self.topic(topic_name)
         async with self._lock:

@@ -37,6 +37,8 @@ from streamtx.cursor import Cursor
 from streamtx.errors import MalformedError
 from streamtx.ledger import LedgerFactory, Position
 
+#: Replication markers that stay where they were written (see :mod:`streamtx.broker.markers`).
+LOCAL_ONLY = frozenset({"snapshot"})
 rate_window_s = 10.0  # msgRateIn/Out are averaged over this many seconds
 
 
@@ -120,6 +122,8 @@ async def read_local(part: Partition, start: Position, max_entries: int
             ]
         elif h.kind is EntryKind.MARKER:
             item["marker"] = orjson.loads(codec.marker_body(e.data, h))
+            if item["marker"].get("type") in LOCAL_ONLY:
+                continue
         else:
             continue
         items.append(item)

@@ -64,6 +64,7 @@ class Subscription:
         self.settings = settings
         self.notifier = notifier
         self.consumers: dict[str, ConsumerInfo] = {}
+        self.replicated = False  # PIP-33: its position follows the consumer to other clusters
         self.owner: str | None = None
         self.held_ready = asyncio.Event()
         self._by_ledger = {p.partition.ledger.ledger_id: p for p in parts}

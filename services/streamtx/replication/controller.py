@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import functools
 import logging
 from typing import Any
 
@@ -20,6 +21,7 @@ from streamtx.replication.policies import Policies
 from streamtx.replication.replicator import PartitionReplicator
 from streamtx.replication.settings import ReplicationSettings
 from streamtx.replication.store import PolicyStore
+from streamtx.replication.subscriptions import PartitionSnapshots
 from streamtx.transport import ONCE, HttpClient, RetryPolicy
 
 log = logging.getLogger(__name__)
@@ -37,6 +39,7 @@ class Controller:
         self.peers = Peers(timeout_s=settings.remote_timeout_s,
                            token=settings.remote_token or settings.outgoing_token())
         self.replicators: dict[Key, tuple[PartitionReplicator, asyncio.Task[None]]] = {}
+        self.snapshots: dict[tuple[str, int], tuple[PartitionSnapshots, asyncio.Task[None]]] = {}
         self._scan: asyncio.Task[None] | None = None
         self.scanned = asyncio.Event()
 
@@ -75,6 +78,7 @@ class Controller:
         for key in [k for k in self.replicators if k not in wanted]:
             _, task = self.replicators.pop(key)
             task.cancel()
+        self._scan_snapshots({(t, i) for t, i, _ in wanted})
         for key, partitions in wanted.items():
             if key not in self.replicators:
                 topic, index, remote = key
@@ -82,6 +86,17 @@ class Controller:
                                         local_cluster=self.settings.cluster, remote=remote, topic=topic,
                                         partition=index, partitions=partitions, settings=self.settings)
                 self.replicators[key] = (r, asyncio.create_task(r.run()))
+
+    def _scan_snapshots(self, wanted: set[tuple[str, int]]) -> None:
+        """One PIP-33 loop per partition of every topic that replicates somewhere."""
+        for key in [k for k in self.snapshots if k not in wanted]:
+            _, task = self.snapshots.pop(key)
+            task.cancel()
+        for topic, index in wanted - set(self.snapshots):
+            loop = PartitionSnapshots(local=self.local, cluster=self.settings.cluster, topic=topic,
+                                      partition=index, settings=self.settings,
+                                      remotes=functools.partial(self.policies.remotes_for, topic))
+            self.snapshots[(topic, index)] = (loop, asyncio.create_task(loop.run()))
 
     async def _remote(self, name: str) -> HttpClient:
         url = self.policies.clusters.get(name)
@@ -94,8 +109,11 @@ class Controller:
                  "sentMessages": rep.sent_messages}
                 for (t, i, r), (rep, _) in sorted(self.replicators.items())]
 
+    def snapshot_status(self) -> list[dict[str, Any]]:
+        return [loop.status() for _, (loop, _) in sorted(self.snapshots.items())]
+
     async def close(self) -> None:
-        tasks = [t for _, t in self.replicators.values()]
+        tasks = [t for _, t in self.replicators.values()] + [t for _, t in self.snapshots.values()]
         if self._scan is not None:
             tasks.append(self._scan)
         for t in tasks:

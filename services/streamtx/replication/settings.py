@@ -23,6 +23,8 @@ class ReplicationSettings(ServiceSettings):
     replicated_subscriptions_snapshot_frequency_ms: int = Field(default=1000, ge=10)
     replicated_subscriptions_snapshot_timeout_s: float = Field(default=30.0, gt=0)
     replicated_subscriptions_snapshot_max_cached_per_subscription: int = Field(default=30, ge=3)
+    rescan_entries: int = Field(default=10_000, ge=0, description="markers looked back at when a "
+                                "partition's snapshot loop starts")
 
     @classmethod
     def from_env(cls) -> ReplicationSettings:

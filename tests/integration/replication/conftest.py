@@ -1,4 +1,4 @@
-"""Three clusters a, b, c as real processes (12 services, file ledgers), started once per module."""
+"""Three clusters a, b, c as real processes (12 services, file ledgers), started once for the package."""
 
 from __future__ import annotations
 
@@ -12,11 +12,19 @@ import pytest
 from tests.support.geo import Geo
 
 BROKER_ENV = {"STREAMTX_ACK_TIMEOUT_MS": "60000"}
+# Snapshots every 200 ms, dropped after 3 s, at most 3 cached per subscription.
+SNAPSHOTS_ENV = {
+    "STREAMTX_REPLICATED_SUBSCRIPTIONS_SNAPSHOT_FREQUENCY_MS": "200",
+    "STREAMTX_REPLICATED_SUBSCRIPTIONS_SNAPSHOT_TIMEOUT_S": "3",
+    "STREAMTX_REPLICATED_SUBSCRIPTIONS_SNAPSHOT_MAX_CACHED_PER_SUBSCRIPTION": "3",
+}
 
 
-@pytest.fixture(scope="module")
+@pytest.fixture(scope="package")
 def geo(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Geo]:
-    with Geo(tmp_path_factory.mktemp("geo"), ("a", "b", "c"), env=BROKER_ENV) as running:
+    """The clusters, started once for every module of this package."""
+    with Geo(tmp_path_factory.mktemp("geo"), ("a", "b", "c"), env=BROKER_ENV,
+             replication_env=SNAPSHOTS_ENV) as running:
         yield running
 
 

@@ -28,6 +28,7 @@ class SubscriptionCreate(BaseModel):
 
     initial_position: str = Field(default="latest", pattern="^(earliest|latest)$")
     type: SubscriptionType | None = None
+    replicated: bool | None = None  # PIP-33 replicated subscription (unchanged when absent)
 
 
 class SubscriptionPublic(BaseModel):
@@ -37,6 +38,7 @@ class SubscriptionPublic(BaseModel):
     subscription: str
     type: SubscriptionType
     initial_position: str
+    replicated: bool = False
 
 
 class AckRequest(BaseModel):
@@ -66,9 +68,9 @@ async def create_subscription(tenant: str, namespace: str, topic: str, sub: str,
     body = body or SubscriptionCreate()
     sub_type = type or body.type or SubscriptionType.SHARED
     name = topic_name(tenant, namespace, topic)
-    created = await broker.create_subscription(name, sub, sub_type, body.initial_position)
+    created = await broker.create_subscription(name, sub, sub_type, body.initial_position, body.replicated)
     return SubscriptionPublic(topic=name, subscription=sub, type=created.type,
-                              initial_position=body.initial_position)
+                              initial_position=body.initial_position, replicated=created.replicated)
 
 
 class FetchQuery(BaseModel):

@@ -116,4 +116,5 @@ async def set_topic_replication(tenant: str, namespace: str, topic: str, control
 @router.get("/replication/status")
 async def status(controller: ControllerDep) -> dict[str, Any]:
     """The replicators running here: topic, partition, remote, connected, messages sent."""
-    return {"cluster": controller.settings.cluster, "replicators": controller.status()}
+    return {"cluster": controller.settings.cluster, "replicators": controller.status(),
+            "replicatedSubscriptions": controller.snapshot_status()}

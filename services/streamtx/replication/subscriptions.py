@@ -1,0 +1,172 @@
+"""Replicated subscriptions for one partition: snapshots, caches, update markers (PIP-33).
+
+One loop per partition of a replicated topic. Each turn scans the partition's
+new entries through the broker (``POST /v1/replication/scan``: its markers,
+whether messages arrived, its replicated subscriptions' mark-delete positions)
+and then:
+
+* answers other clusters' snapshot requests with a response marker;
+* collects the responses to its own request (:class:`PendingSnapshot`) and,
+  once complete, writes the snapshot marker; a snapshot enters the caches only
+  when the scan sees that marker, i.e. once it is durable;
+* applies update markers from other clusters to the local subscription;
+* when a subscription's mark-delete passes a cached snapshot, writes an update
+  marker that the replicators carry to every other cluster;
+* starts a snapshot every ``..._snapshot_frequency_ms`` while the partition has
+  a replicated subscription and received messages since the last request
+  (an idle topic gets no markers), at most one at a time, dropped after
+  ``..._snapshot_timeout_s`` (so a cluster that never answers gets one request
+  per timeout period).
+
+When the loop starts it scans from ``rescan_entries`` before the partition's end:
+requests that arrived before it are answered (answers to finished snapshots are
+ignored by their source), snapshots still ahead of a mark-delete refill the
+caches, and old updates move nothing (a mark-delete never moves back).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+from collections.abc import Callable
+from typing import Any
+
+from streamtx.errors import StreamtxError
+from streamtx.ledger import Position
+from streamtx.replication import metrics
+from streamtx.replication.settings import ReplicationSettings
+from streamtx.replication.snapshots import PendingSnapshot, Snapshot, SnapshotCache, response
+from streamtx.transport import HttpClient
+
+log = logging.getLogger(__name__)
+
+
+class PartitionSnapshots:
+    """The PIP-33 loop of one partition of one replicated topic."""
+
+    def __init__(self, *, local: HttpClient, cluster: str, topic: str, partition: int,
+                 remotes: Callable[[], list[str]], settings: ReplicationSettings) -> None:
+        self.local = local
+        self.cluster = cluster
+        self.topic = topic
+        self.partition = partition
+        self.remotes = remotes
+        self.settings = settings
+        self.frequency_s = settings.replicated_subscriptions_snapshot_frequency_ms / 1000
+        self.pending: PendingSnapshot | None = None
+        self.caches: dict[str, SnapshotCache] = {}
+        self.completed = 0
+        self.updates = 0
+        self.requests = 0  # first-round requests written: one per snapshot started
+        self.scans = 0
+        self._after: str | None = None
+        self._dirty = True  # one snapshot after a start, then only after new messages
+        self._last_start = 0.0
+
+    async def run(self) -> None:
+        delay = 0.05
+        while True:
+            try:
+                await self.step()
+                delay = 0.05
+            except asyncio.CancelledError:
+                raise
+            except StreamtxError as exc:
+                log.info("snapshots of %s[%d]: %s; retrying", self.topic, self.partition, exc)
+                await asyncio.sleep(delay)
+                delay = min(delay * 2, self.settings.retry_max_s)
+
+    async def step(self) -> None:
+        got = await self.local.request("POST", "/v1/replication/scan", json={
+            "topic": self.topic, "partition": self.partition, "after": self._after,
+            "wait_ms": int(self.frequency_s * 1000) if self._after is not None else 0,
+            "back": self.settings.rescan_entries,
+        })
+        if got["last"] is not None:
+            self._after = got["last"]
+        self.scans += 1
+        self._dirty = self._dirty or bool(got["data"])
+        subs: dict[str, str | None] = got["subscriptions"]
+        for name in [n for n in self.caches if n not in subs]:
+            del self.caches[name]
+        for name in subs:
+            self.caches.setdefault(name, SnapshotCache(
+                self.settings.replicated_subscriptions_snapshot_max_cached_per_subscription))
+        for m in got["markers"]:
+            await self._on_marker(m, subs)
+        for name, md in subs.items():
+            snap = self.caches[name].advance(Position.parse(md)) if md else None
+            if snap is not None:
+                await self._write({"type": "update", "subscription": name, "clusters": snap.clusters})
+                self.updates += 1
+        await self._maybe_start(bool(subs))
+
+    async def _maybe_start(self, has_subs: bool) -> None:
+        now = time.monotonic()
+        timeout_s = self.settings.replicated_subscriptions_snapshot_timeout_s
+        if self.pending is not None and self.pending.timed_out(now, timeout_s):
+            log.info("snapshot %s of %s[%d] timed out (answered: %s)", self.pending.snapshot_id, self.topic,
+                     self.partition, sorted(self.pending.answered))
+            self._set_pending(None)
+            self._dirty = True  # what it was to cover still is: the next one covers it
+            metrics.timedout_snapshots.labels(self.cluster).inc()
+        remotes = self.remotes()
+        if self.pending is not None or not has_subs or not self._dirty or not remotes:
+            return
+        if now - self._last_start < self.frequency_s:
+            return
+        pending = PendingSnapshot(frozenset(remotes), now)
+        await self._write(pending.request(self.cluster))
+        self.requests += 1
+        self._set_pending(pending)
+        self._dirty = False
+        self._last_start = now
+
+    def _set_pending(self, pending: PendingSnapshot | None) -> None:
+        before = self.pending is not None
+        self.pending = pending
+        if before != (pending is not None):
+            metrics.pending_snapshots.labels(self.cluster).inc(1 if pending is not None else -1)
+
+    async def _on_marker(self, m: dict[str, Any], subs: dict[str, str | None]) -> None:
+        body: dict[str, Any] = m["marker"]
+        source, at = m["source"], Position.parse(m["position"])
+        kind = body.get("type")
+        if kind == "snapshot_request" and source is not None and body.get("source_cluster") != self.cluster:
+            await self._write(response(body, self.cluster, at))
+        elif kind == "snapshot_response" and source is not None:
+            if self.pending is None or body.get("source_cluster") != self.cluster:
+                return  # another cluster's snapshot, or one dropped
+            done = self.pending.on_response(body, at)
+            if done == "next_round":
+                await self._write(self.pending.request(self.cluster))
+            elif isinstance(done, Snapshot):
+                took_ms = (time.monotonic() - self.pending.started) * 1000
+                metrics.snapshot_ms.labels(self.cluster).observe(took_ms)
+                await self._write({"type": "snapshot", "snapshot_id": done.snapshot_id,
+                                   "local_position": str(done.local), "clusters": done.clusters})
+                self._set_pending(None)
+        elif kind == "snapshot" and source is None:
+            snap = Snapshot(str(body["snapshot_id"]), Position.parse(str(body["local_position"])),
+                            dict(body["clusters"]))
+            self.completed += 1
+            for name, cache in self.caches.items():
+                md = subs.get(name)
+                cache.add(snap, Position.parse(md) if md else None)
+        elif kind == "update" and source is not None:
+            here = (body.get("clusters") or {}).get(self.cluster)
+            if here:
+                await self.local.request("POST", "/v1/replication/subscriptions/update", json={
+                    "topic": self.topic, "partition": self.partition,
+                    "subscription": body["subscription"], "position": here})
+
+    async def _write(self, marker: dict[str, Any]) -> None:
+        await self.local.request("POST", "/v1/replication/markers", json={
+            "topic": self.topic, "partition": self.partition, "marker": marker})
+
+    def status(self) -> dict[str, Any]:
+        return {"topic": self.topic, "partition": self.partition, "pending": self.pending is not None,
+                "completedSnapshots": self.completed, "updates": self.updates,
+                "requests": self.requests, "scans": self.scans,
+                "cached": {n: len(c.snapshots) for n, c in self.caches.items()}}
