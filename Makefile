@@ -66,6 +66,9 @@ bench-tc: setup
 bench-scale: setup
 	$(PY) bench/scale.py
 
+bench-repl: setup
+	$(PY) bench/replication.py
+
 bench-txn: setup
 	$(PY) bench/transactions.py
 
