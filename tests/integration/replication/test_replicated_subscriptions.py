@@ -46,10 +46,10 @@ class Topic:
 
     async def consume(self, cluster: str, n: int, *, ack: bool = True, wait_ms: int = 300,
                       timeout_s: float = 60.0, until: Callable[[list[str]], bool] | None = None,
-                      ) -> list[dict[str, Any]]:
-        """Up to ``n`` messages of ``s`` in ``cluster`` (or until ``until(values)``), acked in order."""
+                      sub: str = "s") -> list[dict[str, Any]]:
+        """Up to ``n`` messages of ``sub`` in ``cluster`` (or until ``until(values)``), acked in order."""
         out: list[dict[str, Any]] = []
-        base = f"/v1/topics/{self.path}/subscriptions/s"
+        base = f"/v1/topics/{self.path}/subscriptions/{sub}"
         loop = asyncio.get_running_loop()
         deadline = loop.time() + timeout_s
 
@@ -57,6 +57,9 @@ class Topic:
             return len(out) >= n or (until is not None and until([decoded(m) for m in out]))
 
         async with httpx.AsyncClient(base_url=self.geo.url(cluster), timeout=30) as http:
+            if sub != "s":
+                r = await http.put(base, json={"initial_position": "earliest"})
+                assert r.status_code == 200, r.text
             while not done() and loop.time() < deadline:
                 got = (await http.get(f"{base}/messages", params={"max": n - len(out), "wait_ms": wait_ms,
                                                                    "consumer": "c"})).json()["messages"]
@@ -83,12 +86,19 @@ class Topic:
 async def test_consumer_fails_over_with_nothing_lost(clusters: Geo) -> None:
     t = Topic(clusters, "t/fo", ["a", "b", "c"])
     sent = [f"m{i}" for i in range(100)]
-    await t.produce(sent, pause_s=0.01)
+    await t.produce(sent, pause_s=0.05)  # snapshots (every 200 ms) land among the messages
     in_a = [decoded(m) for m in await t.consume("a", 60)]
     assert in_a == sent[:60]
+    # Where each message is in b, read through a subscription of b's own (left unacked).
+    probe = [(decoded(m), m["message_id"]) for m in await t.consume("b", 100, ack=False, sub="probe")]
+    where_b = {v: tuple(int(x) for x in mid.split(":")[:2]) for v, mid in probe}
 
     async def moved_everywhere() -> bool:
-        return all([await t.mark_delete(c) is not None for c in ("b", "c")])
+        marks = [await t.mark_delete(c) for c in ("b", "c")]
+        if None in marks:
+            return False
+        md_b = tuple(int(x) for x in str(marks[0]).split(":"))
+        return md_b >= where_b["m10"]  # past the start-up snapshot: one taken among the messages
 
     # The subscription never existed in b or c: the update markers create it there.
     await eventually(moved_everywhere, timeout_s=90, what="s created and moved in b and c by an update")
