@@ -78,20 +78,27 @@ async def capacity(url: str, producers: int, batch: int, seconds: float) -> floa
         return sent / (time.monotonic() - t0)
 
 
-async def produce(url: str, rate: float, batch: int, seconds: float, out: list[int]) -> None:
-    """Requests of ``batch`` messages paced to ``rate`` messages/s; their sequence numbers in ``out``."""
-    async with httpx.AsyncClient(base_url=url, timeout=30) as http:
-        t0 = time.monotonic()
-        seq = 0
+async def produce(url: str, rate: float, batch: int, seconds: float, out: list[int], tasks: int) -> None:
+    """Requests of ``batch`` messages paced to ``rate`` messages/s over ``tasks`` concurrent senders
+    (one sender cannot reach the rate: a request waits for its fsync); sequence numbers in ``out``."""
+    counter = iter(range(0, 1 << 40, batch))
+    t0 = time.monotonic()
+
+    async def sender(http: httpx.AsyncClient) -> None:
+        j = 0
         while (now := time.monotonic()) < t0 + seconds:
-            due = t0 + seq / rate
+            due = t0 + j * batch * tasks / rate
             if due > now:
                 await asyncio.sleep(due - now)
+            seq = next(counter)
             body = {"messages": [{"value": payload(seq + i)} for i in range(batch)]}
             r = await http.post(f"/v1/topics/{TOPIC}/messages", json=body)
             assert r.status_code == 200, r.text
             out.extend(range(seq, seq + batch))
-            seq += batch
+            j += 1
+
+    async with httpx.AsyncClient(base_url=url, timeout=30) as http:
+        await asyncio.gather(*(sender(http) for _ in range(tasks)))
 
 
 async def consume(url: str, sub: str, stop: asyncio.Event, *, ack: bool,
@@ -144,7 +151,7 @@ async def run(geo: Geo, args: argparse.Namespace) -> str:
     stop_lag, stop_a = asyncio.Event(), asyncio.Event()
     lag_task = asyncio.create_task(consume(b, "lag", stop_lag, ack=False, seen=lagged))
     a_task = asyncio.create_task(consume(a, "s", stop_a, ack=True, seen=acked))
-    prod = asyncio.create_task(produce(a, rate, args.batch, args.duration, produced))
+    prod = asyncio.create_task(produce(a, rate, args.batch, args.duration, produced, args.producers))
     t0 = time.monotonic()
     await asyncio.sleep(args.duration * 0.6)
     stop_a.set()  # the consumer in a dies (what it fetched last is not acked)
@@ -178,8 +185,8 @@ async def run(geo: Geo, args: argparse.Namespace) -> str:
     p50 = statistics.median(lags_ms)
     p99 = lags_ms[min(len(lags_ms) - 1, int(len(lags_ms) * 0.99))]
     msgs_per_s = replicated / steady_s
-    print(f"steady: {len(produced):,} produced in a, {replicated:,} visible in b; lag p50 {p50:.1f} ms, "
-          f"p99 {p99:.1f} ms", flush=True)
+    print(f"steady: {len(produced):,} produced in a ({len(produced) / args.duration:,.0f} msgs/s), "
+          f"{replicated:,} visible in b; lag p50 {p50:.1f} ms, p99 {p99:.1f} ms", flush=True)
     print(f"failover a->b: {len(acked_set):,} acked in a before the consumer died, {len(got_b):,} received "
           f"in b after; lost {lost}, duplicates {duplicates} (one snapshot interval at {rate:,.0f} msgs/s is "
           f"~{rate:,.0f})", flush=True)
