@@ -77,12 +77,13 @@ def tansu_broker(port: int | None = None) -> Iterator[str]:
 
 
 @contextlib.contextmanager
-def redis_server() -> Iterator[str]:
-    """A throw-away redis-server (no persistence) on a free port; yields ``redis://...``."""
+def redis_server(port: int | None = None) -> Iterator[str]:
+    """A throw-away redis-server (no persistence) on ``port`` (a free one by default; a test
+    restarts Redis on the same port); yields ``redis://...``."""
     binary = shutil.which("redis-server")
     if binary is None:
         raise FileNotFoundError("redis-server not found: run `make setup` (apt-get install redis-server)")
-    port = free_port()
+    port = port or free_port()
     proc = subprocess.Popen(
         [binary, "--port", str(port), "--bind", "127.0.0.1", "--save", "", "--appendonly", "no"],
         stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,

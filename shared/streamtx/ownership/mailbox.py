@@ -75,6 +75,7 @@ Serve = Callable[[Call], Awaitable[Answer]]
 _group = "owner"
 _block_ms = 1000  # how long one XREADGROUP waits: the drain notices it should stop within this
 _retry_s = 0.5  # after a Redis error on the owner side
+_answer_attempts = 3
 
 
 # -- wire format (pure) ---------------------------------------------------------------
@@ -283,13 +284,21 @@ class Mailbox:
             answer = await serve(call)
         except Exception as exc:
             answer = _failed(exc)
-        try:
-            async with self._r.pipeline(transaction=False) as p:
-                p.lpush(reply, encode_answer(answer))
-                p.pexpire(reply, int(self.timeout_s * 1000) + 5000)
-                p.xack(key, _group, entry_id)  # only once answered: else the next owner serves it
-                p.xdel(key, entry_id)
-                await p.execute()
-            self.served += 1
-        except (RedisError, OSError) as exc:  # its caller got 503 from its own Redis call
-            log.warning("mailbox %s: answering %s failed: %r", key, entry_id, exc)
+        data = encode_answer(answer)
+        for attempt in range(_answer_attempts):
+            try:
+                async with self._r.pipeline(transaction=False) as p:
+                    p.lpush(reply, data)
+                    p.pexpire(reply, int(self.timeout_s * 1000) + 5000)
+                    p.xack(key, _group, entry_id)  # only once answered: else the next owner serves it
+                    p.xdel(key, entry_id)
+                    await p.execute()
+                self.served += 1
+                return
+            except (RedisError, OSError) as exc:
+                # After Redis restarted, the pool's first pipeline fails on a dead connection
+                # (redis-py's own retry does not cover it): the caller would wait its whole
+                # timeout. Again on a fresh connection; a second answer is harmless (the
+                # caller takes the first, the list expires).
+                log.warning("mailbox %s: answering %s failed (%d): %r", key, entry_id, attempt + 1, exc)
+                await asyncio.sleep(_retry_s * attempt)

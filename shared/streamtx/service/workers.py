@@ -87,6 +87,10 @@ def run_service(factory: Callable[[S], FastAPI], settings: S, *, base_member: st
 
 
 def _worker(factory: Callable[[S], FastAPI], settings: S, supervisor: int) -> None:
+    # Forked: drop the supervisor's handlers (they would signal the siblings); uvicorn
+    # installs its own once it serves.
+    signal.signal(signal.SIGTERM, signal.SIG_DFL)
+    signal.signal(signal.SIGINT, signal.default_int_handler)
     with contextlib.suppress(OSError):  # Ctrl-C reaches workers through the supervisor only
         os.setpgid(0, 0)
     with contextlib.suppress(OSError, AttributeError):

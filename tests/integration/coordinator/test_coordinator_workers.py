@@ -13,11 +13,8 @@ import asyncio
 import contextlib
 import itertools
 import os
-import shutil
 import signal
-import subprocess
 import time
-from collections.abc import Iterator
 from pathlib import Path
 
 import httpx
@@ -26,7 +23,7 @@ import redis
 
 from tests.integration.coordinator.conftest import TOPIC, ClientFactory, TcClient, TcFactory, lease_holders
 from tests.integration.coordinator.participant import Participant
-from tests.support.procs import free_port, stop, wait_for_port
+from tests.support.procs import free_port, redis_server
 from tests.support.services import ServiceProcess
 from tests.support.suite import eventually
 
@@ -151,23 +148,10 @@ async def log_entries(tc: TcClient, cid: int) -> int:
     return sum(s["entries"] for s in stats["transactionLogStats"]["ledgers"])
 
 
-@contextlib.contextmanager
-def own_redis(port: int) -> Iterator[subprocess.Popen[bytes]]:
-    binary = shutil.which("redis-server")
-    assert binary is not None
-    proc = subprocess.Popen([binary, "--port", str(port), "--bind", "127.0.0.1", "--save", "",
-                             "--appendonly", "no"], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-    try:
-        wait_for_port(port, proc=proc)
-        yield proc
-    finally:
-        stop(proc)
-
-
 async def test_redis_down_is_503_and_the_workers_recover_when_it_returns(
         file_url: str, tc_factory: TcFactory, client_factory: ClientFactory) -> None:
     port = free_port()
-    server = own_redis(port)
+    server = redis_server(port)
     server.__enter__()
     try:
         proc = tc_factory(file_url, redis_url=f"redis://127.0.0.1:{port}/0")
@@ -204,7 +188,7 @@ async def test_redis_down_is_503_and_the_workers_recover_when_it_returns(
             assert r.json()["error"] == "unavailable"
     assert 503 in statuses
 
-    with own_redis(port):  # back, empty: the workers lease their ids again and recreate the mailboxes
+    with redis_server(port):  # back, empty: the workers lease their ids again and recreate the mailboxes
         async def all_served() -> bool:
             for txn in txns:
                 r = await tc.http.get(f"/v1/transactions/{txn}")

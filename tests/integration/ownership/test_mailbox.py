@@ -12,7 +12,7 @@ import redis.asyncio as redis
 from streamtx.errors import UnavailableError
 from streamtx.ownership.mailbox import Mailbox, encode_call
 from streamtx.service.inprocess import Answer, Call
-from tests.support.procs import free_port
+from tests.support.procs import free_port, redis_server
 from tests.support.suite import eventually
 
 MakeMailbox = Callable[..., Mailbox]
@@ -106,6 +106,23 @@ async def test_no_owner_or_no_redis_is_503(mailboxes: MakeMailbox) -> None:
     down = mailboxes("w0", url=f"redis://127.0.0.1:{free_port()}/0")
     with pytest.raises(UnavailableError, match="Redis"):
         await down.call("9", Call("GET", "/x"))
+
+
+async def test_the_first_answer_after_redis_restarts_reaches_its_caller(mailboxes: MakeMailbox) -> None:
+    port = free_port()
+    with redis_server(port) as url:
+        caller, owner_box, owner = mailboxes("w0", url=url), mailboxes("w1", url=url), Owner()
+        owner_box.own("2", owner.serve)
+        assert (await caller.call("2", Call("GET", "/before"))).status == 200
+    with redis_server(port):  # back, empty; every pooled connection is dead
+        async def answered() -> bool:
+            try:
+                return (await caller.call("2", Call("GET", "/after"))).status == 200
+            except UnavailableError as exc:
+                assert "did not answer" not in exc.message  # an answer lost on a dead connection
+                return False
+
+        await eventually(answered, what="a call through the restarted Redis")
 
 
 async def test_an_expired_request_is_dropped_unserved(mailboxes: MakeMailbox) -> None:
