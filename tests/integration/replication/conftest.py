@@ -1,4 +1,4 @@
-"""Three clusters a, b, c as real processes (12 services, file ledgers), started once for the package."""
+"""Three clusters a, b, c as real processes (12 services; file ledgers, c on Kafka), started once."""
 
 from __future__ import annotations
 
@@ -9,6 +9,7 @@ from typing import Any
 import httpx
 import pytest
 
+from tests.conftest import kafka_url
 from tests.support.geo import Geo
 
 BROKER_ENV = {"STREAMTX_ACK_TIMEOUT_MS": "60000"}
@@ -21,10 +22,19 @@ SNAPSHOTS_ENV = {
 
 
 @pytest.fixture(scope="package")
-def geo(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Geo]:
-    """The clusters, started once for every module of this package."""
-    with Geo(tmp_path_factory.mktemp("geo"), ("a", "b", "c"), env=BROKER_ENV,
-             replication_env=SNAPSHOTS_ENV) as running:
+def geo(tmp_path_factory: pytest.TempPathFactory, kafka_bootstrap: str) -> Iterator[Geo]:
+    """The clusters, started once for every module of this package.
+
+    ``a`` and ``b`` keep their ledgers in files, ``c`` on the Kafka backend (the
+    session's tansu broker): every test crosses both backends at no extra start-up.
+    """
+    root = tmp_path_factory.mktemp("geo")
+
+    def ledger_url(name: str) -> str:
+        return kafka_url(kafka_bootstrap) if name == "c" else f"file://{root / name}"
+
+    with Geo(root, ("a", "b", "c"), env=BROKER_ENV, replication_env=SNAPSHOTS_ENV,
+             ledger_url=ledger_url) as running:
         yield running
 
 

@@ -4,7 +4,8 @@ Covers issue 11 item 3: messages produced in every cluster reach every other
 exactly once and in source order per partition, across kill -9 of a
 replication controller and of a broker; replicated messages name their source;
 only committed transactional messages replicate, aborted ones never; a remote
-down keeps a growing backlog and loses nothing when it returns.
+down keeps a growing backlog and loses nothing when it returns. Cluster ``c``
+runs on the Kafka ledger backend, ``a`` and ``b`` on files (conftest.py).
 """
 
 from __future__ import annotations
