@@ -24,6 +24,7 @@ Per-process admin views (``coordinatorStats``, ``slowTransactions``,
 
 from __future__ import annotations
 
+import contextlib
 import re
 
 from starlette.types import ASGIApp, Receive, Scope, Send
@@ -31,6 +32,7 @@ from starlette.types import ASGIApp, Receive, Scope, Send
 from streamtx.contracts.txnid import TxnId
 from streamtx.coordinator.registry import Coordinators
 from streamtx.errors import MalformedError, UnavailableError
+from streamtx.ownership import Ownership
 from streamtx.ownership.mailbox import Mailbox
 from streamtx.service.bodylimit import BodyTooLarge
 from streamtx.service.errors import error_response
@@ -69,11 +71,21 @@ class SiblingForwarder:
         self._state = state  # the app's state: coordinators and mailbox appear there at start-up
         self._own_url = own_url
 
-    def _sibling_owns(self, cid: int) -> bool:
+    async def _sibling_owns(self, cid: int) -> bool:
         coordinators: Coordinators | None = getattr(self._state, "coordinators", None)
-        if coordinators is None or cid in coordinators.ids:
+        if coordinators is None or cid in coordinators.ids or cid not in coordinators.owners:
             return False
-        return coordinators.owners.get(cid) == self._own_url
+        owner = coordinators.owners[cid]
+        ownership: Ownership | None = getattr(self._state, "ownership", None)
+        if owner is None and ownership is not None:
+            # Moving, as far as our map (refreshed every lease third) knows: a sibling may
+            # hold it already. Ask the leases rather than answer 503 for a handover between
+            # workers that is over.
+            with contextlib.suppress(Exception):
+                owner = await ownership.owner_url(str(cid))
+                if cid not in coordinators.ids:
+                    coordinators.owners[cid] = owner
+        return owner == self._own_url
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] != "http" or scope.get(FORWARDED):
@@ -81,7 +93,7 @@ class SiblingForwarder:
             return
         cid = coordinator_of_path(scope["path"])
         mailbox: Mailbox | None = getattr(self._state, "mailbox", None)
-        if cid is None or mailbox is None or not self._sibling_owns(cid):
+        if cid is None or mailbox is None or not await self._sibling_owns(cid):
             await self.app(scope, receive, send)
             return
         try:
