@@ -72,12 +72,12 @@ def prometheus_server(config: dict[str, Any], tmp: Path) -> Iterator[Prometheus]
     port = free_port()
     path = tmp / "prometheus.yml"
     path.write_text(yaml.safe_dump(config))
-    log = (tmp / "prometheus.log").open("wb")
-    proc = subprocess.Popen(
-        [binary("prometheus"), f"--config.file={path}", f"--storage.tsdb.path={tmp / 'tsdb'}",
-         f"--web.listen-address=127.0.0.1:{port}", "--web.enable-lifecycle"],
-        stdout=log, stderr=log,
-    )
+    with (tmp / "prometheus.log").open("wb") as log:  # the child keeps its own copy
+        proc = subprocess.Popen(
+            [binary("prometheus"), f"--config.file={path}", f"--storage.tsdb.path={tmp / 'tsdb'}",
+             f"--web.listen-address=127.0.0.1:{port}", "--web.enable-lifecycle"],
+            stdout=log, stderr=log,
+        )
     prom = Prometheus(f"http://127.0.0.1:{port}")
     try:
         deadline = time.monotonic() + 30

@@ -80,7 +80,10 @@ def serve(app: FastAPI, host: str, port: int, sock: socket.socket | None = None)
     config = uvicorn.Config(app, host=host, port=port, log_level="warning", access_log=False,
                             proxy_headers=False, server_header=False, timeout_graceful_shutdown=5)
     try:
-        _Server(config, app.state.long_polls).run(sockets=None if sock is None else [sock])
+        polls = getattr(app.state, "long_polls", None)
+        if polls is None:  # a bare FastAPI app (bench-tc's baseline) has none to end
+            polls = LongPolls()
+        _Server(config, polls).run(sockets=None if sock is None else [sock])
     except KeyboardInterrupt:
         # uvicorn re-raises a Ctrl-C once it has stopped cleanly; asyncio's runner
         # turns that into KeyboardInterrupt. Nothing is left to do: exit quietly.
