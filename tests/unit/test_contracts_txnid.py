@@ -68,7 +68,8 @@ def test_a_model_field_rejects_what_the_parser_rejects(text: str) -> None:
 
 @given(st.integers(0, 2**64 - 1), st.integers(0, 2**64 - 1))
 def test_a_model_field_round_trips(most: int, least: int) -> None:
-    body = PartitionEnd(txn_id=TxnId(most, least), partition="persistent://t/n/x-partition-0", action="commit")  # type: ignore[arg-type]
+    body = PartitionEnd(txn_id=TxnId(most, least), partition="persistent://t/n/x-partition-0",
+                        action="commit")  # type: ignore[arg-type]
     wire = body.model_dump_json()
     assert f'"txn_id":"{most}:{least}"' in wire
     assert PartitionEnd.model_validate_json(wire).txn_id == TxnId(most, least)

@@ -71,7 +71,8 @@ async def test_a_model_is_sent_by_its_own_serializer() -> None:
     client, bodies = _client([httpx.Response(200, json={})])
     body = PartitionEnd(txn_id=TxnId(1, 2), partition="persistent://t/n/x-partition-0", action=Action.ABORT)
     await client.request("POST", "/x", json=body)
-    assert orjson.loads(bodies[0]) == {"txn_id": "1:2", "partition": "persistent://t/n/x-partition-0", "action": "abort"}
+    assert orjson.loads(bodies[0]) == {"txn_id": "1:2", "partition": "persistent://t/n/x-partition-0",
+                                       "action": "abort"}
 
 
 async def test_a_peer_not_deployed_is_unavailable_naming_its_setting() -> None:
