@@ -97,6 +97,14 @@ def _covers(cumulative: MessageId, mid: MessageId) -> bool:
     return _whole in (mid.batch_index, cumulative.batch_index) or mid.batch_index <= cumulative.batch_index
 
 
+def _fully_covers(cumulative: MessageId, mid: MessageId) -> bool:
+    """Whether a cumulative ack at ``cumulative`` acks ALL of ``mid``: a whole-entry id is
+    only partly acked by a cumulative ack that ends inside that entry."""
+    if mid.batch_index == _whole and cumulative.entry == mid.entry and cumulative.batch_index != _whole:
+        return False
+    return _covers(cumulative, mid)
+
+
 class _Index:
     """Who owns which message: entry -> {batch_index (-1 whole) -> txn}."""
 
@@ -142,7 +150,7 @@ class _Index:
         """Forget every id a committed cumulative ack covers."""
         for entry in [e for e in self._by_entry if e <= cumulative.entry]:
             owners = self._by_entry[entry]
-            for index in [i for i in owners if _covers(cumulative, MessageId(*entry, i))]:
+            for index in [i for i in owners if _fully_covers(cumulative, MessageId(*entry, i))]:
                 del owners[index]
                 self._len -= 1
             if not owners:
@@ -344,7 +352,12 @@ class SubscriptionState:
             if floor is None or floor < cumulative:
                 self.committed_cumulative[ledger] = cumulative
                 self._committed.drop_covered(cumulative)
-        kept = tuple(m for m in acks.ids if not self._below_floor(m))
+        # An id stays known as committed unless the floor acks all of it (a whole-entry id
+        # is only partly below a floor inside its entry: its other messages must still
+        # conflict with another transaction's acks).
+        floors = self.committed_cumulative
+        kept = tuple(m for m in acks.ids
+                     if not (m.ledger_id in floors and _fully_covers(floors[m.ledger_id], m)))
         for mid in kept:
             self._committed.add(mid, acks.txn)
         self._committed_order[acks.txn] = kept
