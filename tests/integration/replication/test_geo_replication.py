@@ -59,7 +59,12 @@ async def drain(url: str, topic: str, sub: str, expected: int, timeout_s: float 
     loop = asyncio.get_running_loop()
     deadline = loop.time() + timeout_s
     async with httpx.AsyncClient(base_url=url, timeout=30) as http:
-        r = await http.put(base, json={"initial_position": "earliest"})
+        # The controller creates a replicated topic in the other clusters when it starts
+        # on it: wait for it there rather than race it.
+        while (r := await http.put(base, json={"initial_position": "earliest"})).status_code == 404:
+            if loop.time() > deadline:
+                break
+            await asyncio.sleep(0.1)
         assert r.status_code == 200, r.text
         while len(out) < expected and loop.time() < deadline:
             r = await http.get(f"{base}/messages", params={"max": 500, "wait_ms": 300})
@@ -143,6 +148,14 @@ async def test_remote_down_backlog_grows_then_drains(clusters: Geo) -> None:
     create_topic(clusters, "a", topic, 1)
     create_topic(clusters, "c", topic, 1)
     stats_url = f"{clusters.url('a')}/admin/v2/persistent/{topic}/stats"
+
+    async def replicating() -> bool:
+        repl = (await get(stats_url)).json()["replication"].get("c")
+        return repl is not None and repl["connected"]
+
+    # c goes down once a replicates to it (a remote down from the very start is another
+    # case: its replication cursor opens only when the remote is first reached).
+    await eventually(replicating, what="a replicating to c before c goes down")
     clusters["c"].broker.kill9()
     sent = [0]
     await produce(clusters.url("a"), topic, "a", 20, 3, sent, partitions=1)

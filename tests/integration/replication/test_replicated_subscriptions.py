@@ -70,9 +70,16 @@ class Topic:
         return out
 
     async def status(self, cluster: str = "a") -> dict[str, Any]:
-        body = (await get(f"{self.geo[cluster].replication.url}/admin/v2/replication/status")).json()
-        (mine,) = [s for s in body["replicatedSubscriptions"] if s["topic"] == f"persistent://{self.path}"]
-        return mine  # type: ignore[no-any-return]
+        """The controller's snapshot status of this topic, once it has picked the topic up."""
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + 15
+        while True:
+            body = (await get(f"{self.geo[cluster].replication.url}/admin/v2/replication/status")).json()
+            mine = [s for s in body["replicatedSubscriptions"] if s["topic"] == f"persistent://{self.path}"]
+            if mine:
+                return mine[0]  # type: ignore[no-any-return]
+            assert loop.time() < deadline, f"the controller of {cluster} never picked up {self.path}"
+            await asyncio.sleep(0.1)
 
     async def mark_delete(self, cluster: str) -> str | None:
         r = await get(f"{self.geo.url(cluster)}/v1/topics/{self.path}/subscriptions/s/stats")
