@@ -29,9 +29,12 @@ from tests.support.suite import ORDER, Suite, eventually, receive
 ROOT = Path(__file__).resolve().parents[2]
 ALERTS = ROOT / "charts" / "streamtx" / "files" / "prometheus" / "alerts.yml"
 EXPECTED = {"overview.json", "transactions.json", "batched-log.json", "transaction-buffer.json",
-            "pending-acks.json", "replication.json"}
+            "pending-acks.json", "replication.json", "spark-jobs.json"}
 #: Needs two clusters to have data: checked by tests/integration/replication instead.
 GEO = {"replication.json"}
+#: Fed by a Spark job through the Pushgateway: every query and variable checked against a
+#: real Prometheus by tests/spark/test_dashboard.py (it reuses the run's Spark session).
+SPARK = {"spark-jobs.json"}
 
 
 # --- lint ---------------------------------------------------------------------
@@ -182,29 +185,19 @@ def test_every_panel_query_returns_data(observed: tuple[Prometheus, float, float
     empty: list[str] = []
     checked = 0
     for name, board in dashboards.load().items():
-        if name in GEO:
+        if name in GEO | SPARK:
             continue
-        for title, expr in dashboards.queries(board):
-            query = dashboards.expand(expr, values, rate_interval=f"{10 * SCRAPE_S}s")
-            result = prom.query_range(query, start, end)  # raises if it does not parse
-            points = [float(v) for series in result for _, v in series["values"]]
-            if not any(p == p for p in points):  # every value NaN, or none at all
-                empty.append(f"{name} / {title}: {query}")
-            checked += 1
+        n, none = dashboards.empty_queries(prom, name, board, values, start, end, f"{10 * SCRAPE_S}s")
+        checked, empty = checked + n, empty + none
     assert checked >= 40
     assert empty == []
 
 
 def test_every_variable_has_values(observed: tuple[Prometheus, float, float]) -> None:
     prom, start, end = observed
-    for name, board in dashboards.load().items():
-        for var in board["templating"]["list"]:
-            if var["type"] != "query":
-                continue
-            metric, label = _label_values(var["query"]["query"])
-            metric = dashboards.expand(metric, {"cluster": ".+"}, "10s")
-            got = prom.api(f"label/{label}/values", **{"match[]": metric, "start": start, "end": end})
-            assert got, f"{name}: ${var['name']} has no values"
+    missing = [m for name, board in dashboards.load().items() if name not in SPARK
+               for m in dashboards.variables_without_values(prom, name, board, start, end)]
+    assert missing == []
 
 
 def test_alert_rules_load_and_evaluate(observed: tuple[Prometheus, float, float]) -> None:
@@ -217,8 +210,3 @@ def test_alert_rules_load_and_evaluate(observed: tuple[Prometheus, float, float]
     firing = [r["name"] for r in rules if r["state"] == "firing"]
     assert firing == []
 
-
-def _label_values(query: str) -> tuple[str, str]:
-    inner = query.removeprefix("label_values(").removesuffix(")")
-    metric, _, label = inner.rpartition(",")
-    return metric.strip(), label.strip()

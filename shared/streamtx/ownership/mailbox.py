@@ -43,6 +43,9 @@ serving, before the XACK), so only idempotent requests may travel through a
 mailbox; the services say which (the coordinator's are). Creation of new logs
 or ids stays with the worker that receives it.
 
+Metrics (forwarded calls and their wait, batch sizes, served, expired, Redis
+errors): :mod:`.mailbox_metrics`.
+
 Redis down: the caller's XADD or BLPOP fails, or its wait ends, and it answers
 503 (retry). Nothing a caller was answered 200 for depends on Redis afterwards:
 the owner answers only after its ledger append.
@@ -64,6 +67,7 @@ import redis.asyncio as redis
 from redis.exceptions import RedisError, ResponseError
 
 from streamtx.errors import UnavailableError
+from streamtx.ownership import mailbox_metrics as metrics
 from streamtx.service.inprocess import Answer, Call
 
 __all__ = ["Mailbox", "decode_answer", "decode_call", "encode_answer", "encode_call"]
@@ -136,6 +140,7 @@ class Mailbox:
         self.max_in_flight = 4 * max_batch  # requests one item serves at once; then it reads no more
         self.served = 0  # entries this worker served as owner
         self.replayed = 0  # of which claimed from a previous owner's pending list
+        self._labels = (cluster, service)
 
     @classmethod
     def from_url(cls, url: str, **kw: object) -> Mailbox:
@@ -153,15 +158,24 @@ class Mailbox:
         no answer comes within the timeout (the request may still be served: it is idempotent)."""
         reply = f"{self._prefix}reply:{uuid.uuid4().hex}"
         deadline = _now_ms() + int(self.timeout_s * 1000)
+        started = time.monotonic()
         try:
             async with asyncio.timeout(self.timeout_s + 2):
                 await self._r.xadd(self.key(item), encode_call(call, reply, deadline))  # type: ignore[arg-type]
                 got: Any = await self._r.blpop([reply], timeout=self.timeout_s)
         except (RedisError, OSError, TimeoutError) as exc:
+            self._called("error", started)
+            metrics.errors.labels(*self._labels, "caller", type(exc).__name__).inc()
             raise UnavailableError(f"the batch buffer (Redis) failed: {type(exc).__name__}: {exc}") from None
         if got is None:
+            self._called("timeout", started)
             raise UnavailableError(f"{item}'s owner did not answer within {self.timeout_s:g}s (moving?)")
+        self._called("answered", started)
         return decode_answer(got[1])
+
+    def _called(self, outcome: str, started: float) -> None:
+        metrics.forwarded.labels(*self._labels, outcome).inc()
+        metrics.wait_seconds.labels(*self._labels, outcome).observe(time.monotonic() - started)
 
     # -- the owner --------------------------------------------------------------------
     def own(self, item: str, serve: Serve) -> None:
@@ -226,12 +240,14 @@ class Mailbox:
             except asyncio.CancelledError:
                 raise
             except ResponseError as exc:
+                metrics.errors.labels(*self._labels, "owner", type(exc).__name__).inc()
                 if "NOGROUP" in str(exc):  # Redis restarted empty: make the group again
                     claimed = False
                     continue
                 log.warning("mailbox %s: %r", item, exc)
                 await asyncio.sleep(_retry_s)
             except Exception as exc:  # Redis down: callers answer 503 meanwhile; keep trying
+                metrics.errors.labels(*self._labels, "owner", type(exc).__name__).inc()
                 log.warning("mailbox %s: %r", item, exc)
                 claimed = False
                 await asyncio.sleep(_retry_s)
@@ -254,15 +270,16 @@ class Mailbox:
             if entries:
                 self.replayed += len(entries)
                 log.info("mailbox %s: serving %d requests left by a previous owner", key, len(entries))
-                await self._start(key, entries, drain, serve)
+                await self._start(key, entries, drain, serve, replayed=True)
             if start in (b"0-0", "0-0"):
                 return
 
     async def _start(self, key: str, entries: list[tuple[bytes, dict[bytes, bytes]]], drain: _Drain,
-                     serve: Serve) -> None:
+                     serve: Serve, *, replayed: bool = False) -> None:
         """Serve a batch read from the stream: every request at once, so the log records they
         append meet in the writer's buffer and reach the ledger as one batched entry; each is
         answered as soon as it is done (a slow commit holds up no other request)."""
+        metrics.batch_requests.labels(*self._labels).observe(len(entries))
         now = _now_ms()
         expired = []
         for entry_id, fields in entries:
@@ -270,16 +287,19 @@ class Mailbox:
             if deadline <= now:  # its caller answered 503 already
                 expired.append(entry_id)
                 continue
-            task = asyncio.get_running_loop().create_task(self._serve_one(key, entry_id, call, reply, serve))
+            task = asyncio.get_running_loop().create_task(
+                self._serve_one(key, entry_id, call, reply, serve, replayed))
             drain.serving.add(task)
             task.add_done_callback(drain.serving.discard)
         if expired:
+            metrics.expired.labels(*self._labels).inc(len(expired))
             async with self._r.pipeline(transaction=False) as p:
                 p.xack(key, _group, *expired)
                 p.xdel(key, *expired)
                 await p.execute()
 
-    async def _serve_one(self, key: str, entry_id: bytes, call: Call, reply: str, serve: Serve) -> None:
+    async def _serve_one(self, key: str, entry_id: bytes, call: Call, reply: str, serve: Serve,
+                         replayed: bool) -> None:
         try:
             answer = await serve(call)
         except Exception as exc:
@@ -294,8 +314,10 @@ class Mailbox:
                     p.xdel(key, entry_id)
                     await p.execute()
                 self.served += 1
+                metrics.served.labels(*self._labels, "true" if replayed else "false").inc()
                 return
             except (RedisError, OSError) as exc:
+                metrics.errors.labels(*self._labels, "owner", type(exc).__name__).inc()
                 # After Redis restarted, the pool's first pipeline fails on a dead connection
                 # (redis-py's own retry does not cover it): the caller would wait its whole
                 # timeout. Again on a fresh connection; a second answer is harmless (the

@@ -88,6 +88,7 @@ def compute(spark: Any, url: str, *, pattern: str = "*", names: list[str] | None
         else:
             _, topic, minute = key
             minutes.append((topic, minute, int(n), int(total)))
+    _minute_gauges(results, minutes)
     results.extra.update({
         "ledgers": sorted(r.name for r in refs),
         "tasks": len(tasks),
@@ -97,6 +98,19 @@ def compute(spark: Any, url: str, *, pattern: str = "*", names: list[str] | None
         "task_cpu_seconds": round(cpu_s, 3),
     })
     return results
+
+
+def _minute_gauges(results: outputs.Results, minutes: list[tuple[str, int, int, int]]) -> None:
+    """Per topic: the minutes with traffic and the busiest minute's messages and bytes (the
+    mean per minute is ``partition_messages / partition_active_minutes``), for the dashboard;
+    the minute-by-minute table is ``partition_minutes.parquet``."""
+    for topic, _, n, size in minutes:
+        labels = (("topic", topic),)
+        active = results.gauges.setdefault("partition_active_minutes", {})
+        active[labels] = active.get(labels, 0.0) + 1
+        for name, value in (("partition_minute_messages_max", n), ("partition_minute_bytes_max", size)):
+            peak = results.gauges.setdefault(name, {})
+            peak[labels] = max(peak.get(labels, 0.0), float(value))
 
 
 def write(results: outputs.Results, out: str, prom: str | None, pushgateway: str | None) -> None:

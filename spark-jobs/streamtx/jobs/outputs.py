@@ -16,6 +16,9 @@ message_size_bytes                           topic                              
 txns                                         cluster, coordinator_id, state          gauge
 log_unbatched_entries                        log, (coordinator or subscription)      gauge
 partition_messages / partition_bytes         topic                                   gauge
+partition_active_minutes                     topic                                   gauge
+partition_minute_messages_max                topic (the busiest minute)              gauge
+partition_minute_bytes_max                   topic (the busiest minute)              gauge
 compact_records / compact_bytes              ledger, kind, phase (before, after)     gauge
 job_last_success_timestamp_seconds           job                                     gauge
 job_duration_seconds                         job                                     gauge

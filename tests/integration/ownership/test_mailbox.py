@@ -8,6 +8,7 @@ from collections.abc import AsyncIterator, Callable
 
 import pytest
 import redis.asyncio as redis
+from prometheus_client import REGISTRY
 
 from streamtx.errors import UnavailableError
 from streamtx.ownership.mailbox import Mailbox, encode_call
@@ -63,6 +64,13 @@ async def test_calls_reach_the_owner_and_are_served_together(mailboxes: MakeMail
     assert sorted(owner.seen) == sorted(c.path for c in calls)  # each once
     assert owner.most_at_once > 1  # served concurrently: their appends can share an entry
     assert await caller._r.xlen(caller.key("3")) == 0  # answered entries leave the stream
+    # The metrics (the mailboxes' cluster label is this test's own).
+    assert _sample("streamtx_mailbox_forwarded_total", caller, outcome="answered") == 60
+    assert _sample("streamtx_mailbox_wait_seconds_count", caller, outcome="answered") == 60
+    await eventually(lambda: _counted("streamtx_mailbox_served_total", owner_box, 60, replayed="false"),
+                     what="60 served requests counted")
+    batches = _sample("streamtx_mailbox_batch_requests_count", owner_box)
+    assert _sample("streamtx_mailbox_batch_requests_sum", owner_box) == 60 and 1 <= batches < 60
 
 
 async def test_a_new_owner_serves_what_a_dead_owner_read_and_never_answered(mailboxes: MakeMailbox) -> None:
@@ -81,6 +89,8 @@ async def test_a_new_owner_serves_what_a_dead_owner_read_and_never_answered(mail
     answers = await asyncio.gather(*waiting)
     assert [a.body for a in answers] == [b"POST "] * 5
     assert heir.replayed == 5
+    await eventually(lambda: _counted("streamtx_mailbox_served_total", heir, 5, replayed="true"),
+                     what="5 replayed requests counted")  # counted right after the answer is pushed
     assert sorted(owner.seen) == sorted(f"/v1/transactions/{i}/abort" for i in range(5))
     pending = await r.xpending(key, "owner")
     assert pending["pending"] == 0
@@ -101,11 +111,15 @@ async def test_an_owner_that_gives_an_item_up_leaves_new_requests_to_the_next(ma
 
 
 async def test_no_owner_or_no_redis_is_503(mailboxes: MakeMailbox) -> None:
+    alone = mailboxes("w0", timeout_s=0.3)
     with pytest.raises(UnavailableError, match="did not answer"):
-        await mailboxes("w0", timeout_s=0.3).call("9", Call("GET", "/x"))
+        await alone.call("9", Call("GET", "/x"))
+    assert _sample("streamtx_mailbox_forwarded_total", alone, outcome="timeout") == 1
     down = mailboxes("w0", url=f"redis://127.0.0.1:{free_port()}/0")
     with pytest.raises(UnavailableError, match="Redis"):
         await down.call("9", Call("GET", "/x"))
+    assert _sample("streamtx_mailbox_forwarded_total", down, outcome="error") == 1
+    assert _sample("streamtx_mailbox_errors_total", down, side="caller", error="ConnectionError") == 1
 
 
 async def test_the_first_answer_after_redis_restarts_reaches_its_caller(mailboxes: MakeMailbox) -> None:
@@ -132,6 +146,16 @@ async def test_an_expired_request_is_dropped_unserved(mailboxes: MakeMailbox) ->
     owner_box.own("4", owner.serve)
     await eventually(lambda: _length(owner_box._r, key, 0), what="the stale request to leave the stream")
     assert owner.seen == []
+    assert _sample("streamtx_mailbox_expired_total", owner_box) == 1
+
+
+def _sample(name: str, box: Mailbox, **labels: str) -> float:
+    cluster, service = box._labels
+    return REGISTRY.get_sample_value(name, {"cluster": cluster, "service": service, **labels}) or 0.0
+
+
+async def _counted(name: str, box: Mailbox, n: float, **labels: str) -> bool:
+    return _sample(name, box, **labels) == n
 
 
 async def _length(r: redis.Redis, key: str, n: int) -> bool:
