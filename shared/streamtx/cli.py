@@ -126,8 +126,9 @@ def build_parser() -> argparse.ArgumentParser:
                    help="SIGSTOP a worker past its txn timeout, then SIGCONT")
     r.add_argument("--run-dir", type=Path, default=None, help="keep ledgers and histories here (temp dir)")
     r.add_argument("--keep", action="store_true", help="leave the suite running for `streamtx verify`")
-    r.add_argument("--assignment", choices=("owned", "shared"), default="owned",
-                   help="owned: one owner per source partition (default); shared: the naive job, all "
+    r.add_argument("--assignment", choices=("failover", "shared"), default="failover",
+                   help="failover: one Failover subscription, one active worker per source partition "
+                   "(default); shared: the naive job, all "
                    "workers on one Shared subscription (shows the order anomaly the checker catches)")
     r.add_argument("--users", type=int, default=100_000, help="user ids are drawn from [0, users) (100000)")
     r.add_argument("--backlog", type=int, default=0,

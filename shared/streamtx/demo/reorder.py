@@ -96,6 +96,32 @@ class ReorderBuffer(Generic[T]):
         self._taken = {}
         self._tentative = dict(self.committed)
 
+    def in_flight(self, partition: int) -> bool:
+        """Whether a transaction not yet committed took items of ``partition``."""
+        return bool(self._taken.get(partition)) or any(taken.get(partition) for _, taken in self._sealed)
+
+    def resync(self, partition: int, committed_next: int) -> None:
+        """The partition's committed next as read from the progress topic (it moved here, or
+        another worker may have advanced it): adopt it if higher, drop what is below it.
+        Call only when nothing of ``partition`` is in flight."""
+        assert not self.in_flight(partition)
+        nxt = max(self.committed.get(partition, 0), committed_next)
+        self.committed[partition] = self._tentative[partition] = nxt
+        pending = self._pending.get(partition)
+        if pending:
+            for seq in [s for s in pending if s < nxt]:
+                del pending[seq]
+
+    def drop(self, partition: int) -> None:
+        """Forget ``partition``'s waiting items (it moved to another worker); what is in
+        flight stays with its transaction."""
+        self._pending.pop(partition, None)
+
+    def stuck(self) -> list[int]:
+        """Partitions with items waiting but none ready: a gap at the head."""
+        return [p for p, pending in self._pending.items()
+                if pending and self._tentative.get(p, 0) not in pending]
+
     def held(self) -> int:
         """Items waiting for a gap to fill (not yet taken)."""
         return sum(len(p) for p in self._pending.values())

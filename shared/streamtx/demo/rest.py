@@ -158,6 +158,12 @@ class Rest:
             for m in out["messages"]
         ]
 
+    async def assigned(self, topic: str, sub: str, consumer: str) -> list[int]:
+        """The partitions ``consumer`` is active on (a Failover subscription)."""
+        path = f"/v1/topics/{tenant}/{namespace}/{topic}/subscriptions/{sub}/consumers/{consumer}"
+        out = await self._call(self._br, "GET", path)
+        return [int(p) for p in out["partitions"]]
+
     async def ack(self, topic: str, sub: str, message_ids: list[str], txn_id: str | None = None,
                   cumulative: bool = False) -> None:
         path = f"/v1/topics/{tenant}/{namespace}/{topic}/subscriptions/{sub}/acks"

@@ -59,7 +59,7 @@ class Options:
     ack_timeout_ms: int = 5_000
     quiet: bool = False
     users: int = 100_000  # user ids are drawn from [0, users)
-    assignment: str = "owned"  # "shared": the naive job on one Shared subscription
+    assignment: str = "failover"  # "shared": the naive job on one Shared subscription
     spare: tuple[str, ...] = ()  # processes chaos never kills
     backlog: int = 0  # > 0: write this many records first, then start the workers (throughput mode)
 

@@ -1,31 +1,56 @@
-"""One resharding worker: consume owned source partitions, re-split by user-id range,
+"""One resharding worker: consume the source partitions a Failover subscription gives it, re-split
 produce and ack in one transaction per commit interval.
 
 Run as its own process (``python -m streamtx.demo.worker``); the supervisor runs
 several and kill -9s them. Why each piece is there:
 
-- **Ownership.** Worker ``i`` of ``n`` owns the source partitions ``p`` with
-  ``p mod n == i``. The broker's subscriptions span every partition of a topic
-  (no per-partition Failover or Key_Shared dispatch yet), and a Shared
-  subscription spread over all workers would hand one user's records to two
-  workers whose transactions commit in either order, breaking the per-user
-  order the resharding task demands (docs/background.md). So each worker reads the source through its own
-  subscription (``reshard-w<i>``, kept across restarts) and acks what it does
-  not own outside any transaction; a single owner per partition keeps order.
-- **Order under redelivery.** An abort, an ack timeout or a restart hands records
-  back out of order; a :class:`~streamtx.demo.reorder.ReorderBuffer` writes them
-  in sequence order, each once.
+- **Ownership: one Failover subscription.** All workers consume the source
+  through one Failover subscription (``reshard-failover``): the broker makes one
+  worker at a time active on a partition (live workers sorted by name, partition
+  mod count) and moves a partition when its worker dies, pauses (its fetches stop
+  for the broker's ``failover_idle_ms``) or comes back. One writer per partition
+  at a time keeps a user's records in order (a Shared subscription would hand
+  them to two workers whose transactions commit in either order,
+  docs/background.md). A worker learns what it owns from what it is handed, and
+  asks the broker every second which partitions are still its own (it forgets
+  the records it holds of one that moved).
+- **Order under redelivery.** An abort, a partition moving or a restart hands
+  records back out of order; a :class:`~streamtx.demo.reorder.ReorderBuffer`
+  writes them in sequence order, each once.
 - **Progress in the transaction.** With its outputs and its acks, each
   transaction writes the next sequence number of every partition it advanced to
-  the progress topic, so a restarted worker resumes exactly where its last
-  committed transaction ended (and drops source duplicates by sequence number).
+  the progress topic (partition ``p`` for source partition ``p``). Before it
+  takes records of a partition it did not own, a worker reads that partition's
+  committed progress (read-committed, so an open transaction's progress is not
+  seen), and resumes there.
+- **Acks: one cumulative position per partition per transaction**, plus the
+  first record of each partition individually. Why this is exactly once when
+  partitions move (the fence): the generator writes a partition's records in
+  sequence order, one position per sequence number (its resends are deduplicated
+  by the broker), so a transaction ``T`` that writes sequence numbers
+  ``a..b`` of partition ``p`` acks positions ``pos(a)`` (individually) and
+  ``..pos(b)`` (cumulatively), in the same transaction as its outputs and
+  progress. Suppose two committed transactions both wrote some record of ``p``:
+  their ranges overlap, so one's first record ``a`` lies within the other's
+  range. The pending-ack store lets only one open transaction hold a cumulative
+  ack on ``p``; whichever of the two reaches its acks or its prepare second
+  finds the other's range committed (its mark-delete is past ``pos(a)``: the
+  broker refuses the ack as already acknowledged, or the prepare fails on the
+  committed floor) or prepared (the prepare fails on the prepared cumulative
+  range or the prepared individual id): it aborts and nothing of it is
+  visible. So the committed ranges of a partition never overlap; and they
+  leave no hole, since a worker starts at the committed progress it read (a
+  stale, lower reading is caught by the fence; progress is never read too
+  high). A worker that took over with a stale reading finds the records below
+  the true progress gone from the subscription: it sees a gap at the head of
+  the partition and re-reads the progress after ``resync_after_s``; after any
+  abort it re-reads the progress of every partition it holds.
 - **Failures.** Any error before the commit aborts the transaction and the next
   one redoes the same records (still in hand). A commit whose reply is lost is
   retried until the coordinator answers (commit is idempotent); 409 means the
   transaction was aborted (timed out: a zombie) and nothing of it is visible.
   Every transaction is logged as opened before it is used, so a restarted worker
-  first aborts the orphans of its previous life and waits for a COMMITTING one
-  to finish before it reads the progress.
+  first aborts the orphans of its previous life.
 """
 
 from __future__ import annotations
@@ -33,7 +58,6 @@ from __future__ import annotations
 import argparse
 import asyncio
 import contextlib
-import functools
 import json
 import math
 import os
@@ -56,7 +80,6 @@ from streamtx.demo.rest import (
     full_name,
     last_per_partition,
     partition_name,
-    position_of,
     retry_retriable,
 )
 from streamtx.errors import ConflictError, NotFoundError, StreamtxError
@@ -67,6 +90,9 @@ write_chunk = 2_000  # records per produce / ack request (the broker takes at mo
 max_txn_records = 10_000  # a backlog is worked off in bounded transactions (well within the timeout)
 max_held = 50_000  # records in hand beyond which prefetching pauses
 max_write_gap_s = 0.1  # within a transaction, write at most this often (a quarter interval if shorter)
+assignment_check_s = 1.0  # how often a worker asks which partitions are still its own
+resync_after_s = 1.0  # a gap at a partition's head this long: re-read its committed progress
+keepalive_s = 0.5  # fetch at least this often even when holding many records (Failover liveness)
 
 
 class Uncertain(Exception):
@@ -99,8 +125,18 @@ class Worker:
                  commit_interval_ms: int, txn_timeout_ms: int) -> None:
         self.cfg, self.rest, self.index = cfg, rest, index
         self.name = f"worker-{index}"
-        self.owned = [p for p in range(cfg.source_partitions) if p % workers == index]
-        self.sub = f"{cfg.subscription}-w{index}"
+        self.sub = f"{cfg.subscription}-failover"
+        # A consumer name per life: what a killed life had out unacked stays with its name
+        # until that consumer expires, and then moves (to this life, or another worker).
+        # The index first keeps the broker's name order, so partitions spread as before.
+        self.consumer = f"{self.name}-{uuid.uuid4().hex[:6]}"
+        self.known: set[int] = set()  # partitions it is active on whose progress it has read
+        self.resync_wanted: set[int] = set()  # re-read these partitions' progress when not in flight
+        self.progress_sub = f"progress-{self.name}-{uuid.uuid4().hex[:8]}"
+        self.progress_seen: dict[int, int] = {}  # highest committed next read per partition
+        self.stuck_since: dict[int, float] = {}
+        self.assignment_at = 0.0
+        self.last_fetch = time.monotonic()
         self.commit_interval_s = commit_interval_ms / 1000
         self.txn_timeout_ms = txn_timeout_ms
         self.ranges = cfg.ranges()
@@ -160,34 +196,80 @@ class Worker:
                 committed = await self._resolve(txn, commit=False)
                 self._log(txn, "committed" if committed else "aborted", n=-1, why="orphan of a previous life")
 
-    # -- start-up: where the last committed transaction ended ------------------------------
-    async def read_progress(self) -> dict[int, int]:
-        sub = f"progress-{self.name}-{uuid.uuid4().hex[:8]}"
-        nxt = {p: 0 for p in self.owned}
-        await retry_retriable(lambda: self.rest.subscribe(self.cfg.progress_topic, sub, "earliest"))
-        empty = 0
-        while empty < 2:
-            msgs = await retry_retriable(
-                lambda: self.rest.fetch(self.cfg.progress_topic, sub, self.name, 1000, 300))
-            empty = 0 if msgs else empty + 1
+    # -- progress: where the last committed transaction of a partition ended -------------
+    async def read_progress(self, partitions: list[int]) -> None:
+        """Read what is new on the progress topic's ``partitions`` into ``progress_seen``
+        (one subscription for the worker's life, read on: each partition's records are
+        read once, the highest next kept)."""
+        empty_wait_ms = 50  # a fetch that waited this long and found nothing: read to the end
+        while True:
+            msgs = await retry_retriable(lambda: self.rest.fetch(
+                self.cfg.progress_topic, self.progress_sub, self.name, 1000, empty_wait_ms,
+                partitions=partitions))
+            if not msgs:
+                return
             for m in msgs:
                 d = json.loads(m.value)
-                if d["p"] in nxt:
-                    nxt[d["p"]] = max(nxt[d["p"]], int(d["next"]))
-            if msgs:  # the only consumer, reading in order: one cumulative ack per partition
-                ids = last_per_partition(msgs)
-                await retry_retriable(functools.partial(self.rest.ack, self.cfg.progress_topic, sub, ids,
-                                               cumulative=True))
-        return nxt
+                p = int(d["p"])
+                self.progress_seen[p] = max(self.progress_seen.get(p, 0), int(d["next"]))
+            with contextlib.suppress(StreamtxError):  # only trims the topic
+                await self.rest.ack(self.cfg.progress_topic, self.progress_sub, last_per_partition(msgs),
+                                    cumulative=True)
+
+    async def acquire(self, partitions: list[int]) -> None:
+        """Partitions newly handed to this worker: resume each at its committed progress."""
+        await self.read_progress(partitions)
+        for p in partitions:
+            self.known.add(p)
+            if self.buf.in_flight(p):  # an uncommitted transaction of ours still has some
+                self.resync_wanted.add(p)
+            else:
+                self.buf.resync(p, self.progress_seen.get(p, 0))
+        print(f"{self.name}: took over partitions {partitions}, resuming at "
+              f"{ {p: self.buf.committed.get(p) for p in partitions} }", flush=True)
+
+    async def sync_partitions(self) -> None:
+        """Forget partitions that moved away, and re-read the progress of those that need it."""
+        now = time.monotonic()
+        if now - self.assignment_at >= assignment_check_s:
+            self.assignment_at = now
+            with contextlib.suppress(StreamtxError):
+                mine = set(await self.rest.assigned(self.cfg.source_topic, self.sub, self.consumer))
+                for p in sorted(self.known - mine):
+                    self.known.discard(p)
+                    self.resync_wanted.discard(p)
+                    self.buf.drop(p)
+                    print(f"{self.name}: partition {p} moved away", flush=True)
+        stuck = set(self.buf.stuck())
+        for p in list(self.stuck_since):
+            if p not in stuck:
+                del self.stuck_since[p]
+        for p in stuck:
+            since = self.stuck_since.setdefault(p, now)
+            if now - since >= resync_after_s:
+                self.resync_wanted.add(p)
+                self.stuck_since[p] = now
+        await self.catch_up()
+
+    async def catch_up(self) -> None:
+        """Re-read the progress of the partitions that want it, and adopt it (those with
+        nothing in flight: the transaction loop calls this before it takes again, so a
+        partition another worker advanced is not taken again from a stale start)."""
+        wanted = sorted(p for p in self.resync_wanted if p in self.known and not self.buf.in_flight(p))
+        if not wanted:
+            return
+        await self.read_progress(wanted)
+        for p in wanted:
+            if p in self.known and not self.buf.in_flight(p):  # still true after the await
+                self.buf.resync(p, self.progress_seen.get(p, 0))
+                self.resync_wanted.discard(p)
 
     # -- the loop -----------------------------------------------------------------------
     async def fetch(self, wait_ms: int) -> list[Fetched]:
-        t0 = time.monotonic()
+        t0 = self.last_fetch = time.monotonic()
         try:
-            # Only the partitions we own: the broker need not hand out (nor we decode and
-            # ack) the other workers' records; our subscription's cursor on those is unused.
-            got = await self.rest.fetch(self.cfg.source_topic, self.sub, self.name, 1000, wait_ms,
-                                        partitions=self.owned)
+            # The Failover subscription hands out only the partitions we are active on.
+            got = await self.rest.fetch(self.cfg.source_topic, self.sub, self.consumer, 1000, wait_ms)
             self.timing["fetch"] += time.monotonic() - t0 - (wait_ms / 1000 if not got else 0)
             self.timing["fetched"] += len(got)
             return got
@@ -195,35 +277,27 @@ class Worker:
             await asyncio.sleep(0.1)
             return []
 
-    def offer(self, msgs: list[Fetched]) -> tuple[list[str], list[str]]:
-        """Put fetched records of owned partitions in the buffer. Return what to ack outside
-        the transaction: the last message of each partition we do not own (everything
-        there is someone else's: acked cumulatively), and copies of records a committed
-        transaction already wrote (stale: acked one by one)."""
-        foreign: dict[int, str] = {}
+    def offer(self, msgs: list[Fetched]) -> list[str]:
+        """Put fetched records of partitions we hold in the buffer. Return copies of records
+        a committed transaction already wrote (stale: to ack outside any transaction)."""
         stale: list[str] = []
         for m in msgs:
             rec = decode(m.value)
-            if rec.src_partition not in self.buf.committed:
-                last = foreign.get(m.partition)
-                if last is None or position_of(m.message_id) > position_of(last):
-                    foreign[m.partition] = m.message_id
-            elif not self.buf.offer(rec.src_partition, rec.seq, Held(m.message_id, rec, m.value)):
+            if m.partition not in self.known:
+                continue  # it moved away while the fetch ran: its new owner gets it
+            if not self.buf.offer(rec.src_partition, rec.seq, Held(m.message_id, rec, m.value)):
                 # A copy of a record the open transaction wrote is left alone: its ack
                 # belongs to that transaction, which may still abort.
                 if self.buf.is_committed(rec.src_partition, rec.seq):
                     stale.append(m.message_id)
-        return list(foreign.values()), stale
+        return stale
 
-    async def ack_other(self, acks: tuple[list[str], list[str]]) -> None:
-        """Not ours, or already written: ack outside any transaction (a copy at an
-        already acked position may get 409: fine; a failure: redelivered later)."""
-        foreign, stale = acks
+    async def ack_stale(self, stale: list[str]) -> None:
+        """Already written: ack outside any transaction (a copy at an already acked position
+        may get 409: fine; a failure: redelivered later)."""
         t0 = time.monotonic()
-        for ids, cumulative in ((foreign, True), (stale, False)):
-            if ids:
-                with contextlib.suppress(StreamtxError):
-                    await self.rest.ack(self.cfg.source_topic, self.sub, ids, cumulative=cumulative)
+        with contextlib.suppress(StreamtxError):
+            await self.rest.ack(self.cfg.source_topic, self.sub, stale)
         self.timing["ack_other"] += time.monotonic() - t0
 
     async def begin(self) -> str:
@@ -254,11 +328,22 @@ class Worker:
                 if isinstance(r, BaseException):
                     raise r
 
-    async def ack_inputs(self, txn: str, ready: list[tuple[int, int, Held]]) -> None:
-        """Ack the records' sources in ``txn``, in requests of at most ``write_chunk`` ids."""
-        for i in range(0, len(ready), write_chunk):
-            ids = [h.message_id for *_, h in ready[i:i + write_chunk]]
-            await self.rest.ack(self.cfg.source_topic, self.sub, ids, txn)
+    async def ack_positions(self, txn: str, taken: list[tuple[int, int, Held]]) -> None:
+        """Ack the records' sources in ``txn``: per partition, the first record individually
+        and everything up to the last cumulatively (the fence: see the module doc)."""
+        first: dict[int, str] = {}
+        last: dict[int, str] = {}
+        for p, _, h in taken:  # a partition's records are taken in sequence (= position) order
+            first.setdefault(p, h.message_id)
+            last[p] = h.message_id
+        results = await asyncio.gather(
+            self.rest.ack(self.cfg.source_topic, self.sub, list(first.values()), txn),
+            self.rest.ack(self.cfg.source_topic, self.sub, list(last.values()), txn, cumulative=True),
+            return_exceptions=True,
+        )
+        for r in results:
+            if isinstance(r, BaseException):
+                raise r
 
     async def produce_outputs(self, txn: str, taken: list[tuple[int, int, Held]]) -> None:
         """Produce every record of ``txn`` to its range's partition: one request per
@@ -277,21 +362,32 @@ class Worker:
                 raise r
 
     async def prefetch(self) -> None:
-        """Fetch all the time, so reading overlaps writing: offer what comes to the buffer,
-        ack what is not ours in the background, wake the transaction loop."""
+        """Fetch all the time, so reading overlaps writing: take over partitions handed to
+        us, offer what comes to the buffer, ack stale copies in the background, wake the
+        transaction loop."""
         acking: set[asyncio.Task[None]] = set()
         while not self.stopping:
-            if self.buf.held() > max_held:
+            if self.buf.held() > max_held and time.monotonic() - self.last_fetch < keepalive_s:
                 await asyncio.sleep(0.05)  # a gap holds back many records: let it fill first
                 continue
+            try:
+                await self.sync_partitions()
+            except StreamtxError:
+                await asyncio.sleep(0.1)
             msgs = await self.fetch(200)
             if not msgs:
                 continue
-            foreign, stale = self.offer(msgs)
-            if foreign or stale:
+            new = sorted({m.partition for m in msgs} - self.known)
+            if new:
+                try:
+                    await self.acquire(new)
+                except StreamtxError:
+                    continue  # not offered, not acked: they come back
+            stale = self.offer(msgs)
+            if stale:
                 if len(acking) >= 8:
                     await asyncio.wait(acking, return_when=asyncio.FIRST_COMPLETED)
-                task = asyncio.create_task(self.ack_other((foreign, stale)))
+                task = asyncio.create_task(self.ack_stale(stale))
                 acking.add(task)
                 task.add_done_callback(acking.discard)
             if not self.arrived.is_set():
@@ -322,6 +418,12 @@ class Worker:
                 await self.settle()
             if self.stopping:
                 return
+            if self.resync_wanted:
+                try:
+                    await self.catch_up()
+                except StreamtxError:
+                    await asyncio.sleep(0.1)
+                    continue
             ready = await self.ready(0.5, max_txn_records)
             # Records that came while no transaction took them have waited since then.
             first_ready_at = self.ready_since
@@ -338,9 +440,10 @@ class Worker:
         taken: list[tuple[int, int, Held]] = []
         try:
             cfg = self.cfg
+            registered = set(self.known)  # their progress partitions, registered now
             partitions = [
                 *(full_name(partition_name(cfg.dest_topic, d)) for d in range(cfg.dest_partitions)),
-                *(full_name(partition_name(cfg.progress_topic, p)) for p in self.owned),
+                *(full_name(partition_name(cfg.progress_topic, p)) for p in sorted(registered)),
             ]
             subs = [(full_name(cfg.source_topic), self.sub)]
             await asyncio.gather(
@@ -354,30 +457,35 @@ class Worker:
                 t0 = time.monotonic()
                 final = (deadline <= t0 or self.stopping
                          or len(taken) + len(ready) >= max_txn_records)
-                writes = [self.ack_inputs(txn, ready)] if ready else []
                 taken.extend(ready)
                 if final:
-                    # The outputs go at the end, with the progress: a destination
-                    # partition's readers see nothing past the first record of a
-                    # transaction still open there (read-committed), so outputs written
-                    # all through the interval would hold back the other workers'
-                    # committed records too, by up to an interval.
-                    writes += [self.produce_outputs(txn, taken), self.write_progress(txn)]
-                # Both finish before we go on, failed or not: an ack still in flight when
-                # the transaction aborts could land after the abort (a late ack).
-                results = await asyncio.gather(*writes, return_exceptions=True)
-                for r in results:
-                    if isinstance(r, BaseException):
-                        raise r
-                if ready:
+                    # The one before must have ended first: the pending-ack store lets one
+                    # open transaction at a time hold a partition's cumulative ack.
+                    if not await self.settle():
+                        await self.give_up(txn, taken, "the transaction before it aborted")
+                        return
+                    self._log(txn, "wrote", n=len(taken))  # it does something now
+                    late = sorted({p for p, _, _ in taken} - registered)
+                    if late:
+                        await self.rest.add_partitions(
+                            txn, [full_name(partition_name(cfg.progress_topic, p)) for p in late])
+                    # Outputs, progress and acks go at the end: a destination partition's
+                    # readers see nothing past the first record of a transaction still
+                    # open there (read-committed), so outputs written all through the
+                    # interval would hold back the other workers' committed records too.
+                    # All finish before we go on, failed or not: an ack still in flight
+                    # when the transaction aborts could land after the abort (a late ack).
+                    t0 = time.monotonic()
+                    results = await asyncio.gather(
+                        self.ack_positions(txn, taken), self.produce_outputs(txn, taken),
+                        self.write_progress(txn), return_exceptions=True)
+                    for r in results:
+                        if isinstance(r, BaseException):
+                            raise r
                     self.timing["write"] += time.monotonic() - t0
-                    if len(taken) == len(ready):
-                        self._log(txn, "wrote", n=len(ready))  # it has done something now
-                if final:
                     break
-                # A few larger writes, not one per fetch: every request costs the broker
-                # (and, for the acks, the pending-ack store) far more than a record does.
-                # The last write happens at the deadline, so nothing waits for the next txn.
+                # Take in a few larger steps, not one per fetch; everything is written
+                # at the deadline, so nothing waits for the next txn.
                 pause = min(t0 + write_gap_s, deadline) - time.monotonic()
                 if ready and pause > 0 and self.buf.held() < write_chunk:
                     await asyncio.sleep(pause)
@@ -430,6 +538,7 @@ class Worker:
             self._log(c.txn, "committed", n=len(c.taken), commit=round(commit_s * 1000), **timing, **ages)
             return True
         self.buf.rollback()
+        self.resync_wanted |= self.known  # refused: another worker may have written these
         self._log(c.txn, "refused", n=len(c.taken), why="commit refused",
                   r=[[p, s] for p, s, _ in c.taken])
         return False
@@ -443,6 +552,7 @@ class Worker:
             self._log(txn, "committed", n=len(taken))
         else:
             self.buf.rollback()
+            self.resync_wanted |= self.known  # a conflict may mean another worker wrote these
             self._log(txn, "aborted", n=len(taken), why=why, r=[[p, s] for p, s, _ in taken])
 
     async def run_shared(self) -> None:
@@ -498,9 +608,11 @@ class Worker:
             if shared:
                 await self.run_shared()
                 return
-            self.buf = ReorderBuffer(committed=await self.read_progress())
-            await retry_retriable(lambda: self.rest.subscribe(self.cfg.source_topic, self.sub, "earliest"))
-            print(f"{self.name}: owns {self.owned}, resumes at {self.buf.committed}", flush=True)
+            await retry_retriable(lambda: self.rest.subscribe(self.cfg.progress_topic, self.progress_sub,
+                                                              "earliest", "Exclusive"))
+            await retry_retriable(lambda: self.rest.subscribe(self.cfg.source_topic, self.sub, "earliest",
+                                                              "Failover"))
+            print(f"{self.name}: owns the partitions {self.sub} (Failover) gives it", flush=True)
             fetching = asyncio.create_task(self.prefetch())
             try:
                 while not self.stopping:
@@ -521,7 +633,7 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--workers", type=int, required=True)
     parser.add_argument("--commit-interval-ms", type=int, default=500)
     parser.add_argument("--txn-timeout-ms", type=int, default=10_000)
-    parser.add_argument("--assignment", choices=("owned", "shared"), default="owned")
+    parser.add_argument("--assignment", choices=("failover", "shared"), default="failover")
     args = parser.parse_args(argv)
     cfg = RunConfig.load(args.run_dir)
 
