@@ -20,6 +20,7 @@ a progress topic in the same transaction), so a restarted worker resumes from it
 
 from __future__ import annotations
 
+from collections.abc import Container
 from dataclasses import dataclass, field
 from typing import Generic, TypeVar
 
@@ -85,13 +86,16 @@ class ReorderBuffer(Generic[T]):
         while self._sealed:
             self.commit_oldest()
 
-    def rollback(self) -> None:
-        """Undo every ``take_ready`` not committed; the items become pending again."""
-        for _, taken in self._sealed:
+    def rollback(self, keep: Container[int] | None = None) -> None:
+        """Undo every ``take_ready`` not committed; the items become pending again, those
+        of the partitions in ``keep`` only (default: all). A partition that moved away
+        while a transaction had some of it in flight must not come back with its items:
+        its new owner writes them, and a transaction that takes them again cannot ack
+        them (already acknowledged) and aborts, every time."""
+        for taken in [*(t for _, t in self._sealed), self._taken]:
             for partition, items in taken.items():
-                self._pending.setdefault(partition, {}).update(items)
-        for partition, items in self._taken.items():
-            self._pending.setdefault(partition, {}).update(items)
+                if keep is None or partition in keep:
+                    self._pending.setdefault(partition, {}).update(items)
         self._sealed.clear()
         self._taken = {}
         self._tentative = dict(self.committed)

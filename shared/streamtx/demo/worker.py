@@ -537,7 +537,7 @@ class Worker:
             ages = {"age_max": round(at - min(sent)), "age_min": round(at - max(sent))} if sent else {}
             self._log(c.txn, "committed", n=len(c.taken), commit=round(commit_s * 1000), **timing, **ages)
             return True
-        self.buf.rollback()
+        self.buf.rollback(keep=self.known)
         self.resync_wanted |= self.known  # refused: another worker may have written these
         self._log(c.txn, "refused", n=len(c.taken), why="commit refused",
                   r=[[p, s] for p, s, _ in c.taken])
@@ -551,7 +551,7 @@ class Worker:
             self.buf.commit()
             self._log(txn, "committed", n=len(taken))
         else:
-            self.buf.rollback()
+            self.buf.rollback(keep=self.known)
             self.resync_wanted |= self.known  # a conflict may mean another worker wrote these
             self._log(txn, "aborted", n=len(taken), why=why, r=[[p, s] for p, s, _ in taken])
 

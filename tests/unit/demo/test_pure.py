@@ -77,6 +77,20 @@ def test_reorder_rollback_redoes_the_transaction() -> None:
     assert buf.committed == {0: 9} and buf.held() == 0
 
 
+def test_reorder_rollback_keeps_only_the_partitions_still_held() -> None:
+    buf: ReorderBuffer[str] = ReorderBuffer()
+    for p in (0, 1):
+        buf.offer(p, 0, f"{p}a")
+    buf.take_ready()
+    buf.seal()  # txn A: both partitions (committing)
+    buf.offer(1, 1, "1b")
+    buf.take_ready()  # txn B: partition 1
+    buf.drop(1)  # partition 1 moved away: what is in flight stays with A and B
+    buf.rollback(keep={0})  # A aborted (B with it): partition 1's items are not ours any more
+    assert buf.held() == 1 and buf.tentative() == {0: 0, 1: 0}
+    assert [x for _, _, x in buf.take_ready()] == ["0a"]
+
+
 def test_percentile_nearest_rank() -> None:
     xs = list(range(1, 1001))
     assert percentile(xs, 0.5) == 500

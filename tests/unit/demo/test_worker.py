@@ -218,6 +218,26 @@ async def test_a_partition_that_moved_away_is_forgotten(worker: tuple[Worker, Fa
     assert 1 not in w.known and w.buf.held() == 0
 
 
+async def test_a_partition_that_moved_away_while_in_flight_does_not_come_back_on_abort(
+    worker: tuple[Worker, FakeSuite],
+) -> None:
+    w, suite = worker
+    w.last_commit_s = 0.0
+    suite.commit_delay_s = 0.05
+    suite.refuse.add("0:1")
+    w.offer(msgs((0, 0), (1, 0), (1, 1)))
+    await w.one_transaction()  # 0:1 commits in the background, and will be refused ...
+    suite.assignment = [0, 2, 4, 6]
+    await w.sync_partitions()  # ... while partition 1 moves to another worker
+    await w.settle()
+    # Back in hand: partition 0's record only. Partition 1's would be taken by every
+    # transaction again, whose acks of them its new owner's commits refuse, forever.
+    assert outcomes(w) == ["refused"] and w.buf.held() == 1
+    await w.one_transaction()
+    await w.settle()
+    assert suite.destination() == [(0, 0)]
+
+
 async def test_a_gap_at_the_head_rereads_the_progress(worker: tuple[Worker, FakeSuite]) -> None:
     w, suite = worker
     w.offer(msgs((0, 5), (0, 6)))  # 0..4 were written by a transaction that committed after we read
