@@ -6,8 +6,10 @@ them to the remote's broker in that order, then move the cursor over them. A
 crash between write and cursor move sends the entries again; the remote
 partition drops them (its producer ``pulsar.repl.<source>`` has sequence =
 source entry id), so each entry lands there exactly once and in source order.
-While the remote is down the loop retries with backoff and the cursor stays:
-the backlog grows and nothing is lost.
+The cursor is opened first, before the remote is ever reached, so a remote
+down from the start holds back trims and shows its backlog too. While the
+remote is down the loop retries with backoff and the cursor stays: the
+backlog grows and nothing is lost.
 """
 
 from __future__ import annotations
@@ -51,7 +53,12 @@ class PartitionReplicator:
         ready = False
         while True:
             try:
-                if not ready:  # the topic exists there before its first message is due
+                if not ready:
+                    # The cursor first, reached or not: it holds back trims and shows the
+                    # backlog from the start. Again on every retry: a restarted broker
+                    # forgets the cursors it has open until someone asks for them.
+                    await self._open_cursor()
+                    # The topic exists there before its first message is due.
                     await self._ensure_remote_topic(await self.remote_of(self.remote))
                     self.connected = ready = True
                 await self.step()
@@ -66,6 +73,11 @@ class PartitionReplicator:
                          self.remote, exc, delay)
                 await asyncio.sleep(delay)
                 delay = min(delay * 2, self.settings.retry_max_s)
+
+    async def _open_cursor(self) -> None:
+        """Open ``pulsar.repl.<remote>`` on the local broker; reads nothing, moves nothing."""
+        await self.local.request("POST", "/v1/replication/cursor", json={
+            "topic": self.topic, "partition": self.partition, "remote": self.remote, "connected": False})
 
     async def step(self) -> None:
         got = await self.local.request("POST", "/v1/replication/read", json={

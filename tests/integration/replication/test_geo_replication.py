@@ -153,8 +153,7 @@ async def test_remote_down_backlog_grows_then_drains(clusters: Geo) -> None:
         repl = (await get(stats_url)).json()["replication"].get("c")
         return repl is not None and repl["connected"]
 
-    # c goes down once a replicates to it (a remote down from the very start is another
-    # case: its replication cursor opens only when the remote is first reached).
+    # c goes down once a replicates to it (down from the very start: the next test).
     await eventually(replicating, what="a replicating to c before c goes down")
     clusters["c"].broker.kill9()
     sent = [0]
@@ -176,12 +175,49 @@ async def test_remote_down_backlog_grows_then_drains(clusters: Geo) -> None:
     assert len(names) == 7
     for name in names:
         assert re.search(rf'^{name}{{[^}}]*remote_cluster="c"', metrics, re.M), name
+    await c_returns_and_drains(clusters, topic, 20, 3)
+
+
+async def test_remote_down_from_the_start_holds_trims_then_drains(clusters: Geo) -> None:
+    """c is down before a ever replicates this topic to it: the cursor is there all the same."""
+    replicate(clusters, "t/never", ["a", "c"])
+    clusters["c"].broker.kill9()
+    topic = "t/never/x"
+    create_topic(clusters, "a", topic, 1)  # never seen by c: it is down
+    sent = [0]
+    await produce(clusters.url("a"), topic, "a", 10, 3, sent, partitions=1)
+    stats_url = f"{clusters.url('a')}/admin/v2/persistent/{topic}/stats"
+
+    async def backlog_and_disconnected() -> bool:
+        repl = (await get(stats_url)).json()["replication"].get("c")
+        return repl is not None and repl["replicationBacklog"] >= 10 and not repl["connected"]
+
+    await eventually(backlog_and_disconnected, what="a backlog towards c, which was never reached")
+    lid, eid = (await get(stats_url)).json()["partitions"][0]["lastPosition"].split(":")
+    async with httpx.AsyncClient(timeout=30) as http:
+
+        async def trim(before: str) -> str:
+            r = await http.post(f"{clusters.url('a')}/admin/v2/persistent/{topic}/trim",
+                                json={"partition": 0, "before": before})
+            assert r.status_code == 200, r.text
+            return str(r.json()["firstPosition"])
+
+        first = await trim(f"{lid}:0")  # trims nothing: where the partition starts
+        # No subscription here: only the replicator cursor keeps the entries.
+        assert await trim(f"{lid}:{int(eid) + 1}") == first, "trimmed what c has not received"
+    await c_returns_and_drains(clusters, topic, 10, 3)
+
+
+async def c_returns_and_drains(clusters: Geo, topic: str, requests: int, per_request: int) -> None:
+    """c's broker starts again: a's backlog reaches it exactly once, in order, and drains."""
     clusters["c"].broker.start()
-    got = await drain(clusters.url("c"), topic, "check", 60)
-    check_exactly_once_in_order("c", got, ["a"], 20, 3)
+    total = requests * per_request
+    got = await drain(clusters.url("c"), topic, "check", total)
+    check_exactly_once_in_order("c", got, ["a"], requests, per_request)
+    stats_url = f"{clusters.url('a')}/admin/v2/persistent/{topic}/stats"
 
     async def drained() -> bool:
         repl = (await get(stats_url)).json()["replication"]["c"]
-        return bool(repl["replicationBacklog"] == 0 and repl["connected"] and repl["msgOutCounter"] == 60)
+        return bool(repl["replicationBacklog"] == 0 and repl["connected"] and repl["msgOutCounter"] == total)
 
-    await eventually(drained, what="the backlog drains once c is back")
+    await eventually(drained, what="the backlog towards c drains once c is back")

@@ -1,6 +1,7 @@
 """Geo-replication on the broker: the controller's internal calls, and the admin paths it answers.
 
 Internal (the replication controller calls them; service credential):
+``POST /v1/replication/cursor`` (open the ``pulsar.repl.<remote>`` cursor, reached or not),
 ``POST /v1/replication/read`` (a partition's local entries for a remote),
 ``POST /v1/replication/ack`` (move the ``pulsar.repl.<remote>`` cursor),
 ``POST /v1/replication/write`` (append entries copied from another cluster),
@@ -43,6 +44,15 @@ class ReadRequest(BaseModel):
     max_entries: int = Field(500, ge=1, le=10_000)
     wait_ms: int = Field(0, ge=0, le=30_000)
     connected: bool = True  # whether the controller reaches the remote (for stats)
+
+
+class CursorRequest(BaseModel):
+    """Open the replicator cursors of ``topic`` towards ``remote`` (idempotent); say if it is reached."""
+
+    topic: TopicName
+    partition: int = Field(ge=0)
+    remote: str = Field(min_length=1)
+    connected: bool = False
 
 
 class AckRequest(BaseModel):
@@ -90,6 +100,17 @@ async def ensure_topic(body: TopicEnsure, broker: BrokerDep) -> TopicEnsure:
     """Create a topic a remote cluster replicates here (409 if it exists with other partitions)."""
     await broker.create_topic(body.topic, body.partitions)
     return body
+
+
+@router.post("/cursor")
+async def open_cursor(body: CursorRequest, broker: BrokerDep) -> dict[str, Any]:
+    """The replicator's first call, before the remote is ever reached: from now on the cursor
+    holds back trims and counts the backlog (a new cursor starts at the partition's first entry)."""
+    t = broker.topic(body.topic)
+    t.partition(body.partition)
+    link = await broker.replication.link(t.name, t.partitions, body.remote)
+    link.reaches[body.partition] = body.connected
+    return {"firstUnreplicated": str(link.cursors[body.partition].first_undeleted())}
 
 
 @router.post("/read")
