@@ -28,6 +28,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import base64
+import re
 import statistics
 import sys
 import tempfile
@@ -43,6 +44,8 @@ for sub in ("shared", "services", "."):
         sys.path.insert(0, str(ROOT / sub))
 
 from tests.support.geo import Geo  # noqa: E402
+
+from streamtx.replication.settings import ReplicationSettings  # noqa: E402
 
 MESSAGE_BYTES = 200
 TOPIC = "bench/geo/x"
@@ -187,11 +190,33 @@ async def run(geo: Geo, args: argparse.Namespace) -> str:
     msgs_per_s = replicated / steady_s
     print(f"steady: {len(produced):,} produced in a ({len(produced) / args.duration:,.0f} msgs/s), "
           f"{replicated:,} visible in b; lag p50 {p50:.1f} ms, p99 {p99:.1f} ms", flush=True)
+    interval_ms = ReplicationSettings.model_fields["replicated_subscriptions_snapshot_frequency_ms"].default
+    produced_rate = len(produced) / args.duration  # what the paced producer reached, not its target
+    worth = produced_rate * interval_ms / 1000
     print(f"failover a->b: {len(acked_set):,} acked in a before the consumer died, {len(got_b):,} received "
-          f"in b after; lost {lost}, duplicates {duplicates} (one snapshot interval at {rate:,.0f} msgs/s is "
-          f"~{rate:,.0f})", flush=True)
+          f"in b after; lost {lost}, duplicates {duplicates} "
+          f"= {duplicates / produced_rate * 1000:,.0f} ms of messages", flush=True)
+    print(f"sync interval (snapshot frequency) {interval_ms} ms: one interval's worth at "
+          f"{produced_rate:,.0f} msgs/s is {worth:,.0f} messages; duplicates / that = "
+          f"{duplicates / worth:.2f}", flush=True)
+    print(await snapshot_figures(geo), flush=True)
     return (f"bench replication: msgs_per_s={msgs_per_s:.0f} lag_p99_ms={p99:.1f} failover_lost={lost} "
             f"failover_duplicates={duplicates}")
+
+
+async def snapshot_figures(geo: Geo) -> str:
+    """What a's controller did for the replicated subscription: snapshots, their time, updates."""
+    url = geo["a"].replication.url
+    async with httpx.AsyncClient(timeout=30) as http:
+        status = (await http.get(f"{url}/admin/v2/replication/status")).json()
+        metrics = (await http.get(f"{url}/metrics")).text
+    mine = [s for s in status["replicatedSubscriptions"] if s["topic"] == f"persistent://{TOPIC}"]
+    got = {k: float(v) for k, v in re.findall(
+        r'^pulsar_replicated_subscriptions_snapshot_ms_(sum|count)\{[^}]*\} (\S+)$', metrics, re.M)}
+    took = got.get("sum", 0.0) / got["count"] if got.get("count") else float("nan")
+    s = mine[0] if mine else {}
+    return (f"snapshots in a: {s.get('requests')} started, {s.get('completedSnapshots')} completed "
+            f"(mean {took:,.0f} ms from request to complete), {s.get('updates')} updates written")
 
 
 def main() -> None:

@@ -78,11 +78,17 @@ def response(request: dict[str, object], local_cluster: str, at: Position) -> di
 
 
 class SnapshotCache:
-    """A subscription's snapshots ahead of its mark-delete, at most ``max_size``, spread out.
+    """A subscription's snapshots not yet used, at most ``max_size``, spread out.
 
     When full, the snapshot whose neighbours are closest together goes (never the
     first nor the last): a consumer far behind keeps snapshots all along its
     backlog, not only the newest.
+
+    A snapshot the mark-delete has already passed when it completes is kept: it is
+    the newest one the consumer is known to be past, so the next :meth:`advance`
+    turns it into an update at once. (Dropped, a consumer that keeps up - past the
+    last response before the snapshot marker is written - had almost none used,
+    and a failover repeated several seconds of messages instead of one interval.)
     """
 
     def __init__(self, max_size: int) -> None:
@@ -90,10 +96,12 @@ class SnapshotCache:
             raise ValueError("a snapshot cache holds at least 3")
         self.max_size = max_size
         self.snapshots: list[Snapshot] = []  # by local position
+        self.used: Position | None = None  # local position of the last snapshot advance gave
 
-    def add(self, snap: Snapshot, mark_delete: Position | None) -> None:
-        if mark_delete is not None and snap.local <= mark_delete:
-            return  # already passed: no use
+    def add(self, snap: Snapshot) -> None:
+        """Keep ``snap`` (a complete, durable snapshot) unless a newer one is kept or was used."""
+        if self.used is not None and snap.local <= self.used:
+            return  # older than one already turned into an update (a rescan sees it again)
         if self.snapshots and snap.local <= self.snapshots[-1].local:
             return
         self.snapshots.append(snap)
@@ -110,4 +118,5 @@ class SnapshotCache:
         last = passed[-1]
         found = self.snapshots[last]
         del self.snapshots[: last + 1]
+        self.used = found.local
         return found

@@ -28,6 +28,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import math
 import time
 from collections.abc import Callable
 from typing import Any
@@ -63,6 +64,7 @@ class PartitionSnapshots:
         self._after: str | None = None
         self._dirty = True  # one snapshot after a start, then only after new messages
         self._last_start = 0.0
+        self._marks: dict[str, str | None] | None = None  # the mark-deletes the last scan gave
 
     async def run(self) -> None:
         delay = 0.05
@@ -80,14 +82,15 @@ class PartitionSnapshots:
     async def step(self) -> None:
         got = await self.local.request("POST", "/v1/replication/scan", json={
             "topic": self.topic, "partition": self.partition, "after": self._after,
-            "wait_ms": int(self.frequency_s * 1000) if self._after is not None else 0,
-            "back": self.settings.rescan_entries,
+            "wait_ms": self._wait_ms(), "back": self.settings.rescan_entries,
+            "mark_deletes": self._marks,
         })
         if got["last"] is not None:
             self._after = got["last"]
         self.scans += 1
         self._dirty = self._dirty or bool(got["data"])
         subs: dict[str, str | None] = got["subscriptions"]
+        self._marks = subs
         for name in [n for n in self.caches if n not in subs]:
             del self.caches[name]
         for name in subs:
@@ -101,6 +104,19 @@ class PartitionSnapshots:
                 await self._write({"type": "update", "subscription": name, "clusters": snap.clusters})
                 self.updates += 1
         await self._maybe_start(bool(subs))
+
+    def _wait_ms(self) -> int:
+        """How long the next scan may wait for news: until the next snapshot is due, if one is.
+
+        The scan also ends on a new entry or a moved mark-delete; it must not hold back a
+        snapshot that is due (on a quiet topic that would stretch the sync interval).
+        """
+        if self._after is None:
+            return 0
+        wait = self.frequency_s
+        if self.pending is None and self._dirty and self.caches and self.remotes():
+            wait = max(0.0, self._last_start + self.frequency_s - time.monotonic())
+        return math.ceil(wait * 1000)
 
     async def _maybe_start(self, has_subs: bool) -> None:
         now = time.monotonic()
@@ -151,9 +167,8 @@ class PartitionSnapshots:
             snap = Snapshot(str(body["snapshot_id"]), Position.parse(str(body["local_position"])),
                             dict(body["clusters"]))
             self.completed += 1
-            for name, cache in self.caches.items():
-                md = subs.get(name)
-                cache.add(snap, Position.parse(md) if md else None)
+            for cache in self.caches.values():
+                cache.add(snap)  # already passed: the advance below writes its update now
         elif kind == "update" and source is not None:
             here = (body.get("clusters") or {}).get(self.cluster)
             if here:

@@ -50,7 +50,7 @@ def _snap(entry: int) -> Snapshot:
 def test_cache_keeps_snapshots_spread_over_a_stuck_backlog() -> None:
     cache = SnapshotCache(3)
     for e in (10, 20, 30, 40, 50, 60):
-        cache.add(_snap(e), mark_delete=Position(1, 5))
+        cache.add(_snap(e))
     kept = [s.local.entry_id for s in cache.snapshots]
     assert len(kept) == 3 and kept[0] == 10 and kept[-1] == 60  # the oldest and the newest stay
     # The mark-delete moves a little: the oldest snapshot still gives an update.
@@ -59,13 +59,25 @@ def test_cache_keeps_snapshots_spread_over_a_stuck_backlog() -> None:
     assert [s.local.entry_id for s in cache.snapshots] == kept[1:]
 
 
-def test_cache_ignores_passed_or_older_snapshots_and_advances_to_the_newest_passed() -> None:
+def test_cache_ignores_older_snapshots_and_advances_to_the_newest_passed() -> None:
     cache = SnapshotCache(5)
-    cache.add(_snap(10), mark_delete=Position(1, 10))  # already passed
-    cache.add(_snap(20), mark_delete=None)
-    cache.add(_snap(15), mark_delete=None)  # not after the newest
-    cache.add(_snap(30), mark_delete=None)
+    cache.add(_snap(20))
+    cache.add(_snap(15))  # not after the newest
+    cache.add(_snap(30))
     assert cache.advance(Position(1, 35)) == _snap(30)
     assert cache.snapshots == []
+    cache.add(_snap(25))  # older than the one used (seen again by a rescan): no second update
+    assert cache.advance(Position(1, 40)) is None
+
+
+def test_cache_keeps_a_snapshot_the_mark_delete_passed_before_it_completed() -> None:
+    # A consumer that keeps up acks past the snapshot's local position (the last
+    # response) before the snapshot marker is durable: it is still its update.
+    cache = SnapshotCache(5)
+    cache.add(_snap(10))
+    cache.add(_snap(20))
+    assert cache.advance(Position(1, 25)) == _snap(20)
+    cache.add(_snap(30))  # completed once the mark-delete was already at 35
+    assert cache.advance(Position(1, 35)) == _snap(30)
     with pytest.raises(ValueError):
         SnapshotCache(2)

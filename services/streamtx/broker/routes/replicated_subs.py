@@ -32,6 +32,9 @@ class ScanRequest(BaseModel):
     back: int = Field(10_000, ge=0)
     max_entries: int = Field(1000, ge=1, le=10_000)
     wait_ms: int = Field(0, ge=0, le=30_000)
+    #: The mark-deletes the caller last saw: the long poll also ends when one moves
+    #: (a snapshot it passed is an update to write now, not at the next entry).
+    mark_deletes: dict[str, str | None] | None = None
 
 
 class UpdateRequest(BaseModel):
@@ -63,6 +66,8 @@ async def scan(body: ScanRequest, broker: BrokerDep) -> dict[str, Any]:
             out = await markers.scan(part, start, body.max_entries)
             remaining = deadline - loop.time()
             if out["last"] is not None or remaining <= 0:
+                break
+            if body.mark_deletes is not None and markers.mark_deletes(t, body.partition) != body.mark_deletes:
                 break
             await t.notifier.wait(remaining)
         if out["last"] is None:
