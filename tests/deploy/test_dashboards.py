@@ -2,7 +2,9 @@
 
 The test that matters starts the suite and Debian's Prometheus with the repo's
 scrape config (deploy/prometheus/prometheus.yml, only the targets' addresses
-replaced) and alert rules, runs a transactional workload, and evaluates every
+replaced) and alert rules, and beside the suite a coordinator of two worker
+processes over Redis (STREAMTX_WORKERS: the mailbox panels), runs a
+transactional workload on both, and evaluates every
 query of every panel over the run through Prometheus's HTTP API: each must
 parse and return data. Variables are expanded as Grafana would with "All".
 """
@@ -10,20 +12,25 @@ parse and return data. Variables are expanded as Grafana would with "All".
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import time
 import uuid
-from collections.abc import Iterator
+from collections.abc import Coroutine, Iterator
 from pathlib import Path
 from typing import Any
 
+import httpx
 import pytest
+import redis
 import yaml
 
 from streamtx.client import StreamtxClient
 from streamtx.errors import ConflictError
 from tests.deploy import dashboards
+from tests.support.procs import redis_server
 from tests.support.prometheus import Prometheus, prometheus_server
+from tests.support.services import ServiceProcess
 from tests.support.suite import ORDER, Suite, eventually, receive
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -104,8 +111,9 @@ def test_dashboard_uids_are_unique() -> None:
 SCRAPE_S = 1
 
 
-def scrape_config(suite: Suite) -> dict[str, Any]:
-    """The repo's scrape config with the suite's addresses and this test's pace."""
+def scrape_config(suite: Suite, workers: ServiceProcess) -> dict[str, Any]:
+    """The repo's scrape config with the suite's addresses (and the workers' coordinator
+    beside the suite's) and this test's pace."""
     config: dict[str, Any] = yaml.safe_load((ROOT / "deploy" / "prometheus" / "prometheus.yml").read_text())
     config["global"] = {"scrape_interval": f"{SCRAPE_S}s", "evaluation_interval": f"{SCRAPE_S}s"}
     config["rule_files"] = [str(ALERTS)]
@@ -115,8 +123,51 @@ def scrape_config(suite: Suite) -> dict[str, Any]:
         service = static["labels"]["service"]
         static["targets"] = [f"127.0.0.1:{suite.procs[service].port}"]
         static["labels"]["cluster"] = "standalone"
+    job["static_configs"].append({"targets": [f"127.0.0.1:{workers.port}"],
+                                  "labels": {"service": "coordinator", "cluster": "standalone"}})
     config["scrape_configs"] = [job]
     return config
+
+
+@contextlib.contextmanager
+def workers_coordinator(tmp: Path) -> Iterator[ServiceProcess]:
+    """A coordinator of two worker processes over a real Redis, each owning one coordinator id:
+    a call that lands on the other id's worker goes through the Redis mailboxes (their panels).
+    Its transactions have no participants, so it needs no broker."""
+    with redis_server() as redis_url:
+        proc = ServiceProcess("coordinator", {
+            "STREAMTX_LEDGER_URL": f"file://{tmp / 'workers-ledgers'}", "STREAMTX_TEST_LOG_DIR": str(tmp),
+            "STREAMTX_WORKERS": "2", "STREAMTX_REDIS_URL": redis_url, "STREAMTX_COORDINATOR_IDS": "0,1",
+            "STREAMTX_MEMBER": "tc", "STREAMTX_LEASE_TTL_MS": "1500"})
+        try:
+            proc.start(60)
+            with redis.Redis.from_url(redis_url, decode_responses=True) as r:
+                def holders() -> set[str | None]:
+                    return {r.get(f"streamtx:standalone:coordinator:lease:{cid}") for cid in (0, 1)}
+
+                deadline = time.monotonic() + 60
+                while None in holders() or len({str(h).rpartition("|")[0] for h in holders()}) < 2:
+                    assert time.monotonic() < deadline, f"ids not spread over the workers: {holders()}"
+                    time.sleep(0.1)
+            yield proc
+        finally:
+            proc.stop()
+
+
+async def both(*runs: Coroutine[Any, Any, None]) -> None:
+    await asyncio.gather(*runs)
+
+
+async def forwarding_workload(url: str, txns: int = 40) -> None:
+    """Transactions opened and committed on fresh connections: the kernel hands each to either
+    worker, so about half the commits reach the sibling of the id's owner and are forwarded.
+    Paced over several scrapes, so the rates have samples to span."""
+    limits = httpx.Limits(max_keepalive_connections=0)
+    async with httpx.AsyncClient(base_url=url, timeout=60, limits=limits) as http:
+        for _ in range(txns):
+            txn = (await http.post("/v1/transactions", json={"timeout_ms": 60_000})).json()["txn_id"]
+            assert (await http.post(f"/v1/transactions/{txn}/commit")).status_code == 200
+            await asyncio.sleep(0.2)
 
 
 @pytest.fixture(scope="module")
@@ -128,10 +179,11 @@ def observed(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[Prometh
         coordinator_env={"STREAMTX_TIMEOUT_CHECK_INTERVAL_MS": "100"},
         broker_env={"STREAMTX_SNAPSHOT_EVERY_OPS": "5", "STREAMTX_SNAPSHOT_INTERVAL_S": "0.5"},
     )
-    with suite, prometheus_server(scrape_config(suite), tmp) as prom:
+    with (suite, workers_coordinator(tmp) as workers,
+          prometheus_server(scrape_config(suite, workers), tmp) as prom):
         start = time.time()
         prom.wait_scraped({"streamtx"}, since=start)
-        asyncio.run(workload(suite.url))
+        asyncio.run(both(workload(suite.url), forwarding_workload(workers.url)))
         end = time.time()
         prom.wait_scraped({"streamtx"}, since=end + SCRAPE_S)
         yield prom, start, time.time()
