@@ -18,7 +18,9 @@ class BrokerSettings(ServiceSettings):
     # fetched for this long (or at once when it closes).
     failover_idle_ms: int = Field(default=3_000, ge=1)
     dispatch_read_entries: int = Field(default=200, ge=1)  # entries per ledger read in dispatch
-    max_fetch_messages: int = Field(default=1000, ge=1)  # cap on ?max= of one fetch
+    # cap on ?max= of one fetch: as many as a produce may carry, so a consumer working off a
+    # backlog moves it in a few large answers rather than many round trips (issue 15)
+    max_fetch_messages: int = Field(default=10_000, ge=1)
     max_wait_ms: int = Field(default=30_000, ge=0)  # cap on ?wait_ms= of one fetch
     max_request_messages: int = Field(default=10_000, ge=1)  # messages per produce request
     max_entry_bytes: int = Field(default=4 << 20, ge=1024)  # one partition's batch of a request: else 413

@@ -166,7 +166,7 @@ class Demo:
         acking: asyncio.Task[None] | None = None
         while not self.probe.stopping:
             try:
-                msgs = await rest.fetch(self.cfg.dest_topic, "e2e-probe", "probe", 1000, 200)
+                msgs = await rest.fetch(self.cfg.dest_topic, "e2e-probe", "probe", 10_000, 200)
             except StreamtxError:
                 await asyncio.sleep(0.2)
                 continue

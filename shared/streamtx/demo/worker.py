@@ -86,7 +86,8 @@ from streamtx.errors import ConflictError, NotFoundError, StreamtxError
 
 resolve_give_up_s = 90.0  # a coordinator down longer than this: exit, the restart resolves it
 stall_exit_s = 30.0  # records held, none ready this long: exit and re-read the progress
-write_chunk = 2_000  # records per produce / ack request (the broker takes at most 10,000)
+write_chunk = 10_000  # records per produce / ack request (the broker takes at most 10,000): one hop each
+fetch_max = 10_000  # records per fetch: a backlog comes in a few large answers
 max_txn_records = 10_000  # a backlog is worked off in bounded transactions (well within the timeout)
 max_held = 50_000  # records in hand beyond which prefetching pauses
 max_write_gap_s = 0.1  # within a transaction, write at most this often (a quarter interval if shorter)
@@ -148,6 +149,11 @@ class Worker:
         self.ready_since = time.monotonic()  # when what the last take returned had arrived
         self.committing: Committing | None = None
         self.last_commit_s = math.inf  # how long the last commit took: pipeline only while it is short
+        # Commits longer than this stop the pipelining: the next transaction would wait for
+        # the one before it so long that it risks its own timeout. A commit longer than the
+        # interval still overlaps (as a Kafka client's next batch overlaps its commit): under
+        # load, or with a backlog's full transactions, commits take about an interval.
+        self.pipeline_limit_s = max(self.commit_interval_s, txn_timeout_ms / 1000 / 5)
         self.buf: ReorderBuffer[Held] = ReorderBuffer()
         self.timing: defaultdict[str, float] = defaultdict(float)  # seconds per phase, this transaction
 
@@ -269,7 +275,7 @@ class Worker:
         t0 = self.last_fetch = time.monotonic()
         try:
             # The Failover subscription hands out only the partitions we are active on.
-            got = await self.rest.fetch(self.cfg.source_topic, self.sub, self.consumer, 1000, wait_ms)
+            got = await self.rest.fetch(self.cfg.source_topic, self.sub, self.consumer, fetch_max, wait_ms)
             self.timing["fetch"] += time.monotonic() - t0 - (wait_ms / 1000 if not got else 0)
             self.timing["fetched"] += len(got)
             return got
@@ -346,20 +352,18 @@ class Worker:
                 raise r
 
     async def produce_outputs(self, txn: str, taken: list[tuple[int, int, Held]]) -> None:
-        """Produce every record of ``txn`` to its range's partition: one request per
-        destination partition, in parallel (a partition's records stay in order)."""
+        """Produce every record of ``txn`` to its range's partition, in requests of at most
+        ``write_chunk`` records: each carries one section per destination partition (the
+        broker appends them in parallel, a partition's records in order), so a
+        transaction's outputs are one hop, not one per partition."""
         props = {"txn": txn, "w": self.name}
-        by_dest: defaultdict[int, list[dict[str, Any]]] = defaultdict(list)
-        for _, _, h in taken:
-            d = self.ranges.partition_of(h.record.user_id)
-            by_dest[d].append({"key": h.record.key, "value": h.value, "properties": props, "partition": d})
-        results = await asyncio.gather(
-            *(self.rest.produce(self.cfg.dest_topic, msgs, txn) for msgs in by_dest.values()),
-            return_exceptions=True,
-        )
-        for r in results:
-            if isinstance(r, BaseException):
-                raise r
+        partition_of = self.ranges.partition_of
+        for i in range(0, len(taken), write_chunk):
+            await self.rest.produce(self.cfg.dest_topic, [
+                {"key": h.record.key, "value": h.value, "properties": props,
+                 "partition": partition_of(h.record.user_id)}
+                for _, _, h in taken[i:i + write_chunk]
+            ], txn)
 
     async def prefetch(self) -> None:
         """Fetch all the time, so reading overlaps writing: take over partitions handed to
@@ -431,7 +435,7 @@ class Worker:
                 raise Uncertain(f"{self.buf.held()} records held, none in order for {stall_exit_s}s")
         c = self.committing
         slow = max(self.last_commit_s, time.monotonic() - c.started if c is not None else 0.0)
-        if c is not None and slow > self.commit_interval_s:
+        if c is not None and slow > self.pipeline_limit_s:
             # Commits are slow: a transaction opened now would wait for this one past the
             # point where overlapping helps, and could time out waiting. Settle first.
             if not await self.settle():
