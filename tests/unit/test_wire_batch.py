@@ -77,6 +77,23 @@ def test_messages_answer_round_trip(entries: list[tuple[int, list[wire.Msg], boo
     assert wire.decode_messages_answer(wire.encode_messages_answer(rows)) == expected
 
 
+def test_repeated_properties_decode_alike_and_apart() -> None:
+    # A block equal to the previous message's is not decoded again: the messages must
+    # still read as encoded, each with a dict of its own.
+    props = [{"txn": "1:2", "w": "w0"}, {"txn": "1:2", "w": "w0"}, {}, {"txn": "1:2", "w": "w1"},
+             {"txn": "1:2", "w": "w1"}, {"txn": "1:2", "w": "w0"}]
+    ms = [wire.Msg(b"v%d" % i, None if i % 2 else f"k{i}", p) for i, p in enumerate(props)]
+    count, body = wire.encode_messages(ms)
+    got = wire.decode_messages_answer(wire.encode_messages_answer([wire.Delivered(2, 9, 4, 7, count, body)]))
+    assert [(m.message_id, m.key, m.value, m.properties) for m in got] == [
+        (f"9:4:{i}", m.key, m.value, m.properties) for i, m in enumerate(ms)]
+    got[0].properties["x"] = "y"
+    assert got[1].properties == props[1]
+    cut = wire.encode_messages_answer([wire.Delivered(2, 9, 4, 7, count, body[:-1])])
+    with pytest.raises(MalformedError):  # a value cut short inside a run of equal blocks
+        wire.decode_messages_answer(cut)
+
+
 ids = st.lists(st.tuples(st.integers(0, 2**64 - 1), st.integers(0, 2**64 - 1),
                          st.none() | st.integers(0, 2**31 - 1)).map(
     lambda t: f"{t[0]}:{t[1]}" if t[2] is None else f"{t[0]}:{t[1]}:{t[2]}"), max_size=20)

@@ -44,7 +44,8 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 
 from streamtx.contracts.txnid import TxnId, from_pair
-from streamtx.errors import CorruptEntryError
+from streamtx.errors import CorruptEntryError, MalformedError
+from streamtx.wire.batch import message_at
 
 version = 1
 
@@ -224,33 +225,14 @@ def decode_fields(data: bytes, header: EntryHeader | None = None) -> list[Fields
     h = header or decode_header(data)
     off = h.body_offset
     out: list[Fields] = []
-    u32, i32, u16 = _u32.unpack_from, _i32.unpack_from, _u16.unpack_from
+    u32 = _u32.unpack_from
+    end = len(data)
     try:
         for _ in range(h.count):
             (req,) = u32(data, off)
-            (klen,) = i32(data, off + 4)
-            off += 8
-            key = None
-            if klen >= 0:
-                key = data[off : off + klen].decode()
-                off += klen
-            (nprops,) = u16(data, off)
-            off += 2
-            props: dict[str, str] = {}
-            for _ in range(nprops):
-                (n,) = u16(data, off)
-                name = data[off + 2 : off + 2 + n].decode()
-                off += 2 + n
-                (vl,) = u32(data, off)
-                props[name] = data[off + 4 : off + 4 + vl].decode()
-                off += 4 + vl
-            (vlen,) = u32(data, off)
-            value = bytes(data[off + 4 : off + 4 + vlen])
-            if len(value) != vlen:
-                raise CorruptEntryError("truncated message value")
-            off += 4 + vlen
+            value, key, props, off = message_at(data, off, end)
             out.append((value, key, props, req))
-    except (struct.error, UnicodeDecodeError) as exc:
+    except (struct.error, UnicodeDecodeError, MalformedError) as exc:
         raise CorruptEntryError(f"bad message batch: {exc}") from exc
     return out
 
