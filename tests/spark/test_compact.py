@@ -10,6 +10,10 @@ from typing import Any
 from streamtx.batching import compacted
 from streamtx.batching.replay import replay_entries
 from streamtx.batching.settings import BatchingSettings
+from streamtx.broker.notify import Notifier
+from streamtx.broker.partition import Partition
+from streamtx.broker.settings import BrokerSettings
+from streamtx.contracts.txnid import TxnId
 from streamtx.coordinator import records as tc
 from streamtx.coordinator.log import TransactionLog
 from streamtx.coordinator.table import TxnTable
@@ -88,3 +92,80 @@ async def _manifest(url: str) -> dict[str, compacted.BaseInfo]:
         return await compacted.read_manifest(factory)
     finally:
         await factory.close()
+
+
+class _Broker:
+    """One partition of a broker on file ledgers, driven step by step from a sync test."""
+
+    name = "persistent://t/ns/tb-partition-0"
+
+    def __init__(self, url: str) -> None:
+        self.url = url
+        self.settings = BrokerSettings(ledger_url=url, snapshot_segment_size=5,  # type: ignore[call-arg]
+                                       snapshot_every_ops=1 << 62)
+        self.loop = asyncio.new_event_loop()
+        self.aborted: list[TxnId] = []
+        self.store, self.part = self.loop.run_until_complete(self._open())
+
+    async def _open(self) -> tuple[Any, Partition]:
+        store = open_ledger_factory(self.url)
+        part = await Partition.open(store, self.name, "persistent://t/ns/tb", self.settings, Notifier())
+        return store, part
+
+    def abort(self, n: int) -> None:
+        """``n`` more aborted ids, a snapshot after every 7th."""
+        async def go() -> None:
+            for _ in range(n):
+                txn = TxnId(1, len(self.aborted))
+                self.aborted.append(txn)
+                marker = Position(self.part.ledger.ledger_id, 1000 + 2 * len(self.aborted))
+                self.part.tb.add_aborted(txn, marker)
+                if len(self.aborted) % 7 == 0:
+                    await self.part.take_snapshot()
+
+        self.loop.run_until_complete(go())
+
+    def restart(self) -> None:
+        async def go() -> None:
+            await self.part.take_snapshot()  # the ids since the last one (no partition entries to replay)
+            await self._close()
+            self.store, self.part = await self._open()
+
+        self.loop.run_until_complete(go())
+
+    async def _close(self) -> None:
+        await self.part.close()
+        await self.store.close()
+
+    def close(self) -> None:
+        self.loop.run_until_complete(self._close())
+        self.loop.close()
+
+
+def test_a_running_broker_adopts_its_compacted_snapshot_ledger(spark: Any, tmp_path: Path) -> None:
+    url = f"file://{tmp_path}"
+    broker = _Broker(url)
+    try:
+        broker.abort(300)
+        compact.run(spark, url, pattern="tbsnapshot/*", commit=False)  # dies before its commit point
+        assert asyncio.run(_manifest(url)) == {}
+        (report,) = compact.run(spark, url, pattern="tbsnapshot/*")
+        assert report.ledger == "tbsnapshot/t/ns/tb-partition-0" and report.generation == 0
+        # Kept: the newest index and its 58 segments; dropped: the superseded indexes.
+        assert report.records_after == 59 < report.records_before
+        assert report.bytes_after < report.bytes_before / 3
+        # While it runs: the next snapshot adopts the base (trims the ledger below the cut).
+        broker.part.compaction.check_every_s = 0
+        broker.abort(20)
+        assert broker.part.compaction.generation == 0
+        assert broker.part.snap.first_position().entry_id >= report.cut  # type: ignore[union-attr]
+        broker.restart()  # recovery reads base then ledger; the partition ledger is empty
+        assert sorted(broker.part.tb.aborted) == sorted(broker.aborted)
+        # A second compaction, of base + tail; a restart reads the new base.
+        (second,) = compact.run(spark, url, pattern="tbsnapshot/*")
+        assert second.generation == 1 and second.records_after <= second.records_before
+        broker.restart()
+        assert sorted(broker.part.tb.aborted) == sorted(broker.aborted)
+        assert broker.part.compaction.generation == 1
+    finally:
+        broker.close()

@@ -65,5 +65,6 @@ def test_compaction_during_a_transactional_workload(spark: Any, tmp_path: Path) 
     assert proc.returncode == 0
     assert any(name.startswith("txnlog/") for name in cuts), cuts
     assert any(name.startswith("pendingack/") for name in cuts), cuts
+    assert any(name.startswith("tbsnapshot/") for name in cuts), cuts
     # Owners adopted bases: some log is trimmed at or past a cut the job chose.
     assert any(_trim_start(ledgers, name) >= min(cs) for name, cs in cuts.items()), cuts

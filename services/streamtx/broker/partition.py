@@ -67,11 +67,12 @@ class Partition:
     """Create with :meth:`open`; everything the broker stores for one partition."""
 
     def __init__(self, name: str, topic: str, ledger: Ledger, snap: Ledger,
-                 settings: BrokerSettings, notifier: Notifier) -> None:
+                 settings: BrokerSettings, notifier: Notifier, store: LedgerFactory | None = None) -> None:
         self.name = name
         self.topic = topic
         self.ledger = ledger
         self.snap = snap
+        self.compaction = tbsnapshot.Adoption(store, snap)  # of the snapshot ledger (``compact`` job)
         self.settings = settings
         self.notifier = notifier
         self.tb = TxnBufferState(segment_size=settings.snapshot_segment_size)
@@ -103,7 +104,7 @@ class Partition:
                    notifier: Notifier) -> Partition:
         ledger = await store.open(partition_ledger_name(name))
         snap = await store.open(snapshot_ledger_name(name))
-        part = cls(name, topic, ledger, snap, settings, notifier)
+        part = cls(name, topic, ledger, snap, settings, notifier, store)
         await part.recover()
         return part
 
@@ -117,7 +118,7 @@ class Partition:
         t0 = time.perf_counter()
         tb = TxnBufferState(segment_size=self.settings.snapshot_segment_size)
         producers = self._new_producers()
-        loaded = await tbsnapshot.load(self.snap)
+        loaded = await tbsnapshot.load(self.snap, await self.compaction.base())
         start: Position | None = None
         if loaded is not None:
             ix = loaded.index
@@ -142,6 +143,7 @@ class Partition:
         if loaded is not None:
             self.snapshot_sequence = loaded.index.sequence + 1
             self.last_snapshot_ms = loaded.index.timestamp_ms
+        await self.compaction.adopt((loaded.position, loaded.index) if loaded else None, now=True)
         self.recovery_s = time.perf_counter() - t0
         metrics.tb_recovery_seconds.labels(self.settings.cluster).observe(self.recovery_s)
         self._update_gauges()
@@ -514,10 +516,11 @@ class Partition:
             segments, index = tbsnapshot.capture(self.tb, self.producers, self.snapshot_sequence)
             self.snapshot_sequence += 1
             try:
-                await tbsnapshot.write(self.snap, segments, index)
+                position = await tbsnapshot.write(self.snap, segments, index)
             except StreamtxError as exc:
                 log.warning("partition %s: snapshot failed: %s", self.name, exc)
                 return
+            await self.compaction.adopt((position, index))
             self.tb.ops_since_snapshot = max(0, self.tb.ops_since_snapshot - ops)
             self.last_snapshot_ms = index.timestamp_ms
             metrics.tb_snapshots.labels(*self._labels).inc()

@@ -8,24 +8,41 @@ segments are still there because the ledger is trimmed only below the oldest
 segment the newest durable index names. ``load`` returns the newest index whose
 segments all read back; when none does, the caller replays the partition.
 Live segments are rewritten once dead records outnumber them (see ``write``).
+
+**Offline compaction** (the ``compact`` Spark job) uses the same mechanism as
+for the transaction and pending-ack logs (:mod:`streamtx.batching.compacted`):
+the job never writes this ledger (that would fence the broker); it writes a
+sealed base ``tbsnapshot/<partition>/base/<g>`` holding, with their original
+entry ids, the records below its cut that :func:`pick` needs: the newest
+complete index, the segments it names, and the segments written after it (a
+newer index above the cut may name them); then it commits the manifest. The
+broker reads base records then the ledger (:func:`load`, the ledger wins where
+both hold an entry), so a base that is not committed or not adopted changes
+nothing; it adopts a base (trims the ledger below the cut) when it recovers and
+after a snapshot, once the base holds every record its newest index stands on
+(:func:`needed`).
 """
 
 from __future__ import annotations
 
 import logging
 import time
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 
+from streamtx.batching import compacted
+from streamtx.batching.compacted import BaseRecord, Ref
 from streamtx.broker import snapshot_codec as sc
 from streamtx.broker.producers import ProducerTable
 from streamtx.broker.txnbuffer import Segment, TxnBufferState
-from streamtx.errors import CorruptEntryError, LedgerError
-from streamtx.ledger import Ledger, Position
+from streamtx.errors import CorruptEntryError, LedgerError, StreamtxError
+from streamtx.ledger import Ledger, LedgerFactory, Position
 
 log = logging.getLogger(__name__)
 
 _scan_chunk = 1000
 _min_dead_records = 64  # rewrite live segments only once this many dead records pile up
+_adopt_check_s = 5.0  # how often a running broker looks for a compacted base to adopt
 
 
 @dataclass(slots=True)
@@ -86,39 +103,94 @@ async def write(ledger: Ledger, segments: list[Segment], index: sc.SnapshotIndex
     return position
 
 
-async def load(ledger: Ledger) -> Loaded | None:
-    """The newest complete snapshot, or None."""
-    indexes: list[tuple[Position, bytes]] = []
+async def load(ledger: Ledger, base: Iterable[BaseRecord] = ()) -> Loaded | None:
+    """The newest complete snapshot in a compacted ``base`` and the ledger, or None."""
+    records = {entry_id: raw for entry_id, _, _, raw in base}
     start: Position | None = None
     while True:
         entries = await ledger.read(start, _scan_chunk)
         if not entries:
             break
         for e in entries:
-            try:
-                if sc.record_kind(e.data) is sc.RecordKind.INDEX:
-                    indexes.append((e.position, e.data))
-            except CorruptEntryError:
-                log.warning("tb snapshot %s: skipping bad record at %s", ledger.name, e.position)
+            records[e.position.entry_id] = e.data
         last = entries[-1].position
         start = Position(last.ledger_id, ledger.next_entry_id(last.entry_id))
-    for position, data in reversed(indexes):
+    picked = pick(records, ledger.ledger_id, ledger.name)
+    if picked is None:
+        return None
+    entry_id, index, segments = picked
+    return Loaded(index, segments, Position(ledger.ledger_id, entry_id))
+
+
+def pick(records: Mapping[int, bytes], ledger_id: int, name: str = "") -> tuple[
+    int, sc.SnapshotIndex, list[Segment]
+] | None:
+    """The newest index (entry id, index, its segments) whose segments all are in ``records``. Pure.
+
+    ``records`` maps entry ids of the snapshot ledger to their records; the
+    broker's recovery and the compaction job both choose with this rule.
+    """
+    for entry_id in sorted(records, reverse=True):
+        data = records[entry_id]
         try:
+            if sc.record_kind(data) is not sc.RecordKind.INDEX:
+                continue
             index = sc.decode_index(data)
-            segments = [await _read_segment(ledger, ref) for ref in index.segments]
-        except (CorruptEntryError, LedgerError) as exc:
-            log.warning("tb snapshot %s: index at %s unusable (%s); trying an older one",
-                        ledger.name, position, exc)
+            segments = [_segment(ref, records.get(ref.ref.entry_id) if ref.ref.ledger_id == ledger_id
+                                 else None)
+                        for ref in index.segments]
+        except CorruptEntryError as exc:
+            log.warning("tb snapshot %s: index at %d unusable (%s); trying an older one", name, entry_id, exc)
             continue
-        return Loaded(index, segments, position)
+        return entry_id, index, segments
     return None
 
 
-async def _read_segment(ledger: Ledger, ref: sc.SegmentRef) -> Segment:
-    entries = await ledger.read(ref.ref, 1)
-    if not entries or entries[0].position != ref.ref:
+def needed(position: Position, index: sc.SnapshotIndex) -> list[Ref]:
+    """The records a snapshot stands on (its index and segments), as a compacted base places them."""
+    return [(position, 0, 1), *((s.ref, 0, 1) for s in index.segments)]
+
+
+class Adoption:
+    """The broker's side of an offline compaction of one snapshot ledger (module docstring)."""
+
+    def __init__(self, factory: LedgerFactory | None, ledger: Ledger) -> None:
+        self.factory = factory
+        self.ledger = ledger
+        self.generation = -1  # the compacted base generation adopted
+        self.check_every_s = _adopt_check_s
+        self._next_check = 0.0
+
+    async def base(self) -> list[BaseRecord]:
+        """The records of the compacted base in force (none when there is none or it is unusable)."""
+        if self.factory is None:
+            return []
+        try:
+            loaded = await compacted.load_base(self.factory, self.ledger.name)
+        except StreamtxError as exc:  # the ledger still holds what was not adopted
+            log.warning("tb snapshot %s: compacted base unusable (%s); ignored", self.ledger.name, exc)
+            return []
+        return loaded[1] if loaded else []
+
+    async def adopt(self, snapshot: tuple[Position, sc.SnapshotIndex] | None, *, now: bool = False) -> None:
+        """Trim below a newer base's cut if it holds what ``snapshot`` (the newest durable one) stands on.
+
+        Called under the snapshot lock, so no index is written meanwhile.
+        """
+        if self.factory is None or (not now and time.monotonic() < self._next_check):
+            return
+        self._next_check = time.monotonic() + self.check_every_s
+        try:
+            self.generation = await compacted.adopt(self.factory, self.ledger,
+                                                    needed(*snapshot) if snapshot else (), self.generation)
+        except StreamtxError as exc:  # the next check tries again; nothing is lost
+            log.warning("tb snapshot %s: adopting a compaction failed: %s", self.ledger.name, exc)
+
+
+def _segment(ref: sc.SegmentRef, data: bytes | None) -> Segment:
+    if data is None:
         raise CorruptEntryError(f"segment {ref.segment_id} at {ref.ref} is gone")
-    segment_id, ids = sc.decode_segment(entries[0].data)
+    segment_id, ids = sc.decode_segment(data)
     if segment_id != ref.segment_id or len(ids) != ref.count:
         raise CorruptEntryError(f"segment at {ref.ref} is not segment {ref.segment_id}")
     return Segment(segment_id, ids, ref.ref)

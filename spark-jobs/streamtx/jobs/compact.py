@@ -1,4 +1,4 @@
-"""The ``compact`` job: smaller transaction and pending-ack logs, adopted by their running owners.
+"""The ``compact`` job: smaller transaction, pending-ack and TB snapshot logs, adopted by their owners.
 
 Design (the formats and the owners' side are in
 :mod:`streamtx.batching.compacted`): the job never writes to a log it does
@@ -24,10 +24,10 @@ not own. For each log it
 Reports per log: records and bytes before (live records below the cut,
 including the old base) and after (the new base).
 
-Transaction-buffer snapshot ledgers are not compacted here: the broker
-already keeps only what its newest durable snapshot index names (it trims
-below the oldest segment that index names, ``broker/tbsnapshot.py``), which
-is what such a compaction would keep.
+Transaction-buffer snapshot ledgers (``tbsnapshot/<partition>``) go the same
+way: no cursor, the records kept are the newest complete snapshot as the
+broker's recovery picks it; the broker reads base then ledger, and adopts in
+:class:`streamtx.broker.tbsnapshot.Adoption` (module docstring there).
 
 Run: ``spark-submit spark-jobs/compact.py --ledgers file:///data``,
 ``streamtx jobs compact ...`` or ``make spark-compact``.
@@ -52,10 +52,10 @@ from streamtx.jobs import compaction, outputs
 from streamtx.jobs.common import add_input_args, names_of
 from streamtx.jobs.reader import live_entries, plan_tasks
 from streamtx.jobs.session import get_session
-from streamtx.jobs.sources import PENDINGACK, TXNLOG, LedgerRef, Task, find_ledgers, read_cursor
+from streamtx.jobs.sources import PENDINGACK, SNAPSHOT, TXNLOG, LedgerRef, Task, find_ledgers, read_cursor
 from streamtx.ledger import ledger_id_for, open_ledger_factory
 
-_kinds = frozenset({TXNLOG, PENDINGACK})
+_kinds = frozenset({TXNLOG, PENDINGACK, SNAPSHOT})
 
 
 @dataclass
@@ -99,6 +99,8 @@ def compact_log(work: _Work) -> LogReport:
     lid = ledger_id_for(ref.name)
     if ref.kind == TXNLOG:
         kept = compaction.compact_txn_log(int(ref.label("coordinator_id")), lid, deletions, base, entries)
+    elif ref.kind == SNAPSHOT:
+        kept = compaction.compact_snapshot_log(lid, base, entries)
     else:
         kept = compaction.compact_pending_ack_log(lid, deletions, base, entries)
     kept.bytes_before += sum(len(r[3]) + 16 for r in base)

@@ -15,7 +15,12 @@ stands on is kept, with its original place in the log:
   them itself too);
 * pending-ack log: every record of a transaction that holds acks (open,
   prepared, ending), and the end marker of each recently ended transaction
-  the state remembers (so a late ack found after the cut is still refused).
+  the state remembers (so a late ack found after the cut is still refused);
+* transaction-buffer snapshot ledger (no cursor, no batches): the newest
+  complete snapshot as the broker's recovery picks it
+  (:func:`streamtx.broker.tbsnapshot.pick`): its index and the segments it
+  names, plus the segments written after it (an index past the cut may name
+  them); everything when no snapshot below the cut is complete.
 """
 
 from __future__ import annotations
@@ -26,9 +31,12 @@ from dataclasses import dataclass
 from streamtx.batching.codec import decode_entry
 from streamtx.batching.compacted import BaseRecord
 from streamtx.batching.replay import Deletions, replay_entries, replay_records
+from streamtx.broker import snapshot_codec as sc
+from streamtx.broker import tbsnapshot
 from streamtx.contracts.txnid import TxnId
 from streamtx.coordinator import records as tc
 from streamtx.coordinator.table import TxnTable
+from streamtx.errors import CorruptEntryError
 from streamtx.ledger.base import Entry, Position
 from streamtx.pendingack import records as pa
 from streamtx.pendingack.state import LogSlot, SubscriptionState
@@ -128,3 +136,27 @@ def compact_pending_ack_log(ledger_id: int, deletions: Deletions | None, base: I
     keep = [(s.position.entry_id, s.batch_index, s.batch_size) for a in state.txns.values() for s in a.slots]
     keep += [place for txn, place in end_marker.items() if state.ended(txn) is not None]
     return replay.kept(keep, before)
+
+
+def compact_snapshot_log(ledger_id: int, base: Iterable[BaseRecord],
+                         entries: Iterable[tuple[int, bytes]]) -> Kept:
+    """What a transaction-buffer snapshot ledger keeps (see the module docstring)."""
+    records = {entry_id: raw for entry_id, _, _, raw in base}
+    size = 0
+    for entry_id, payload in entries:
+        records[entry_id] = payload
+        size += len(payload)
+    picked = tbsnapshot.pick(records, ledger_id)
+    keep: set[int] = set(records)
+    if picked is not None:
+        at, index, _ = picked
+        keep = {at, *(s.ref.entry_id for s in index.segments)}
+        keep.update(e for e, raw in records.items() if e > at and _is_segment(raw))
+    return Kept([(e, 0, 1, records[e]) for e in sorted(keep)], len(records), size)
+
+
+def _is_segment(raw: bytes) -> bool:
+    try:
+        return sc.record_kind(raw) is sc.RecordKind.SEGMENT
+    except CorruptEntryError:
+        return False

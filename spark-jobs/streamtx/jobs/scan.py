@@ -130,7 +130,10 @@ def _entries(fd: int, start: int, hi: int, seg_size: int, *, payloads: bool) -> 
 
 def walk_headers(path: str, lo: int, hi: int) -> tuple[int, list[FrameHeader]]:
     """First pass: ``(position of the first entry, frame headers of the entries starting in [lo, hi))``."""
-    fd = os.open(path, os.O_RDONLY)
+    try:
+        fd = os.open(path, os.O_RDONLY)
+    except FileNotFoundError:  # the owner trimmed the whole segment since the plan: nothing live
+        return hi, []
     try:
         seg_size = os.fstat(fd).st_size
         first = resync(fd, lo, seg_size)
@@ -145,7 +148,10 @@ def read_entries(
     path: str, first: int, hi: int, first_id: int, drop: frozenset[int]
 ) -> Iterator[tuple[int, bytes]]:
     """Second pass: ``(entry id, payload)`` of the live entries starting in [first, hi), checksummed."""
-    fd = os.open(path, os.O_RDONLY)
+    try:
+        fd = os.open(path, os.O_RDONLY)
+    except FileNotFoundError:  # trimmed away since the first pass (owners trim only what they no longer need)
+        return
     try:
         seg_size = os.fstat(fd).st_size
         entry_id = first_id

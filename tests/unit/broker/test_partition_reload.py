@@ -36,9 +36,9 @@ def hold_reloads(monkeypatch: pytest.MonkeyPatch) -> asyncio.Event:
     gate = asyncio.Event()
     load: Callable[..., Awaitable[object]] = tbsnapshot.load
 
-    async def held(snap: object) -> object:
+    async def held(*args: object) -> object:
         await gate.wait()
-        return await load(snap)
+        return await load(*args)
 
     monkeypatch.setattr(tbsnapshot, "load", held)
     return gate

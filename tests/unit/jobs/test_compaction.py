@@ -8,6 +8,7 @@ and the owners' replay of base then tail (:mod:`streamtx.batching.replay`).
 
 from __future__ import annotations
 
+import asyncio
 import random
 from typing import Any
 
@@ -16,6 +17,9 @@ from hypothesis import strategies as st
 
 from streamtx.batching.codec import encode_batch
 from streamtx.batching.replay import StateDeletions, replay_entries, replay_records
+from streamtx.broker import snapshot_codec, tbsnapshot
+from streamtx.broker.producers import ProducerTable
+from streamtx.broker.txnbuffer import TxnBufferState
 from streamtx.contracts.txnid import TxnId
 from streamtx.coordinator import records as tc
 from streamtx.coordinator.state import EndReason, TxnState
@@ -23,6 +27,7 @@ from streamtx.coordinator.table import TxnTable
 from streamtx.cursor.state import CursorState
 from streamtx.jobs import compaction
 from streamtx.ledger.base import Entry, Position
+from streamtx.ledger.memory import MemoryLedgerFactory
 from streamtx.pendingack import records as pa
 from streamtx.pendingack.state import LogSlot, SubscriptionState
 
@@ -165,3 +170,57 @@ def test_replaying_a_compacted_pending_ack_log_gives_the_same_state(rng: random.
     replay_records(kept.records, LID, None, _pa_apply(state))
     replay_entries([e for e in entries if e.position.entry_id >= cut], None, _pa_apply(state))
     assert _pa_state(state, txns) == _pa_state(original, txns)
+
+
+async def _snapshot_ledger(rng: random.Random) -> tuple[MemoryLedgerFactory, Any]:
+    """A TB snapshot ledger written by the broker's own code: snapshots, some cut short, trims."""
+    factory = MemoryLedgerFactory()
+    ledger = await factory.open("tbsnapshot/t/p-partition-0")
+    tb = TxnBufferState(segment_size=rng.randint(1, 4))
+    for seq in range(rng.randint(1, 12)):
+        for _ in range(rng.randint(0, 6)):
+            n = len(tb.aborted)
+            tb.add_aborted(TxnId.of(1, n), (9, 2 * n))
+        if tb.sealed and rng.random() < 0.15:
+            tb.trim(Position(9, tb.sealed[0].last_marker.entry_id + 1))  # the partition ledger trimmed
+        segments, index = tbsnapshot.capture(tb, ProducerTable(), seq)
+        if rng.random() < 0.2:  # a snapshot cut short: its segments written, its index not
+            for seg in segments:
+                if seg.ref is None:
+                    seg.ref = await ledger.append(snapshot_codec.encode_segment(seg.segment_id, seg.ids))
+            continue
+        await tbsnapshot.write(ledger, segments, index)
+    return factory, ledger
+
+
+def _tb_state(loaded: tbsnapshot.Loaded | None) -> Any:
+    if loaded is None:
+        return None
+    tb = TxnBufferState()
+    tb.load_segments(loaded.segments, loaded.index.unsealed)
+    return (loaded.position, loaded.index.sequence, dict(tb.aborted), tb.unsealed,
+            [(s.segment_id, s.ids) for s in tb.sealed])
+
+
+@settings(max_examples=60, deadline=None)
+@given(st.randoms(use_true_random=False))
+def test_recovering_from_a_compacted_snapshot_ledger_gives_the_same_buffer_state(rng: random.Random) -> None:
+    async def go() -> None:
+        factory, ledger = await _snapshot_ledger(rng)
+        original = _tb_state(await tbsnapshot.load(ledger))
+        entries = [(e.position.entry_id, e.data) for e in await ledger.read(None, 10_000)]
+        ids = [e for e, _ in entries] + [ledger.next_entry_id(entries[-1][0]) if entries else 0]
+        cut1 = rng.choice(ids)
+        cut2 = rng.choice([i for i in ids if i >= cut1])
+        lid = ledger.ledger_id
+        kept1 = compaction.compact_snapshot_log(lid, [], [(e, p) for e, p in entries if e < cut1])
+        between = [(e, p) for e, p in entries if cut1 <= e < cut2]
+        kept2 = compaction.compact_snapshot_log(lid, kept1.records, between)
+        assert len(kept2.records) <= kept2.records_before
+        for kept, cut in ((kept1, cut1), (kept2, cut2)):
+            if ledger.first_position() is not None and cut > ledger.first_position().entry_id:
+                await ledger.trim(Position(lid, cut))  # adopted: only the base holds what is below the cut
+            assert _tb_state(await tbsnapshot.load(ledger, kept.records)) == original
+        await factory.close()
+
+    asyncio.run(go())
