@@ -159,7 +159,7 @@ class Adoption:
         self.ledger = ledger
         self.generation = -1  # the compacted base generation adopted
         self.check_every_s = _adopt_check_s
-        self._next_check = 0.0
+        self._checked_at = float("-inf")
 
     async def base(self) -> list[BaseRecord]:
         """The records of the compacted base in force (none when there is none or it is unusable)."""
@@ -177,9 +177,9 @@ class Adoption:
 
         Called under the snapshot lock, so no index is written meanwhile.
         """
-        if self.factory is None or (not now and time.monotonic() < self._next_check):
+        if self.factory is None or (not now and time.monotonic() < self._checked_at + self.check_every_s):
             return
-        self._next_check = time.monotonic() + self.check_every_s
+        self._checked_at = time.monotonic()
         try:
             self.generation = await compacted.adopt(self.factory, self.ledger,
                                                     needed(*snapshot) if snapshot else (), self.generation)
