@@ -81,7 +81,7 @@ def toggled(example: str) -> list[tuple[str, bool, list[Manifest]]]:
         for on in (True, False):
             sets = [f"components.{c}.enabled={str(on).lower()}"]
             if c == "redis" and not on:
-                sets.append("components.coordinator.replicas=1")
+                sets += ["components.coordinator.replicas=1", "components.pendingack.replicas=1"]
             out.append((c, on, render(example, tuple(sets))))
     return out
 
@@ -311,6 +311,22 @@ def test_coordinator_replicas_share_the_ids_through_redis() -> None:
             args += ["--set", s]
         done = subprocess.run([helm.binary(), *args], capture_output=True, text=True, cwd=CHART)
         assert done.returncode != 0 and why in done.stderr, unsafe
+
+
+def test_pendingack_replicas_share_the_subscription_slots_through_redis() -> None:
+    docs = render("kafka-replicated")
+    (pa,) = [s for s in of_kind(docs, "StatefulSet") if s["metadata"]["name"] == "rel-streamtx-pendingack"]
+    assert pa["spec"]["replicas"] == 2
+    env = {e["name"]: e for e in pa["spec"]["template"]["spec"]["containers"][0]["env"]}
+    assert env["STREAMTX_REDIS_URL"]["value"] == "redis://rel-streamtx-redis:6379/0"
+    names = list(env)
+    assert names.index("STREAMTX_MEMBER") < names.index("STREAMTX_ADVERTISED_URL")
+    assert env["STREAMTX_ADVERTISED_URL"]["value"] == \
+        "http://$(STREAMTX_MEMBER).rel-streamtx-pendingack-headless.ns.svc:8080"
+    args = ["template", "rel", ".", "-f", str(EXAMPLES["kafka-replicated"]), "--set",
+            "components.coordinator.replicas=1", "--set", "components.redis.enabled=false"]
+    done = subprocess.run([helm.binary(), *args], capture_output=True, text=True, cwd=CHART)
+    assert done.returncode != 0 and "components.pendingack.replicas > 1 needs components.redis" in done.stderr
 
 
 def test_coordinator_workers_per_pod_need_redis() -> None:

@@ -7,8 +7,9 @@ prefix per suite is enough; tests keep apart by naming their own topics.
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import AsyncIterator, Iterator
 
+import httpx
 import pytest
 
 from tests.conftest import kafka_url
@@ -46,3 +47,10 @@ def running(suite: Suite) -> Suite:
     """The module's suite, every service up (a test that failed mid-crash may have left one down)."""
     suite.ensure_running()
     return suite
+
+
+@pytest.fixture
+async def http() -> AsyncIterator[httpx.AsyncClient]:
+    """A plain HTTP client (follows no redirect: tests see the 307s)."""
+    async with httpx.AsyncClient(timeout=10.0) as client:
+        yield client

@@ -12,8 +12,7 @@ from __future__ import annotations
 
 import signal
 import uuid
-from collections.abc import AsyncIterator, Iterator
-from pathlib import Path
+from collections.abc import Iterator
 
 import httpx
 import pytest
@@ -21,70 +20,23 @@ import pytest
 from streamtx.client import StreamtxClient
 from streamtx.redirect import send_to_owner
 from tests.conftest import kafka_url
-from tests.support.services import ServiceProcess
-from tests.support.suite import Suite, eventually
+from tests.support.replicas import COORDINATOR_IDS, Replicas, lookup
+from tests.support.suite import eventually
 
-ids = list(range(6))
+ids = COORDINATOR_IDS
 ttl_ms = 1500
-
-
-class Replicas:
-    """The single participants and three coordinator replicas."""
-
-    def __init__(self, ledger_url: str, redis_url: str, log_dir: Path) -> None:
-        self.participants = Suite(ledger_url, log_dir, services=("broker", "pendingack"),
-                                  env={"STREAMTX_CLUSTER": f"r{uuid.uuid4().hex[:6]}"})
-        cluster = self.participants.broker.env["STREAMTX_CLUSTER"]
-        self.tcs = [ServiceProcess("coordinator", {
-            "STREAMTX_LEDGER_URL": ledger_url, "STREAMTX_TEST_LOG_DIR": str(log_dir),
-            "STREAMTX_CLUSTER": cluster, "STREAMTX_REDIS_URL": redis_url,
-            "STREAMTX_COORDINATOR_IDS": ",".join(map(str, ids)), "STREAMTX_LEASE_TTL_MS": str(ttl_ms),
-            "STREAMTX_BROKER_URL": self.participants.broker.url,
-            "STREAMTX_PENDINGACK_URL": self.participants.pendingack.url,
-        }) for _ in range(3)]
-        for i, tc in enumerate(self.tcs):
-            tc.env.update({"STREAMTX_ADVERTISED_URL": tc.url, "STREAMTX_MEMBER": f"tc{i}"})
-        # The participants' stuck-transaction checkers ask the first replica (it redirects).
-        for p in self.participants.procs.values():
-            p.env["STREAMTX_COORDINATOR_URL"] = self.tcs[0].url
-
-    def start(self) -> None:
-        self.participants.start()
-        for tc in self.tcs:
-            tc.start()
-
-    def stop(self) -> None:
-        for tc in self.tcs:
-            if tc.proc is not None:
-                tc.proc.send_signal(signal.SIGCONT)
-            tc.stop()
-        self.participants.stop()
 
 
 @pytest.fixture(scope="module")
 def replicas(kafka_bootstrap: str, redis_url: str,
              tmp_path_factory: pytest.TempPathFactory) -> Iterator[Replicas]:
-    r = Replicas(kafka_url(kafka_bootstrap), redis_url, tmp_path_factory.mktemp("replicas"))
-    r.start()
-    try:
+    with Replicas(kafka_url(kafka_bootstrap), redis_url, tmp_path_factory.mktemp("replicas"),
+                  ttl_ms=ttl_ms) as r:
         yield r
-    finally:
-        r.stop()
-
-
-@pytest.fixture
-async def http() -> AsyncIterator[httpx.AsyncClient]:
-    async with httpx.AsyncClient(timeout=10.0) as client:
-        yield client
 
 
 async def owners(http: httpx.AsyncClient, via: str) -> dict[int, str | None]:
-    out = {}
-    for cid in ids:
-        r = await http.get(f"{via}/lookup/v2/coordinator/{cid}")
-        assert r.status_code == 200, r.text
-        out[cid] = r.json()["owner"]
-    return out
+    return {cid: await lookup(http, via, f"coordinator/{cid}") for cid in ids}
 
 
 def coordinator_of(txn: str) -> int:
@@ -136,7 +88,7 @@ async def test_a_killed_owners_ids_move_and_its_transactions_finish_on_the_new_o
     async with StreamtxClient(survivors[0]) as client:
         await client.create_topic(topic, 1)
     txn = await open_txn(http, victim.url, topic)
-    r = await http.post(f"{replicas.participants.broker.url}/v1/topics/{topic.removeprefix('persistent://')}"
+    r = await http.post(f"{replicas.broker.url}/v1/topics/{topic.removeprefix('persistent://')}"
                         "/messages", json={"messages": [{"value": "aGk=", "partition": 0}], "txn_id": txn})
     assert r.status_code == 200, r.text
     victim.kill9()

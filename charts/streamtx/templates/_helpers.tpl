@@ -100,10 +100,11 @@ capabilities:
   drop: [ALL]
 {{- end -}}
 
-{{/* The coordinator's ids and, with Redis, its membership: each replica is named
-after its pod and advertises its pod's DNS name for redirects. Refuses replicas
-that could not share the ids safely. */}}
-{{- define "streamtx.coordinatorEnv" -}}
+{{/* A leased service's membership (the coordinator's ids, the pending-ack store's
+subscription slots; .what names them): with Redis each replica is named after its
+pod and advertises its pod's DNS name for redirects. Refuses replicas that could
+not share the logs safely. */}}
+{{- define "streamtx.replicaEnv" -}}
 {{- $v := .root.Values }}
 {{- $redis := "" }}
 {{- if $v.components.redis.enabled }}
@@ -111,23 +112,21 @@ that could not share the ids safely. */}}
 {{- end }}
 {{- if gt (int .c.replicas) 1 }}
 {{- if not (or $redis (hasKey .c.env "STREAMTX_REDIS_URL")) }}
-{{- fail "components.coordinator.replicas > 1 needs components.redis.enabled (or env.STREAMTX_REDIS_URL): the replicas lease the coordinator ids in Redis" }}
+{{- fail (printf "components.%s.replicas > 1 needs components.redis.enabled (or env.STREAMTX_REDIS_URL): the replicas lease %s in Redis" .name .what) }}
 {{- end }}
 {{- if ne $v.ledger.backend "kafka" }}
-{{- fail "components.coordinator.replicas > 1 needs ledger.backend=kafka: an id's new owner must read the log its old owner wrote" }}
+{{- fail (printf "components.%s.replicas > 1 needs ledger.backend=kafka: a log's new owner must read what its old owner wrote" .name) }}
 {{- end }}
 {{- end -}}
 {{- if gt (int (.c.env.STREAMTX_WORKERS | default 1)) 1 }}
 {{- if not (or $redis (hasKey .c.env "STREAMTX_REDIS_URL")) }}
-{{- fail "components.coordinator.env.STREAMTX_WORKERS > 1 needs components.redis.enabled (or env.STREAMTX_REDIS_URL): the workers lease the coordinator ids and forward requests through Redis" }}
+{{- fail (printf "components.%s.env.STREAMTX_WORKERS > 1 needs components.redis.enabled (or env.STREAMTX_REDIS_URL): the workers lease %s and forward requests through Redis" .name .what) }}
 {{- end }}
-{{- end -}}
-- name: STREAMTX_COORDINATOR_IDS
-  value: {{ .c.coordinatorIds | quote }}
+{{- end }}
 - name: STREAMTX_MEMBER
   valueFrom: {fieldRef: {fieldPath: metadata.name}}
 - name: STREAMTX_ADVERTISED_URL
-  value: {{ printf "http://$(STREAMTX_MEMBER).%s-headless.%s.svc:%v" (include "streamtx.component" (dict "root" .root "name" "coordinator")) .root.Release.Namespace .c.port | quote }}
+  value: {{ printf "http://$(STREAMTX_MEMBER).%s-headless.%s.svc:%v" (include "streamtx.component" (dict "root" .root "name" .name)) .root.Release.Namespace .c.port | quote }}
 {{- if and $redis (not (hasKey .c.env "STREAMTX_REDIS_URL")) }}
 - name: STREAMTX_REDIS_URL
   value: {{ $redis | quote }}

@@ -13,13 +13,12 @@ from __future__ import annotations
 
 import asyncio
 import logging
-import os
-import socket
 
 from streamtx.coordinator.registry import Coordinators
 from streamtx.coordinator.settings import CoordinatorSettings
-from streamtx.ownership import Lease, LeaseStore, Ownership
+from streamtx.ownership import Lease, Ownership
 from streamtx.ownership.mailbox import Mailbox, Serve
+from streamtx.ownership.replica import replica_ownership
 from streamtx.service import ServiceState
 
 log = logging.getLogger(__name__)
@@ -28,11 +27,11 @@ service_name = "coordinator"
 
 
 def advertised_url(settings: CoordinatorSettings) -> str:
-    return settings.advertised_url or f"http://{settings.host}:{settings.port}"
+    return settings.own_url()
 
 
 def member_name(settings: CoordinatorSettings) -> str:
-    return settings.member or f"{socket.gethostname()}-{os.getpid()}"
+    return settings.member_name()
 
 
 def ownership(settings: CoordinatorSettings, coordinators: Coordinators, *,
@@ -40,9 +39,6 @@ def ownership(settings: CoordinatorSettings, coordinators: Coordinators, *,
     """The ownership loop of this replica (not started). With ``mailbox`` (workers on one
     port), an id taken is also drained from its mailbox with ``serve``, after its log
     recovered; an id given up stops being drained first."""
-    url = advertised_url(settings)
-    member = member_name(settings)
-
     async def acquire(item: str, lease: Lease) -> None:
         log.info("coordinator %s: taking over (lease token %d)", item, lease.token)
         await coordinators.acquire(int(item))
@@ -61,10 +57,8 @@ def ownership(settings: CoordinatorSettings, coordinators: Coordinators, *,
             if cid not in coordinators.ids:
                 coordinators.owners[cid] = await manager.owner_url(str(cid))
 
-    leases = LeaseStore.from_url(settings.redis_url, cluster=settings.cluster, service=service_name)
-    manager = Ownership(leases, member=member, url=url, items=[str(i) for i in coordinators.all_ids],
-                        ttl_ms=settings.lease_ttl_ms, on_acquire=acquire, on_release=release,
-                        after_balance=refresh_owners)
+    manager = replica_ownership(settings, service_name, [str(i) for i in coordinators.all_ids],
+                                on_acquire=acquire, on_release=release, after_balance=refresh_owners)
     return manager
 
 

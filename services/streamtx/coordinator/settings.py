@@ -14,10 +14,10 @@ from pydantic_settings import NoDecode, SettingsConfigDict
 
 from streamtx.batching.settings import BatchingSettings
 from streamtx.contracts.txnid import max_coordinator_id
-from streamtx.service import ServiceSettings
+from streamtx.ownership.replica import ReplicaSettings
 
 
-class CoordinatorSettings(ServiceSettings):
+class CoordinatorSettings(ReplicaSettings):
     """Everything the TC is configured with, validated at start-up."""
 
     model_config = SettingsConfigDict(env_prefix="STREAMTX_", env_nested_delimiter="__", extra="ignore")
@@ -32,12 +32,8 @@ class CoordinatorSettings(ServiceSettings):
         description="coordinator ids (0..65535): this process owns them all, or with redis_url the "
         "replicas share them out",
     )
-    # Scale-out: with a Redis URL the coordinator ids are leased to the live replicas
-    # (streamtx.ownership); without one this process owns coordinator_ids alone.
-    redis_url: str = Field("", description="Redis for the ownership leases; empty: no replicas")
-    lease_ttl_ms: int = Field(5000, ge=300, description="a dead replica's ids move after this long")
-    advertised_url: str = Field("", description="this replica's URL for redirects (http://host:port)")
-    member: str = Field("", description="this replica's name in the membership (hostname-pid)")
+    # Scale-out: with a Redis URL (ReplicaSettings) the coordinator ids are leased to the
+    # live replicas (streamtx.ownership); without one this process owns coordinator_ids alone.
     # STREAMTX_WORKERS > 1: requests for a sibling worker's id go through Redis (coordinator/mailbox.py).
     mailbox_timeout_ms: int = Field(
         30_000, ge=100, description="a request forwarded to a sibling worker waits this long, then 503")

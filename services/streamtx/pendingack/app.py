@@ -14,7 +14,8 @@ from streamtx.peers import CoordinatorLookup
 from streamtx.pendingack.broker_client import BrokerClient
 from streamtx.pendingack.metrics import PendingAckMetrics
 from streamtx.pendingack.registry import PendingAckStores
-from streamtx.pendingack.routes import acks, admin, txn
+from streamtx.pendingack.replicas import Slots
+from streamtx.pendingack.routes import acks, admin, lookup, txn
 from streamtx.pendingack.settings import PendingAckSettings
 from streamtx.pendingack.txnchecker import StuckTxnChecker
 from streamtx.pendingack.writer import writer_factory
@@ -38,6 +39,9 @@ def build_app(settings: PendingAckSettings) -> FastAPI:
             writer_factory=writer_factory(settings), metrics=metrics,
         )
         app.state.stores = stores
+        # With Redis, this replica serves the subscription slots it leases (replicas.py).
+        slots = Slots(settings, ledgers, stores) if settings.redis_url else None
+        app.state.slots = slots
         lookup: CoordinatorLookup | None = None
         checker: asyncio.Task[None] | None = None
         if settings.coordinator_url:
@@ -46,11 +50,23 @@ def build_app(settings: PendingAckSettings) -> FastAPI:
             checker = asyncio.create_task(StuckTxnChecker(
                 lookup, after_s=settings.stuck_txn_after_s, interval_s=settings.stuck_txn_interval_s,
             ).run(stores.opened))
-        state.ready, state.reason = True, "ready"
+        starting: asyncio.Task[None] | None = None
+        if slots is not None:
+            state.reason = "taking its share of the subscription slots"
+            # In the background, so /healthz answers during a long replay.
+            starting = asyncio.create_task(slots.join(state), name="pendingack-join")
+        else:
+            state.ready, state.reason = True, "ready"
         try:
             yield
         finally:
             state.ready, state.reason = False, "stopping"
+            if starting is not None:
+                starting.cancel()
+                with contextlib.suppress(asyncio.CancelledError):
+                    await starting
+            if slots is not None:
+                await slots.stop()
             if checker is not None:
                 checker.cancel()
                 with contextlib.suppress(asyncio.CancelledError):
@@ -65,4 +81,5 @@ def build_app(settings: PendingAckSettings) -> FastAPI:
     include_hot(app, acks.hot)
     include_hot(app, txn.hot)
     app.include_router(admin.router)
+    app.include_router(lookup.router)
     return app

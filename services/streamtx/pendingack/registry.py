@@ -13,6 +13,11 @@ since. At most ``pending_ack_max_open_stores`` stay open: past that, the least
 recently used stores that hold no transaction and serve no request are closed
 (reopening replays their log).
 
+With replicas (``pendingack/replicas.py``) a process serves only the
+subscriptions of the slots it leases: ``gate`` refuses the others (307 to their
+owner) before anything is opened, and ``before_open`` lists a subscription in
+its slot's index before its log is first opened.
+
 An end of a transaction on a subscription whose store is not open is
 remembered here (bounded, like a store's own ended set), so an ack of it
 arriving later is refused (409) as an open store would refuse it.
@@ -25,7 +30,7 @@ import contextlib
 import logging
 import re
 from collections import OrderedDict
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterable
 
 from streamtx.contracts.txnid import TxnId
 from streamtx.errors import ConflictError, MalformedError, NotFoundError
@@ -41,6 +46,7 @@ _topic_re = re.compile(r"^persistent://[^/\s]+/[^/\s]+/[^/\s]+$")
 _subscription_re = re.compile(r"^[^/\s]{1,256}$")
 
 Key = tuple[str, str]
+Hook = Callable[[Key], Awaitable[None]]
 
 
 def check_names(topic: str, subscription: str) -> None:
@@ -73,6 +79,8 @@ class PendingAckStores:
         # Ends of transactions on subscriptions with no store: commit (True) or abort.
         self._ended: OrderedDict[tuple[str, str, TxnId], bool] = OrderedDict()
         self.batch_enabled = settings.batching.enabled
+        self.gate: Hook | None = None  # raises when another replica owns the subscription
+        self.before_open: Hook | None = None
 
     @contextlib.asynccontextmanager
     async def use(self, topic: str, subscription: str, *, create: bool = False
@@ -84,6 +92,8 @@ class PendingAckStores:
         """
         check_names(topic, subscription)
         key = (topic, subscription)
+        if self.gate is not None:
+            await self.gate(key)
         self._users[key] = self._users.get(key, 0) + 1
         try:
             yield await self._get(key, create)
@@ -129,6 +139,8 @@ class PendingAckStores:
         closing = self._closing.get(key)
         if closing is not None:  # its log is still written by the store being closed
             await asyncio.shield(closing)
+        if self.before_open is not None:
+            await self.before_open(key)
         s = self._settings
         store = await PendingAckStore.open(
             self._ledgers, *key,
@@ -181,6 +193,36 @@ class PendingAckStores:
         finally:
             if self._closing.get(key) is asyncio.current_task():
                 del self._closing[key]
+
+    async def preload(self, keys: Iterable[Key], concurrency: int = 8) -> None:
+        """Open (fence and replay) the logs of ``keys`` now, past the gate: a replica taking a
+        slot over. Idle ones beyond the cap of open stores are closed again (fenced all the same)."""
+        limit = asyncio.Semaphore(concurrency)
+
+        async def one(key: Key) -> None:
+            async with limit:
+                self._users[key] = self._users.get(key, 0) + 1
+                try:
+                    await self._get(key, create=True)
+                finally:
+                    left = self._users.pop(key) - 1
+                    if left:
+                        self._users[key] = left
+                    self._evict()
+
+        await asyncio.gather(*(one(key) for key in keys))
+
+    async def close_where(self, gone: Callable[[Key], bool]) -> None:
+        """Close the stores ``gone`` names (their writes flushed): a slot handed over or lost."""
+        for key, task in list(self._opening.items()):
+            if gone(key):
+                task.cancel()
+        for key in [key for key in self._stores if gone(key)]:
+            self._closing[key] = asyncio.ensure_future(self._close(key, self._stores.pop(key)))
+        await asyncio.gather(*(task for key, task in list(self._closing.items()) if gone(key)),
+                             return_exceptions=True)
+        for ended in [e for e in self._ended if gone(e[:2])]:
+            del self._ended[ended]
 
     def opened(self) -> list[PendingAckStore]:
         return list(self._stores.values())

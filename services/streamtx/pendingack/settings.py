@@ -6,15 +6,19 @@ from pydantic import Field
 from pydantic_settings import SettingsConfigDict
 
 from streamtx.batching import BatchingSettings
-from streamtx.service import ServiceSettings
+from streamtx.ownership.replica import ReplicaSettings
 
 
-class PendingAckSettings(ServiceSettings):
-    """The pending-ack store's settings: the common ones, batching, and bounds."""
+class PendingAckSettings(ReplicaSettings):
+    """The pending-ack store's settings: the common ones, replicas, batching, and bounds."""
 
     model_config = SettingsConfigDict(env_prefix="STREAMTX_", env_nested_delimiter="__", extra="ignore")
 
     port: int = Field(default=8083, ge=0, le=65535)
+    # Replicas (with redis_url): subscriptions hash into this many slots, leased over the live
+    # replicas (pendingack/slots.py). The same on every replica; more slots than replicas.
+    pendingack_slots: int = Field(default=16, ge=1, le=4096,
+                                  description="subscription slots leased over the pending-ack replicas")
     # PIP-160's transactionPendingAckBatchedWrite* settings, switchable at run
     # time: STREAMTX_BATCHING__ENABLED, __MAX_RECORDS, __MAX_BYTES,
     # __MAX_DELAY_MS, __POLICY ("auto" or "fixed").

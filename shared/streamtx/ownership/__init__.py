@@ -1,7 +1,8 @@
 """Ownership of logs across replicas: leases in Redis for liveness, the ledger fence for safety.
 
-- :func:`assign` spreads items (coordinator ids, partitions, subscriptions) evenly
-  over the live members;
+- :func:`assign` spreads items (coordinator ids, partitions, subscription slots) evenly
+  over the live members; :func:`slot_of` hashes an open-ended set of logs into a fixed
+  number of slots, the items leased in their place;
 - :class:`LeaseStore` keeps members and leases in Redis, each lease with a
   fencing token that only grows;
 - :class:`Ownership` runs the loop that joins, takes, renews, hands over and
@@ -14,8 +15,8 @@ owner harmless is the ledger: the new owner opens each ledger as writer, which
 appends a fence, so the old owner's next append fails with ``FencedError``.
 """
 
-from streamtx.ownership.assign import assign, share_of
+from streamtx.ownership.assign import assign, share_of, slot_of
 from streamtx.ownership.lease import Lease, LeaseStore
 from streamtx.ownership.manager import Ownership
 
-__all__ = ["Lease", "LeaseStore", "Ownership", "assign", "share_of"]
+__all__ = ["Lease", "LeaseStore", "Ownership", "assign", "share_of", "slot_of"]

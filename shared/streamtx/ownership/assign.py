@@ -10,10 +10,11 @@ item). When a member joins or leaves, items move; the lease protocol
 
 from __future__ import annotations
 
+import zlib
 from collections.abc import Hashable, Iterable
 from typing import TypeVar
 
-__all__ = ["assign", "share_of"]
+__all__ = ["assign", "share_of", "slot_of"]
 
 T = TypeVar("T", bound=Hashable)
 
@@ -32,3 +33,10 @@ def assign(items: Iterable[T], members: Iterable[str]) -> dict[str, list[T]]:
 def share_of(member: str, items: Iterable[T], members: Iterable[str]) -> list[T]:
     """The items ``member`` should own (none when it is not among ``members``)."""
     return assign(items, members).get(member, [])
+
+
+def slot_of(key: str, slots: int) -> int:
+    """The slot (0..slots-1) of a log whose set is open-ended (subscriptions): the leased item is
+    the slot, as Pulsar leases namespace bundles rather than topics. CRC-32 of the UTF-8 key:
+    the same in every process and version (Python's ``hash`` is salted per process)."""
+    return zlib.crc32(key.encode()) % slots

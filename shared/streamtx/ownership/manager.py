@@ -91,7 +91,9 @@ class Ownership:
     async def balance(self) -> None:
         share = set(share_of(self.member, self.items, await self.leases.members()))
         for item in [i for i in self.held if i not in share]:
-            lease = self.held.pop(item)
+            lease = self.held.pop(item, None)
+            if lease is None:  # keepalive found it lost meanwhile, and released it
+                continue
             log.info("ownership %s: handing %s over", self.member, item)
             await self.on_release(item, False)
             await self.leases.release(lease)
