@@ -44,8 +44,8 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 
 from streamtx.contracts.txnid import TxnId, from_pair
-from streamtx.errors import CorruptEntryError, MalformedError
-from streamtx.wire.batch import message_at
+from streamtx.errors import CorruptEntryError
+from streamtx.wire import batch as wire
 
 version = 1
 
@@ -53,7 +53,6 @@ _head = struct.Struct(">BBBq")
 _txn = struct.Struct(">QQ")
 _u16 = struct.Struct(">H")
 _u32 = struct.Struct(">I")
-_i32 = struct.Struct(">i")
 _epoch_seq = struct.Struct(">QQ")
 _source_pos = struct.Struct(">QQq")
 _has_txn, _has_producer, _has_source = 1, 2, 4
@@ -138,18 +137,7 @@ def encode_batch(
 ) -> bytes:
     msgs = list(messages)
     parts = _encode_head(EntryKind.BATCH, publish_time_ms, txn, producer, len(msgs), source)
-    for m in msgs:
-        parts.append(_u32.pack(m.request_index))
-        if m.key is None:
-            parts.append(_i32.pack(-1))
-        else:
-            k = m.key.encode()
-            parts += [_i32.pack(len(k)), k]
-        parts.append(_u16.pack(len(m.properties)))
-        for name, value in m.properties.items():
-            n, v = name.encode(), value.encode()
-            parts += [_u16.pack(len(n)), n, _u32.pack(len(v)), v]
-        parts += [_u32.pack(len(m.value)), m.value]
+    parts.append(wire.encode_fields((m.value, m.key, m.properties, m.request_index) for m in msgs))
     return b"".join(parts)
 
 
@@ -214,27 +202,14 @@ def decode_header(data: bytes) -> EntryHeader:
         raise CorruptEntryError(f"bad entry header: {exc}") from exc
 
 
-Fields = tuple[bytes, str | None, dict[str, str], int]
+Fields = wire.Fields
 
 
 def decode_fields(data: bytes, header: EntryHeader | None = None) -> list[Fields]:
-    """The batch's messages as ``(value, key, properties, request_index)`` tuples.
-
-    The fetch path's decoder: a frozen dataclass per message costs more than the tuple.
-    """
+    """The batch's messages as ``(value, key, properties, request_index)`` tuples (the fetch
+    path's decoder: the wire format's, :func:`streamtx.wire.batch.decode_fields`)."""
     h = header or decode_header(data)
-    off = h.body_offset
-    out: list[Fields] = []
-    u32 = _u32.unpack_from
-    end = len(data)
-    try:
-        for _ in range(h.count):
-            (req,) = u32(data, off)
-            value, key, props, off = message_at(data, off, end)
-            out.append((value, key, props, req))
-    except (struct.error, UnicodeDecodeError, MalformedError) as exc:
-        raise CorruptEntryError(f"bad message batch: {exc}") from exc
-    return out
+    return wire.decode_fields(data, h.count, h.body_offset, error=CorruptEntryError)
 
 
 def decode_messages(data: bytes, header: EntryHeader | None = None) -> list[Message]:

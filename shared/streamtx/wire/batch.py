@@ -120,37 +120,61 @@ class Msg:
 
 def encode_messages(messages: Iterable[Msg], first_index: int = 0) -> tuple[int, bytes]:
     """``(count, body)``: messages in the stored layout, numbered from ``first_index``."""
+    fields = [(m.value, m.key, m.properties, i) for i, m in enumerate(messages, first_index)]
+    return len(fields), encode_fields(fields)
+
+
+def encode_fields(messages: Iterable[tuple[bytes, str | None, Mapping[str, str], int]]) -> bytes:
+    """``(value, key, properties, request_index)`` tuples in the stored layout: the one encoder
+    of the message area (this format's sections and the partition entries,
+    :mod:`streamtx.broker.codec`)."""
     parts: list[bytes] = []
-    count = 0
     u32, i32, u16 = _u32.pack, _i32.pack, _u16.pack
-    for i, m in enumerate(messages, first_index):
-        count += 1
-        parts.append(u32(i))
-        if m.key is None:
+    for value, key, properties, index in messages:
+        parts.append(u32(index))
+        if key is None:
             parts.append(i32(-1))
         else:
-            k = m.key.encode()
+            k = key.encode()
             parts += [i32(len(k)), k]
-        parts.append(u16(len(m.properties)))
-        for name, value in m.properties.items():
-            n, v = name.encode(), value.encode()
+        parts.append(u16(len(properties)))
+        for name, text in properties.items():
+            n, v = name.encode(), text.encode()
             parts += [u16(len(n)), n, u32(len(v)), v]
-        parts += [u32(len(m.value)), m.value]
-    return count, b"".join(parts)
+        parts += [u32(len(value)), value]
+    return b"".join(parts)
+
+
+#: One decoded message: ``(value, key, properties, request_index)``.
+Fields = tuple[bytes, str | None, dict[str, str], int]
+
+
+def decode_fields(body: bytes | memoryview, count: int, offset: int = 0, *,
+                  error: type[Exception] = MalformedError) -> list[Fields]:
+    """``count`` messages of the stored layout from ``offset``: the one decoder of the message
+    area (this format's sections and the partition entries, :mod:`streamtx.broker.codec`);
+    ``error`` (MalformedError, or the caller's) when the bytes are bad.
+
+    Tuples, not objects: this is the fetch path's decoder, and a frozen dataclass per
+    message costs more than the tuple.
+    """
+    data = bytes(body) if isinstance(body, memoryview) else body
+    out: list[Fields] = []
+    off, end = offset, len(data)
+    u32 = _u32.unpack_from
+    try:
+        for _ in range(count):
+            (req,) = u32(data, off)
+            value, key, props, off = message_at(data, off, end)
+            out.append((value, key, props, req))
+    except (struct.error, UnicodeDecodeError, MalformedError) as exc:
+        raise error(f"bad message batch: {exc}") from None
+    return out
 
 
 def decode_messages(body: bytes | memoryview, count: int) -> list[tuple[bytes, str | None, dict[str, str]]]:
     """``count`` messages of ``body`` as ``(value, key, properties)``; MalformedError when bad."""
-    out: list[tuple[bytes, str | None, dict[str, str]]] = []
-    off = 0
-    data = bytes(body)
-    try:
-        for _ in range(count):
-            value, key, props, off = message_at(data, off, len(data))
-            out.append((value, key, props))
-    except (struct.error, UnicodeDecodeError) as exc:
-        raise MalformedError(f"bad message batch: {exc}") from None
-    return out
+    return [(v, k, p) for v, k, p, _ in decode_fields(body, count)]
 
 
 def validate_messages(body: bytes | memoryview, count: int, first_index: int, *,
