@@ -11,14 +11,12 @@ from __future__ import annotations
 
 import argparse
 import os
-import signal
-import subprocess
 import sys
-import time
 from pathlib import Path
 
 import httpx
 
+from streamtx.launcher import Children
 from streamtx.service.readiness import wait_ready
 
 #: name -> base port (coordinator; broker +1, pending-ack +2, replication +3).
@@ -46,45 +44,24 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--data-dir", default="data", help="cluster X keeps its ledgers in DATA_DIR/X")
     parser.add_argument("--host", default="127.0.0.1")
     args = parser.parse_args(argv)
-    procs: list[subprocess.Popen[bytes]] = []
-
-    def stop_all(*_: object) -> None:
-        for proc in procs:
-            if proc.poll() is None:
-                proc.send_signal(signal.SIGTERM)
-        for proc in procs:
-            try:
-                proc.wait(20)
-            except subprocess.TimeoutExpired:
-                proc.kill()
-        print("streamtx-geo: stopped", flush=True)
-        sys.exit(0)
-
-    signal.signal(signal.SIGINT, stop_all)
-    signal.signal(signal.SIGTERM, stop_all)
+    children = Children("streamtx-geo", grace_s=20)
+    children.on_signals()
+    procs = []
     for name, port in CLUSTERS.items():
         cmd = [sys.executable, "-m", "streamtx.suite", "--cluster", name, "--base-port", str(port),
                "--data-dir", str(Path(args.data_dir) / name), "--host", args.host]
-        procs.append(subprocess.Popen(cmd, env={**os.environ}))
+        procs.append(children.start(f"cluster {name}", cmd, {**os.environ}))
     try:
         for port, proc in zip(CLUSTERS.values(), procs, strict=True):
             wait_ready(f"http://{args.host}:{port + 3}", proc, timeout_s=120)
         connect(CLUSTERS, args.host, os.environ.get("STREAMTX_ADMIN_TOKEN"))
     except (RuntimeError, TimeoutError, httpx.HTTPError) as exc:
-        print(f"streamtx-geo: {exc}", flush=True)
-        stop_all()
+        children.fail(str(exc))
     for name, port in CLUSTERS.items():
-        print(f"streamtx-geo: cluster {name}: broker {broker_url(port, args.host)} "
-              f"(any service URL works: {args.host}:{port}..{port + 3})", flush=True)
-    print("streamtx-geo: clusters a, b, c know each other; set a replication list to replicate; Ctrl-C stops",
-          flush=True)
-    while True:
-        for name, proc in zip(CLUSTERS, procs, strict=True):
-            if proc.poll() is not None:
-                print(f"streamtx-geo: cluster {name} exited with {proc.returncode}; stopping", flush=True)
-                stop_all()
-        time.sleep(0.5)
-
+        children.say(f"cluster {name}: broker {broker_url(port, args.host)} "
+                     f"(any service URL works: {args.host}:{port}..{port + 3})")
+    children.say("clusters a, b, c know each other; set a replication list to replicate; Ctrl-C stops")
+    children.watch()
 
 if __name__ == "__main__":
     main()

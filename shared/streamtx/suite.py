@@ -12,12 +12,10 @@ from __future__ import annotations
 import argparse
 import importlib.util
 import os
-import signal
-import subprocess
 import sys
-import time
 from pathlib import Path
 
+from streamtx.launcher import Children
 from streamtx.service.readiness import wait_ready
 
 # Port offsets from --base-port. Start order matters: participants before the
@@ -49,42 +47,19 @@ def main(argv: list[str] | None = None) -> None:
         **{f"STREAMTX_{name.upper()}_URL": url for name, url in urls.items()},
         **({"STREAMTX_CLUSTER": args.cluster} if args.cluster else {}),
     }
-    procs: list[subprocess.Popen[bytes]] = []
-
-    def stop_all(*_: object) -> None:
-        for proc in reversed(procs):
-            if proc.poll() is None:
-                proc.send_signal(signal.SIGTERM)
-        for proc in procs:
-            try:
-                proc.wait(10)
-            except subprocess.TimeoutExpired:
-                proc.kill()
-        print("streamtx: stopped")
-        sys.exit(0)
-
-    signal.signal(signal.SIGINT, stop_all)
-    signal.signal(signal.SIGTERM, stop_all)
+    children = Children("streamtx")
+    children.on_signals()
     for name, port in services:
         env = {**os.environ, **common, "STREAMTX_HOST": args.host, "STREAMTX_PORT": str(port)}
-        proc = subprocess.Popen([sys.executable, "-m", f"streamtx.{name}"], env=env)
-        procs.append(proc)
+        proc = children.start(name, [sys.executable, "-m", f"streamtx.{name}"], env)
         try:
             wait_ready(urls[name], proc, timeout_s=30)
         except (RuntimeError, TimeoutError) as exc:
-            print(f"streamtx: {name}: {exc}", flush=True)
-            stop_all()
-        print(f"streamtx: {name:<12} {urls[name]}  (docs: {urls[name]}/docs)", flush=True)
+            children.fail(f"{name}: {exc}")
+        children.say(f"{name:<12} {urls[name]}  (docs: {urls[name]}/docs)")
     cluster = args.cluster or os.environ.get("STREAMTX_CLUSTER", "standalone")
-    print(f"streamtx: cluster {cluster}; ledgers in {common['STREAMTX_LEDGER_URL']}; Ctrl-C stops",
-          flush=True)
-    while True:
-        for (name, _), proc in zip(services, procs, strict=True):
-            if proc.poll() is not None:
-                print(f"streamtx: {name} exited with {proc.returncode}; stopping", flush=True)
-                stop_all()
-        time.sleep(0.5)
-
+    children.say(f"cluster {cluster}; ledgers in {common['STREAMTX_LEDGER_URL']}; Ctrl-C stops")
+    children.watch()
 
 if __name__ == "__main__":
     main()

@@ -1,0 +1,66 @@
+"""The local launchers' child processes (`make run`: :mod:`streamtx.suite`, `make run-geo`:
+:mod:`streamtx.geo`): started, watched and stopped together.
+
+Ctrl-C or SIGTERM stops every child (SIGTERM, latest first, then SIGKILL after
+a grace period) and exits 0; so does any child exiting on its own, after saying
+which; a launcher that cannot finish starting calls :meth:`Children.fail`.
+"""
+
+from __future__ import annotations
+
+import signal
+import subprocess
+import sys
+import time
+from collections.abc import Sequence
+from typing import NoReturn
+
+
+class Children:
+    """Named child processes of one launcher, stopped together."""
+
+    def __init__(self, prog: str, *, grace_s: float = 10.0) -> None:
+        self.prog = prog
+        self.grace_s = grace_s
+        self.procs: list[tuple[str, subprocess.Popen[bytes]]] = []
+
+    def on_signals(self) -> None:
+        """Ctrl-C and SIGTERM stop everything."""
+        signal.signal(signal.SIGINT, self._signalled)
+        signal.signal(signal.SIGTERM, self._signalled)
+
+    def _signalled(self, *_: object) -> None:
+        self.stop_all()
+
+    def start(self, name: str, cmd: Sequence[str], env: dict[str, str]) -> subprocess.Popen[bytes]:
+        proc = subprocess.Popen(list(cmd), env=env)
+        self.procs.append((name, proc))
+        return proc
+
+    def say(self, text: str) -> None:
+        print(f"{self.prog}: {text}", flush=True)
+
+    def stop_all(self) -> NoReturn:
+        for _, proc in reversed(self.procs):
+            if proc.poll() is None:
+                proc.send_signal(signal.SIGTERM)
+        for _, proc in self.procs:
+            try:
+                proc.wait(self.grace_s)
+            except subprocess.TimeoutExpired:
+                proc.kill()
+                proc.wait()
+        self.say("stopped")
+        sys.exit(0)
+
+    def fail(self, text: str) -> NoReturn:
+        self.say(text)
+        self.stop_all()
+
+    def watch(self, poll_s: float = 0.5) -> NoReturn:
+        """Until a child exits: then stop the others."""
+        while True:
+            for name, proc in self.procs:
+                if proc.poll() is not None:
+                    self.fail(f"{name} exited with {proc.returncode}; stopping")
+            time.sleep(poll_s)
