@@ -30,6 +30,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from streamtx.contracts.txnid import TxnId
+from streamtx.coordinator import requests
 from streamtx.coordinator.log import TransactionLog
 from streamtx.coordinator.metrics import CoordinatorMetrics
 from streamtx.coordinator.participants_client import Participants, Violation
@@ -37,8 +38,9 @@ from streamtx.coordinator.quota import OpenTxnQuota, check_participants
 from streamtx.coordinator.records import (
     AddPartitions,
     AddSubscriptions,
+    Forwarded,
     NewTxn,
-    Record,
+    Plain,
     ReserveIds,
     StatusChange,
     Subscription,
@@ -502,10 +504,11 @@ class TransactionCoordinator:
 
     # --- helpers -------------------------------------------------------------------
 
-    async def _apply(self, record: Record) -> TxnMeta | None:
+    async def _apply(self, record: Plain) -> TxnMeta | None:
         """Append a record and, once it is durable, apply it: the one way state changes."""
+        request_id = requests.current.get()
         try:
-            ref = await self.log.append(record)
+            ref = await self.log.append(record if request_id is None else Forwarded(request_id, record))
         except FencedError as exc:
             # Another process opened this coordinator's log: it owns the
             # transactions now; this one must never write again.
@@ -515,6 +518,8 @@ class TransactionCoordinator:
             raise UnavailableError(f"coordinator {self.coordinator_id} lost its log: {exc.message}") from exc
         self.metrics.appends.inc()
         meta = self.table.apply(ref, record)
+        if request_id is not None:
+            self.table.remember_request(request_id)
         if isinstance(record, StatusChange) and record.state is not TxnState.OPEN:
             self.quota.release(record.txn)
         return meta

@@ -12,7 +12,9 @@ every worker serves on the ids it owns; ids of other replicas, which get their
 307; malformed ids, 400) goes on to the app untouched.
 
 The owner serves its mailbox's requests with the whole app (:func:`serve`),
-marked so this layer lets them through. Every call that travels this way is
+marked so this layer lets them through, recording each request's id in the log
+records it appends and answering from the log a request whose id the log holds
+already (see :func:`serve`). Every call that travels this way is also
 idempotent at the coordinator (adding partitions or subscriptions again changes
 nothing, commit and abort of an ended transaction answer its end, reads read),
 so a request served again by a new owner after its first owner died (the
@@ -25,11 +27,13 @@ Per-process admin views (``coordinatorStats``, ``slowTransactions``,
 from __future__ import annotations
 
 import contextlib
+import logging
 import re
 
 from starlette.types import ASGIApp, Receive, Scope, Send
 
 from streamtx.contracts.txnid import TxnId
+from streamtx.coordinator import requests
 from streamtx.coordinator.registry import Coordinators
 from streamtx.errors import MalformedError, UnavailableError
 from streamtx.ownership import Ownership
@@ -39,6 +43,8 @@ from streamtx.service.errors import error_response
 from streamtx.service.inprocess import Answer, Call, call_app, read_body, send_answer
 
 __all__ = ["FORWARDED", "SiblingForwarder", "coordinator_of_path", "serve"]
+
+log = logging.getLogger(__name__)
 
 #: Scope key of a request the owner plays from its mailbox (no client can set it).
 FORWARDED = "streamtx.mailbox"
@@ -117,5 +123,35 @@ class SiblingForwarder:
 
 
 async def serve(app: ASGIApp, call: Call) -> Answer:
-    """Serve a mailbox request with the whole app, as its owner."""
-    return await call_app(app, call, extra={FORWARDED: True})
+    """Serve a mailbox request with the whole app, as its owner.
+
+    The records it appends carry its request id (``requests.current``). A request
+    the log already holds records of (its previous owner died between the append and
+    the answer) is answered from the state instead of applied again: adding
+    participants as the transaction's view (a transaction that has ended since would
+    refuse them again with 409), commit and abort as they are (the log holds their
+    decision: the end only waits for it to finish)."""
+    request_id = requests.parse(call.headers)
+    if request_id is not None and _applied(app, call.path, request_id):
+        log.info("mailbox request %s for %s was applied by a previous owner: answered from the log",
+                 request_id.hex(), call.path)
+        if m := _participants_path.match(call.path):
+            call = Call("GET", f"/v1/transactions/{m.group(1)}", b"", call.headers, b"")
+        request_id = None
+    token = requests.current.set(request_id)
+    try:
+        return await call_app(app, call, extra={FORWARDED: True})
+    finally:
+        requests.current.reset(token)
+
+
+_participants_path = re.compile(r"/v1/transactions/([^/]+)/(?:partitions|subscriptions)/?\Z")
+
+
+def _applied(app: ASGIApp, path: str, request_id: bytes) -> bool:
+    coordinators: Coordinators | None = getattr(getattr(app, "state", None), "coordinators", None)
+    cid = coordinator_of_path(path)
+    if coordinators is None or cid is None:
+        return False
+    tc = coordinators.serving(cid)
+    return tc is not None and request_id in tc.table.requests

@@ -4,7 +4,8 @@ Every record starts with a two-byte header; integers are big-endian unsigned,
 strings are UTF-8 with a u16 byte length in front::
 
     offset  size  field
-    0       1     type      1 NEW, 2 ADD_PARTITIONS, 3 ADD_SUBSCRIPTIONS, 4 STATUS, 5 RESERVE_IDS
+    0       1     type      1 NEW, 2 ADD_PARTITIONS, 3 ADD_SUBSCRIPTIONS, 4 STATUS, 5 RESERVE_IDS,
+                            6 FORWARDED
     1       1     version   1
     2       ...   body, by type:
 
@@ -13,6 +14,13 @@ strings are UTF-8 with a u16 byte length in front::
     ADD_SUBSCRIPTIONS  txn_most u64, txn_least u64, count u16, count x (len u16, topic, len u16, subscription)
     STATUS             txn_most u64, txn_least u64, state u8, reason u8, at_ms u64
     RESERVE_IDS        counter_hi u64, counter_lo u64   (every counter below this may be in use)
+    FORWARDED          request_id 16 bytes, then one whole record of types 1..5 (its header included)
+
+FORWARDED wraps a record appended while serving a request that came through a
+worker mailbox (``streamtx/ownership/mailbox.py``): ``request_id`` is the id the
+receiving worker gave it. A new owner of the log, replaying it, knows which
+mailbox requests were already applied, and answers them from its state instead
+of applying them again (``coordinator/forwarding.py``).
 
 ``opened_at_ms`` and ``at_ms`` are wall-clock milliseconds since the epoch, so
 timeouts and retention survive restarts. ``owner`` is the subject of the
@@ -23,7 +31,7 @@ of :class:`~streamtx.coordinator.state.TxnState` and ``EndReason``.
 
 The buffered writer marks a batched entry with the magic bytes ``0x0e 0x01``
 and reads any entry without them as one unbatched record, so no record may
-begin with ``0x0e``: the type byte is always 1..5.
+begin with ``0x0e``: the type byte is always 1..6.
 
 This module is pure: no I/O.
 """
@@ -40,7 +48,8 @@ from streamtx.errors import CorruptEntryError
 from streamtx.ledger.base import Position
 
 version = 1
-T_NEW, T_ADD_PARTITIONS, T_ADD_SUBSCRIPTIONS, T_STATUS, T_RESERVE_IDS = 1, 2, 3, 4, 5
+T_NEW, T_ADD_PARTITIONS, T_ADD_SUBSCRIPTIONS, T_STATUS, T_RESERVE_IDS, T_FORWARDED = 1, 2, 3, 4, 5, 6
+request_id_bytes = 16
 
 _new = struct.Struct(">BBQQQQ")
 _txn_count = struct.Struct(">BBQQH")
@@ -116,11 +125,26 @@ class ReserveIds:
     next_counter: int
 
 
-Record = NewTxn | AddPartitions | AddSubscriptions | StatusChange | ReserveIds
+Plain = NewTxn | AddPartitions | AddSubscriptions | StatusChange | ReserveIds
+
+
+@dataclass(slots=True)
+class Forwarded:
+    """``record`` was appended serving the mailbox request ``request_id``."""
+
+    request_id: bytes
+    record: Plain
+
+
+Record = Plain | Forwarded
 
 
 def encode(record: Record) -> bytes:
     """The bytes of one record (ValueError when a field does not fit its width)."""
+    if isinstance(record, Forwarded):
+        if len(record.request_id) != request_id_bytes:
+            raise ValueError(f"a request id is {request_id_bytes} bytes, not {len(record.request_id)}")
+        return bytes((T_FORWARDED, version)) + record.request_id + encode(record.record)
     if isinstance(record, NewTxn):
         t = record.txn
         head = _new.pack(T_NEW, version, t.most, t.least, record.timeout_ms, record.opened_at_ms)
@@ -176,6 +200,11 @@ def decode(data: bytes) -> Record:
         if kind == T_RESERVE_IDS:
             _, _, hi, lo = _reserve.unpack(data)
             return ReserveIds((hi << 64) | lo)
+        if kind == T_FORWARDED:
+            inner = decode(data[2 + request_id_bytes:])
+            if len(data) < 4 + request_id_bytes or isinstance(inner, Forwarded):
+                raise ValueError("a forwarded record wraps one record of another type")
+            return Forwarded(data[2:2 + request_id_bytes], inner)
     except (struct.error, ValueError, IndexError) as exc:
         raise CorruptEntryError(f"bad transaction-log record: {exc}") from exc
     raise CorruptEntryError(f"unknown transaction-log record type {kind}")

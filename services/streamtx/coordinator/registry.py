@@ -142,6 +142,10 @@ class Coordinators:
                 return tc
         raise UnavailableError("no coordinator is ready")
 
+    def serving(self, cid: int) -> TransactionCoordinator | None:
+        """The coordinator of ``cid`` if this process serves it now (recovered)."""
+        return self._by_id.get(cid)
+
     def by_id(self, cid: int) -> TransactionCoordinator:
         tc = self._by_id.get(cid)
         if tc is None:

@@ -17,12 +17,13 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from collections import deque
+from collections import OrderedDict, deque
 from dataclasses import dataclass, field
 
 from streamtx.contracts.txnid import TxnId
 from streamtx.coordinator.records import (
     AddPartitions,
+    Forwarded,
     LogRef,
     NewTxn,
     Record,
@@ -89,6 +90,10 @@ class TxnTable:
         self.finished: deque[TxnMeta] = deque()
         self.active = 0  # transactions not in a final state
         self.records = 0  # records applied
+        # Mailbox requests whose records are in the log (FORWARDED), the most recent
+        # max_requests: far more than a mailbox timeout's worth, after which nobody waits.
+        self.requests: OrderedDict[bytes, None] = OrderedDict()
+        self.max_requests = 1 << 16
 
     @property
     def max_counter(self) -> int:
@@ -103,10 +108,19 @@ class TxnTable:
     def get(self, txn: TxnId) -> TxnMeta | None:
         return self.txns.get(txn)
 
+    def remember_request(self, request_id: bytes) -> None:
+        self.requests[request_id] = None
+        if len(self.requests) > self.max_requests:
+            self.requests.popitem(last=False)
+
     def apply(self, ref: LogRef, record: Record) -> TxnMeta | None:
         """Apply one durable record; the transaction it touched, if it is known."""
         self.records += 1
         kind = type(record)
+        if kind is Forwarded:
+            self.remember_request(record.request_id)  # type: ignore[union-attr]
+            record = record.record  # type: ignore[union-attr]
+            kind = type(record)
         if kind is ReserveIds:
             self._reserve(ref, record.next_counter)  # type: ignore[union-attr]
             return None

@@ -20,7 +20,9 @@ A mailbox entry (stream fields, all bytes)::
     p   path              ("/v1/transactions/281474976710656:7/commit")
     q   raw query string
     h   headers, JSON [[name, value], ...] (latin-1 text; authorization goes along:
-        the owner checks the caller's credentials itself)
+        the owner checks the caller's credentials itself), with ``streamtx-request-id``:
+        the request's id (32 hex digits, also the reply key's), set by the receiving
+        worker over any the client sent
     b   body
     r   the reply key
     d   deadline, ms since the epoch: the caller gives up then (503), and an
@@ -39,8 +41,11 @@ other. A worker that
 dies leaves its read-but-unanswered entries in the group's pending list; the
 next owner of the item first claims them (XAUTOCLAIM) and serves them, then
 reads new ones. An entry can therefore be served twice (its owner died after
-serving, before the XACK), so only idempotent requests may travel through a
-mailbox; the services say which (the coordinator's are). Creation of new logs
+serving, before the XACK): the owner records each request's id in the log
+records it appends, so the next owner, having replayed the log, answers such
+a request from its state instead of applying it again (the coordinator's
+FORWARDED records); the requests that travel here are idempotent besides.
+Creation of new logs
 or ids stays with the worker that receives it.
 
 Metrics (forwarded calls and their wait, batch sizes, served, expired, Redis
@@ -70,11 +75,14 @@ from streamtx.errors import UnavailableError
 from streamtx.ownership import mailbox_metrics as metrics
 from streamtx.service.inprocess import Answer, Call
 
-__all__ = ["Mailbox", "decode_answer", "decode_call", "encode_answer", "encode_call"]
+__all__ = ["REQUEST_ID", "Mailbox", "decode_answer", "decode_call", "encode_answer", "encode_call"]
 
 log = logging.getLogger(__name__)
 
 Serve = Callable[[Call], Awaitable[Answer]]
+
+#: The header carrying a forwarded request's id to the owner.
+REQUEST_ID = b"streamtx-request-id"
 
 _group = "owner"
 _block_ms = 1000  # how long one XREADGROUP waits: the drain notices it should stop within this
@@ -156,7 +164,12 @@ class Mailbox:
     async def call(self, item: str, call: Call) -> Answer:
         """Post ``call`` to ``item``'s owner and wait for its answer; 503 when Redis fails or
         no answer comes within the timeout (the request may still be served: it is idempotent)."""
-        reply = f"{self._prefix}reply:{uuid.uuid4().hex}"
+        request_id = uuid.uuid4().hex
+        reply = f"{self._prefix}reply:{request_id}"
+        # The owner records the id with what the request appends (its log's codec says how),
+        # so a next owner that finds the entry still pending knows it was applied.
+        call.headers = [(k, v) for k, v in call.headers if k.lower() != REQUEST_ID] + \
+            [(REQUEST_ID, request_id.encode())]
         deadline = _now_ms() + int(self.timeout_s * 1000)
         started = time.monotonic()
         try:

@@ -48,7 +48,8 @@ BUCKETS: dict[str, tuple[float, ...]] = {
 _outcome = {TxnState.COMMITTED: "committed", TxnState.ABORTED: "aborted", TxnState.TIMEOUT: "timeout"}
 _final = frozenset(_outcome)
 _ending = frozenset({TxnState.COMMITTING, TxnState.ABORTING})
-_T_NEW, _T_STATUS = tc_records.T_NEW, tc_records.T_STATUS
+_T_NEW, _T_STATUS, _T_FORWARDED = tc_records.T_NEW, tc_records.T_STATUS, tc_records.T_FORWARDED
+_forwarded_head = 2 + tc_records.request_id_bytes
 
 
 class _Acc:
@@ -96,6 +97,9 @@ def _txnlog(task: Task, entries: Iterable[tuple[int, bytes]], acc: _Acc, since_m
         entry_time = None
         for raw in raws:
             kind = raw[0]
+            if kind == _T_FORWARDED:  # a record a mailbox request appended: the record inside
+                raw = raw[_forwarded_head:]
+                kind = raw[0]
             if kind == _T_NEW:
                 _, _, most, least, _, opened = unpack_new(raw)
                 t = txns.setdefault((most, least), [None, None, 0, False])

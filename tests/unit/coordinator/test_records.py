@@ -11,6 +11,7 @@ from streamtx.coordinator import records
 from streamtx.coordinator.records import (
     AddPartitions,
     AddSubscriptions,
+    Forwarded,
     NewTxn,
     ReserveIds,
     StatusChange,
@@ -22,7 +23,7 @@ from streamtx.errors import CorruptEntryError
 u64 = st.integers(0, 2**64 - 1)
 txn_ids = st.builds(TxnId, u64, u64)
 names = st.text(max_size=40)
-record_strategy = st.one_of(
+plain_strategy = st.one_of(
     st.builds(NewTxn, txn_ids, u64, u64, st.text(max_size=50)),
     st.builds(AddPartitions, txn_ids, st.lists(names, max_size=8).map(tuple)),
     st.builds(
@@ -32,6 +33,8 @@ record_strategy = st.one_of(
     st.builds(StatusChange, txn_ids, st.sampled_from(TxnState), st.sampled_from(EndReason), u64),
     st.builds(ReserveIds, st.integers(0, 2**128 - 1)),
 )
+record_strategy = st.one_of(plain_strategy,
+                            st.builds(Forwarded, st.binary(min_size=16, max_size=16), plain_strategy))
 
 
 @given(record_strategy)
@@ -86,3 +89,13 @@ def test_fields_that_do_not_fit_are_refused() -> None:
         records.encode(AddPartitions(TxnId(0, 0), ("x" * 70000,)))
     with pytest.raises(ValueError, match="do not fit"):
         records.encode(AddPartitions(TxnId(0, 0), ("x",) * 70000))
+
+
+def test_a_forwarded_record_carries_its_request_id_before_the_record() -> None:
+    inner = ReserveIds(7)
+    data = records.encode(Forwarded(b"r" * 16, inner))
+    assert data == bytes([6, 1]) + b"r" * 16 + records.encode(inner)
+    with pytest.raises(CorruptEntryError):  # one level only
+        records.decode(bytes([6, 1]) + b"s" * 16 + data)
+    with pytest.raises(ValueError, match="16 bytes"):
+        records.encode(Forwarded(b"short", inner))
