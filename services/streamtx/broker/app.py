@@ -7,9 +7,19 @@ from contextlib import asynccontextmanager
 
 from fastapi import FastAPI
 
+from streamtx.broker import replicas
 from streamtx.broker.broker import Broker
 from streamtx.broker.pendingack_client import PendingAckClient
-from streamtx.broker.routes import admin, messages, replicated_subs, replication, subscriptions, topics, txn
+from streamtx.broker.routes import (
+    admin,
+    lookup,
+    messages,
+    replicated_subs,
+    replication,
+    subscriptions,
+    topics,
+    txn,
+)
 from streamtx.broker.settings import BrokerSettings
 from streamtx.ledger import open_ledger_factory
 from streamtx.service import ServiceState, create_app, include_hot
@@ -24,14 +34,23 @@ def build_app(settings: BrokerSettings) -> FastAPI:
         store = open_ledger_factory(settings.ledger_url)
         pendingack = PendingAckClient(settings.pendingack_url, settings.pendingack_timeout_s,
                                       settings.outgoing_token())
-        broker = Broker(store, settings, pendingack)
+        broker = Broker(store, settings, pendingack, replicas=bool(settings.redis_url))
         await broker.start()
         app.state.broker = broker
-        state.ready, state.reason = True, "ready"
+        ownership = replicas.ownership(settings, broker) if settings.redis_url else None
+        app.state.ownership = ownership
+        if ownership is not None:
+            state.reason = "taking this replica's share of the topics"
+            await replicas.join(ownership, state)
+        else:
+            state.ready, state.reason = True, "ready"
         try:
             yield
         finally:
             state.ready, state.reason = False, "stopping"
+            if ownership is not None:
+                await ownership.stop()  # hand every topic over at once, not after the lease runs out
+                await ownership.leases.aclose()
             await broker.close()
             await store.close()
             if (client := getattr(app.state, "replication_client", None)) is not None:
@@ -42,6 +61,7 @@ def build_app(settings: BrokerSettings) -> FastAPI:
     for hot in (messages.hot, subscriptions.hot, txn.hot):
         include_hot(app, hot)
     app.include_router(admin.router)
+    app.include_router(lookup.router)
     app.include_router(replication.router)
     app.include_router(replication.admin)
     app.include_router(replicated_subs.router)

@@ -1,19 +1,22 @@
-"""The broker's registry: topics and subscriptions, persisted in ``broker/<cluster>/topics``.
+"""The broker's registry of open topics and subscriptions.
 
-Each entry of the metadata ledger is one JSON record, replayed on start:
-``{"kind": "topic", "topic": "persistent://t/n/x", "partitions": N}`` or
-``{"kind": "subscription", "topic", "subscription", "type", "initial_position"}`` or
-``{"kind": "subscription_replicated", "topic", "subscription", "replicated": bool}`` (PIP-33).
+What exists is the catalog's (:mod:`.catalog`, the ``broker/<cluster>/topics``
+ledger). A broker alone opens every topic at start. Broker replicas
+(``STREAMTX_REDIS_URL``, :mod:`.replicas`) each open only the topics whose lease
+they hold (:meth:`Broker.acquire`, :meth:`Broker.release`); a request for a
+topic another replica owns raises :class:`~streamtx.errors.NotOwnerError`
+(307 to the owner, or 503 while it moves).
 """
 
 from __future__ import annotations
 
 import asyncio
-import json
 import logging
+from collections.abc import Awaitable, Callable
 from typing import Any
 
 from streamtx.broker import replication_metrics
+from streamtx.broker.catalog import Catalog, TopicRecord
 from streamtx.broker.dispatch import PartitionDispatch
 from streamtx.broker.notify import Notifier
 from streamtx.broker.partition import Partition
@@ -24,8 +27,8 @@ from streamtx.broker.subscription import Subscription, SubscriptionType
 from streamtx.broker.topic import Topic
 from streamtx.broker.txnchecker import StuckTxnChecker
 from streamtx.cursor import Cursor
-from streamtx.errors import ConflictError, MalformedError, NotFoundError, StreamtxError
-from streamtx.ledger import Ledger, LedgerFactory
+from streamtx.errors import ConflictError, MalformedError, NotFoundError, NotOwnerError, StreamtxError
+from streamtx.ledger import LedgerFactory
 from streamtx.names import check_name, check_topic
 
 log = logging.getLogger(__name__)
@@ -34,12 +37,20 @@ max_partitions = 1024
 
 
 class Broker:
-    def __init__(self, store: LedgerFactory, settings: BrokerSettings, pendingack: PendingAckClient) -> None:
+    """The topics this process serves; with ``replicas`` only those it holds the lease of."""
+
+    def __init__(self, store: LedgerFactory, settings: BrokerSettings, pendingack: PendingAckClient,
+                 *, replicas: bool = False) -> None:
         self.store = store
         self.settings = settings
         self.pendingack = pendingack
-        self.topics: dict[str, Topic] = {}
-        self._meta: Ledger | None = None
+        self.replicas = replicas
+        self.catalog = Catalog(store, settings.cluster, shared=replicas)
+        self.topics: dict[str, Topic] = {}  # the open ones
+        self.owners: dict[str, str | None] = {}  # replicas: the owner URL of each topic not ours
+        # replicas: returns once the topic created here has an owner (replicas.py)
+        self.on_created: Callable[[str], Awaitable[None]] | None = None
+        self.on_fenced: Callable[[str], None] | None = None  # replicas: a topic's ledger was fenced
         self._lock = asyncio.Lock()
         self._tasks: list[asyncio.Task[None]] = []
         self._checker: StuckTxnChecker | None = None
@@ -49,21 +60,10 @@ class Broker:
     # --- lifecycle ----------------------------------------------------------
 
     async def start(self) -> None:
-        self._meta = await self.store.open(f"broker/{self.settings.cluster}/topics")
-        records: list[dict[str, Any]] = []
-        start = None
-        while entries := await self._meta.read(start, 1000):
-            records += [json.loads(e.data) for e in entries]
-            last = entries[-1].position
-            start = last._replace(entry_id=self._meta.next_entry_id(last.entry_id))
-        for r in records:
-            if r["kind"] == "topic":
-                await self._open_topic(r["topic"], int(r["partitions"]))
-            elif r["kind"] == "subscription":
-                await self._open_subscription(self.topics[r["topic"]], r["subscription"],
-                                              SubscriptionType(r["type"]), r["initial_position"], new=False)
-            elif r["kind"] == "subscription_replicated":
-                self.topics[r["topic"]].subscription(r["subscription"]).replicated = bool(r["replicated"])
+        await self.catalog.open()
+        if not self.replicas:  # alone: every topic is ours
+            for name in list(self.catalog.topics):
+                await self.acquire(name)
         self._tasks.append(asyncio.create_task(self._snapshot_timer()))
         self._tasks.append(asyncio.create_task(self._replication_timer()))
         if self.settings.coordinator_url:
@@ -71,6 +71,10 @@ class Broker:
                 self.settings.coordinator_url, token=self.settings.outgoing_token(),
                 after_s=self.settings.stuck_txn_after_s, interval_s=self.settings.stuck_txn_interval_s)
             self._tasks.append(asyncio.create_task(self._checker.run(self._partitions)))
+
+    def _open_partitions(self, topic: str) -> list[Partition]:
+        """A topic's partitions if it is open here (replicas: another may own it)."""
+        return t.partitions if (t := self.topics.get(topic)) is not None else []
 
     def _partitions(self) -> list[Partition]:
         return [p for t in self.topics.values() for p in t.partitions]
@@ -83,18 +87,10 @@ class Broker:
                 await t
             except (asyncio.CancelledError, Exception):  # shutting down: errors were logged
                 pass
-        for topic in self.topics.values():
-            for sub in topic.subscriptions.values():
-                await sub.close()
-            for p in topic.partitions:
-                try:  # a clean stop leaves a fresh snapshot: the next start replays nothing
-                    await p.maybe_snapshot_on_timer()
-                except StreamtxError as exc:
-                    log.warning("final snapshot of %s failed: %s", p.name, exc)
-                await p.close()
+        for name in list(self.topics):
+            await self.release(name, lost=False)
         await self.replication.close()
-        if self._meta is not None:
-            await self._meta.close()
+        await self.catalog.close()
         await self.pendingack.aclose()
         if self._checker is not None:
             await self._checker.aclose()
@@ -113,21 +109,79 @@ class Broker:
         while True:
             await asyncio.sleep(1.0)
             try:
-                await self.replication.refresh(lambda name: self.topics[name].partitions)
+                await self.replication.refresh(self._open_partitions)
             except StreamtxError as exc:
                 log.warning("replication stats refresh failed: %s", exc)
 
+    # --- ownership (replicas.py calls these) -------------------------------------
+
+    async def acquire(self, name: str) -> None:
+        """Open a topic the catalog names: its partitions (as the ledgers' writer, which fences
+        any previous owner, then recovered from snapshot and ledger) and its subscriptions."""
+        if name in self.topics:
+            return
+        record = self.catalog.topics[name]
+        notifier = Notifier()
+        parts: list[Partition] = []
+        try:
+            for i in range(record.partitions):
+                parts.append(await Partition.open(self.store, f"{name}-partition-{i}", name, self.settings,
+                                                  notifier))
+                parts[-1].on_fenced = self._fenced
+            topic = Topic(name, parts, notifier, self.replication.first_unreplicated)
+            for sub_name, sub in list(record.subscriptions.items()):
+                opened = await self._open_subscription(topic, sub_name, SubscriptionType(sub.type),
+                                                       sub.initial_position, new=False)
+                opened.replicated = sub.replicated
+        except BaseException:
+            for p in parts:
+                await p.close()
+            raise
+        self.topics[name] = topic
+
+    async def release(self, name: str, *, lost: bool) -> None:
+        """Close a topic: with a final snapshot and flushed cursors when handed over; at once when
+        ``lost`` (another replica writes its ledgers now: nothing more can be written)."""
+        topic = self.topics.pop(name, None)
+        if topic is None:
+            return
+        for sub in topic.subscriptions.values():
+            await sub.close()
+        for p in topic.partitions:
+            if not lost:
+                try:  # a clean stop leaves a fresh snapshot: the next owner replays nothing
+                    await p.maybe_snapshot_on_timer()
+                except StreamtxError as exc:
+                    log.warning("final snapshot of %s failed: %s", p.name, exc)
+            await p.close()
+        topic.notifier.changed()  # long polls waiting on it end
+
+    def _fenced(self, partition: Partition) -> None:
+        if self.on_fenced is not None:
+            self.on_fenced(partition.topic)
+
     async def _record(self, record: dict[str, Any]) -> None:
-        assert self._meta is not None
-        await self._meta.append(json.dumps(record, separators=(",", ":")).encode())
+        await self.catalog.append(record)
 
     # --- topics ---------------------------------------------------------------
 
     def topic(self, name: str) -> Topic:
         topic = self.topics.get(name)
         if topic is None:
+            if self.replicas and name in self.catalog.topics:
+                owner = self.owners.get(name)
+                raise NotOwnerError(f"topic {name} is owned by {owner or 'nobody yet (moving)'}", owner)
             raise NotFoundError(f"topic {name} does not exist")
         return topic
+
+    async def known(self, name: str) -> TopicRecord:
+        """What the catalog says of ``name`` (replicas: caught up first if it is not there yet)."""
+        if name not in self.catalog.topics and self.replicas:
+            await self.catalog.refresh()
+        record = self.catalog.topics.get(name)
+        if record is None:
+            raise NotFoundError(f"topic {name} does not exist")
+        return record
 
     def resolve_partition(self, partition_name: str) -> Partition:
         """``persistent://t/n/x-partition-i`` → that partition."""
@@ -141,19 +195,16 @@ class Broker:
         if not 1 <= partitions <= max_partitions:
             raise MalformedError(f"partitions must be within 1..{max_partitions}")
         async with self._lock:
-            existing = self.topics.get(name)
-            if existing is not None:
-                if len(existing.partitions) != partitions:
-                    raise ConflictError(f"{name} exists with {len(existing.partitions)} partitions")
-                return
-            await self._record({"kind": "topic", "topic": name, "partitions": partitions})
-            await self._open_topic(name, partitions)
-
-    async def _open_topic(self, name: str, partitions: int) -> None:
-        notifier = Notifier()
-        parts = [await Partition.open(self.store, f"{name}-partition-{i}", name, self.settings, notifier)
-                 for i in range(partitions)]
-        self.topics[name] = Topic(name, parts, notifier, self.replication.first_unreplicated)
+            existing = self.catalog.topics.get(name)
+            if existing is None:
+                await self._record({"kind": "topic", "topic": name, "partitions": partitions})
+                existing = self.catalog.topics[name]
+                if not self.replicas:
+                    await self.acquire(name)
+            if existing.partitions != partitions:
+                raise ConflictError(f"{name} exists with {existing.partitions} partitions")
+        if self.on_created is not None:
+            await self.on_created(name)
 
     # --- subscriptions --------------------------------------------------------------
 

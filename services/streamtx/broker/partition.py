@@ -33,7 +33,7 @@ from streamtx.broker.settings import BrokerSettings
 from streamtx.broker.txnbuffer import TxnBufferState
 from streamtx.contracts.states import Action
 from streamtx.contracts.txnid import TxnId
-from streamtx.errors import ConflictError, StreamtxError, TooLargeError, UnavailableError
+from streamtx.errors import ConflictError, FencedError, StreamtxError, TooLargeError, UnavailableError
 from streamtx.ledger import Entry, Ledger, LedgerFactory, Position
 
 log = logging.getLogger(__name__)
@@ -97,6 +97,8 @@ class Partition:
         self._reload_task: asyncio.Task[None] | None = None
         self._snapshot_task: asyncio.Task[None] | None = None
         self._labels = (settings.cluster, name)
+        # Broker replicas: called when an append finds another process's fence (it owns us now).
+        self.on_fenced: Callable[[Partition], None] | None = None
         metrics.watch(self)
 
     @classmethod
@@ -241,6 +243,8 @@ class Partition:
         except BaseException as exc:
             self._done[ticket] = None
             self._drain()
+            if isinstance(exc, FencedError) and self.on_fenced is not None:
+                self.on_fenced(self)
             if self._broken is None:
                 self._broken = exc if isinstance(exc, StreamtxError) else UnavailableError(repr(exc))
                 self._breaks += 1

@@ -4,11 +4,11 @@ from __future__ import annotations
 
 from pydantic import Field
 
-from streamtx.service import ServiceSettings
+from streamtx.ownership.replica import ReplicaSettings
 
 
-class BrokerSettings(ServiceSettings):
-    """Settings of the partition broker."""
+class BrokerSettings(ReplicaSettings):
+    """Settings of the partition broker; with ``redis_url`` its topics are leased over the replicas."""
 
     # Shared subscriptions redeliver what is unacked this long.
     ack_timeout_ms: int = Field(default=30_000, ge=1)

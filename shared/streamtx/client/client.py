@@ -14,6 +14,7 @@ from streamtx.client.names import full_name, path_of
 from streamtx.client.producer import Producer
 from streamtx.client.transaction import Transaction, TransactionScope
 from streamtx.errors import NotFoundError, UnavailableError
+from streamtx.redirect import OwnerCache
 
 
 class StreamtxClient:
@@ -41,6 +42,9 @@ class StreamtxClient:
         )
         self.cluster: str | None = None
         self.services: dict[str, str] = {}
+        # Broker replicas own topics: where each topic path was redirected, so the next call
+        # goes straight to its owner (streamtx.redirect).
+        self._broker_owners = OwnerCache()
 
     async def __aenter__(self) -> StreamtxClient:
         await self.connect()
@@ -62,7 +66,8 @@ class StreamtxClient:
 
     def endpoint(self, service: str) -> Endpoint:
         """Calls to ``service`` ("coordinator", "broker", "pendingack", "replication")."""
-        return Endpoint(self._http, self.services.get(service, self.url))
+        owners = self._broker_owners if service == "broker" else None
+        return Endpoint(self._http, self.services.get(service, self.url), owners=owners)
 
     @property
     def coordinator(self) -> Endpoint:

@@ -13,19 +13,25 @@ from typing import Any
 import httpx
 
 from streamtx.errors import AuthError
+from streamtx.redirect import OwnerCache
 from streamtx.transport import ONCE, HttpClient, RetryPolicy
 
 __all__ = ["SDK_RETRY", "AuthError", "Endpoint"]
 
 #: What the SDK does with a call that is safe to repeat: four tries, 50 ms doubling.
 SDK_RETRY = RetryPolicy(attempts=4, backoff_s=0.05, max_backoff_s=2.0)
+#: How long a call waits for a log moving between replicas (a dead owner's lease to run out).
+MOVING_WAIT_S = 30.0
 
 
 class Endpoint:
     """Calls to one service's base URL."""
 
-    def __init__(self, client: httpx.AsyncClient, base_url: str, retry: RetryPolicy = SDK_RETRY) -> None:
-        self._http = HttpClient(base_url, http=client, retry=retry)
+    def __init__(self, client: httpx.AsyncClient, base_url: str, retry: RetryPolicy = SDK_RETRY,
+                 owners: OwnerCache | None = None) -> None:
+        """``owners``: the cache of where each path's log lives (replicated services)."""
+        self._http = HttpClient(base_url, http=client, retry=retry, owners=owners,
+                                moving_wait_s=MOVING_WAIT_S if owners is not None else 0.0)
         self.base_url = self._http.base_url
 
     async def call(

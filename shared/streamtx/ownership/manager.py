@@ -37,18 +37,22 @@ log = logging.getLogger(__name__)
 
 OnAcquire = Callable[[str, Lease], Coroutine[Any, Any, None]]
 OnRelease = Callable[[str, bool], Coroutine[Any, Any, None]]
+# The items to share out: a fixed list (coordinator ids), or asked for at every balance
+# (partitions and subscriptions come and go while the replicas run).
+Items = Sequence[str] | Callable[[], Awaitable[Sequence[str]]]
 
 
 class Ownership:
     """Keeps this replica's share of ``items`` leased and opened."""
 
-    def __init__(self, leases: LeaseStore, *, member: str, url: str, items: Sequence[str], ttl_ms: int,
+    def __init__(self, leases: LeaseStore, *, member: str, url: str, items: Items, ttl_ms: int,
                  on_acquire: OnAcquire, on_release: OnRelease,
                  after_balance: Callable[[], Awaitable[None]] | None = None) -> None:
         self.leases = leases
         self.member = member
         self.url = url
-        self.items = list(items)
+        self._items = items if callable(items) else list(items)
+        self.items: list[str] = [] if callable(items) else list(items)  # as of the last balance
         self.ttl_ms = ttl_ms
         self.on_acquire = on_acquire
         self.on_release = on_release
@@ -57,6 +61,7 @@ class Ownership:
         self._tasks: list[asyncio.Task[None]] = []
         self.ticks = 0
         self.balanced = asyncio.Event()  # set once the first share was taken
+        self._wake = asyncio.Event()
 
     @property
     def interval_s(self) -> float:
@@ -73,7 +78,16 @@ class Ownership:
                 await step()
             except Exception as exc:  # Redis down: keep what we hold until the leases run out
                 log.warning("ownership %s: %s failed: %r", self.member, step.__name__, exc)
-            await asyncio.sleep(self.interval_s)
+            if step == self.balance:
+                with contextlib.suppress(TimeoutError):
+                    await asyncio.wait_for(self._wake.wait(), self.interval_s)
+                self._wake.clear()
+            else:
+                await asyncio.sleep(self.interval_s)
+
+    def nudge(self) -> None:
+        """Balance now rather than at the next tick (an item was created here)."""
+        self._wake.set()
 
     async def tick(self) -> None:
         """One round of both loops (tests drive it by hand)."""
@@ -89,6 +103,8 @@ class Ownership:
                 await self.on_release(item, True)
 
     async def balance(self) -> None:
+        if callable(self._items):
+            self.items = sorted(await self._items())
         share = set(share_of(self.member, self.items, await self.leases.members()))
         for item in [i for i in self.held if i not in share]:
             lease = self.held.pop(item, None)

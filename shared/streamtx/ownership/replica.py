@@ -1,7 +1,7 @@
 """What every leased service needs to run as replicas: its settings and its ownership loop.
 
 A service whose logs are leased (the coordinator's ids, the pending-ack store's
-subscription slots) subclasses :class:`ReplicaSettings` and builds its loop with
+subscription slots, the broker's topics) subclasses :class:`ReplicaSettings` and builds its loop with
 :func:`replica_ownership`; the callbacks say what taking and giving up an item
 means for it (open its ledgers as writer and replay; flush and close).
 """
@@ -10,12 +10,12 @@ from __future__ import annotations
 
 import os
 import socket
-from collections.abc import Awaitable, Callable, Sequence
+from collections.abc import Awaitable, Callable
 
 from pydantic import Field
 
 from streamtx.ownership.lease import LeaseStore
-from streamtx.ownership.manager import OnAcquire, OnRelease, Ownership
+from streamtx.ownership.manager import Items, OnAcquire, OnRelease, Ownership
 from streamtx.service import ServiceSettings
 
 __all__ = ["ReplicaSettings", "replica_ownership"]
@@ -37,7 +37,7 @@ class ReplicaSettings(ServiceSettings):
         return self.member or f"{socket.gethostname()}-{os.getpid()}"
 
 
-def replica_ownership(settings: ReplicaSettings, service: str, items: Sequence[str], *,
+def replica_ownership(settings: ReplicaSettings, service: str, items: Items, *,
                       on_acquire: OnAcquire, on_release: OnRelease,
                       after_balance: Callable[[], Awaitable[None]] | None = None) -> Ownership:
     """The (not started) ownership loop of this replica of ``service`` over ``items``."""

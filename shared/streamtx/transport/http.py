@@ -12,6 +12,8 @@ It imports nothing of the server kit, so ``import streamtx.client`` stays light.
 
 from __future__ import annotations
 
+import asyncio
+import time
 from typing import Any
 
 import httpx
@@ -19,10 +21,11 @@ import orjson
 from pydantic import BaseModel
 
 from streamtx.errors import StreamtxError, UnavailableError, from_reply
-from streamtx.redirect import send_to_owner
+from streamtx.redirect import OwnerCache, send_to_owner
 from streamtx.transport.retry import OnRetry, RetryPolicy
 
 _json_headers = {"content-type": "application/json"}
+_moving_poll_s = 0.1
 
 
 def encode_json(body: Any) -> bytes:
@@ -40,6 +43,11 @@ def reply_error(response: httpx.Response) -> StreamtxError:
     except orjson.JSONDecodeError:
         body = response.text[:200]
     return from_reply(response.status_code, body, f"{response.request.method} {response.request.url.path}")
+
+
+def _moving(response: httpx.Response) -> bool:
+    """A 503 ``not_owner``: the log moves between replicas (nothing was served)."""
+    return b'"not_owner"' in response.content[:200]
 
 
 class HttpClient:
@@ -62,12 +70,19 @@ class HttpClient:
         token: str | None = None,
         http: httpx.AsyncClient | None = None,
         max_connections: int = 200,
+        owners: OwnerCache | None = None,
+        moving_wait_s: float = 0.0,
     ) -> None:
         self.base_url = (base_url or "").rstrip("/")
         self.configured = base_url is not None
         self._missing = f"no {peer} is configured" + (f" ({setting})" if setting else "")
         self.retry = retry or RetryPolicy()
         self._owned = http is None
+        # Replicated services (the SDK's brokers): remember each log's owner, and wait up to
+        # moving_wait_s (apart from the retry policy) while a log moves or its owner is gone:
+        # a refused connection or a 503 not_owner was never served, so any call may repeat.
+        self._owners = owners
+        self._moving_wait_s = moving_wait_s
         if http is None:
             headers = {"authorization": f"Bearer {token}"} if token else {}
             http = httpx.AsyncClient(
@@ -100,15 +115,25 @@ class HttpClient:
         timeout: Any = httpx.USE_CLIENT_DEFAULT if timeout_s is None else timeout_s
 
         async def once() -> httpx.Response:
-            try:
-                # send_to_owner follows a replica's 307 to the owner with our own headers.
-                response = await send_to_owner(self._http, method, url, content=content, params=params,
-                                               headers=headers, timeout=timeout)
-            except httpx.HTTPError as exc:
-                raise UnavailableError(f"{method} {path}: {exc!r}") from exc
-            if response.status_code >= 400:
-                raise reply_error(response)
-            return response
+            until = time.monotonic() + self._moving_wait_s
+            while True:
+                try:
+                    # send_to_owner follows a replica's 307 to the owner with our own headers.
+                    response = await send_to_owner(self._http, method, url, content=content, params=params,
+                                                   headers=headers, timeout=timeout, owners=self._owners)
+                except httpx.ConnectError as exc:
+                    if time.monotonic() < until:
+                        await asyncio.sleep(_moving_poll_s)
+                        continue
+                    raise UnavailableError(f"{method} {path}: {exc!r}") from exc
+                except httpx.HTTPError as exc:
+                    raise UnavailableError(f"{method} {path}: {exc!r}") from exc
+                if response.status_code == 503 and _moving(response) and time.monotonic() < until:
+                    await asyncio.sleep(_moving_poll_s)
+                    continue
+                if response.status_code >= 400:
+                    raise reply_error(response)
+                return response
 
         return await (retry or self.retry).run(once, on_retry=on_retry)
 

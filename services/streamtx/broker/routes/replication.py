@@ -92,7 +92,10 @@ class TopicEnsure(BaseModel):
 
 @router.get("/topics")
 async def topics(broker: BrokerDep) -> dict[str, Any]:
-    return {"topics": [{"topic": t.name, "partitions": len(t.partitions)} for t in broker.topics.values()]}
+    # Every topic of the cluster (the catalog), wherever it is served: the controller's calls
+    # about one topic are redirected to its owner.
+    topics = broker.catalog.topics.items()
+    return {"topics": [{"topic": name, "partitions": t.partitions} for name, t in topics]}
 
 
 @router.post("/topics")

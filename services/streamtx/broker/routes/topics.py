@@ -33,7 +33,8 @@ async def create_partitions(tenant: str, namespace: str, topic: str, body: Parti
 
 @router.get("/partitions")
 async def get_partitions(tenant: str, namespace: str, topic: str, broker: BrokerDep) -> PartitionsBody:
-    return PartitionsBody(partitions=len(broker.topic(topic_name(tenant, namespace, topic)).partitions))
+    # Any replica answers (Pulsar's partitioned-topic metadata): the catalog is everyone's.
+    return PartitionsBody(partitions=(await broker.known(topic_name(tenant, namespace, topic))).partitions)
 
 
 @router.get("/stats")

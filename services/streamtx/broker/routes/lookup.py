@@ -1,0 +1,57 @@
+"""Pulsar's topic lookup: ``GET /lookup/v2/topic/persistent/{tenant}/{namespace}/{topic}``.
+
+Answers which broker serves a topic, in Pulsar's ``LookupData`` shape. As in
+Pulsar, a partitioned topic is looked up per partition (``x-partition-3``); the
+base name answers too. Here a topic's partitions move together (the lease is
+the topic's, :mod:`streamtx.broker.replicas`), so every partition of a topic
+answers the same owner. Brokers speak HTTP only, so ``brokerUrl`` is the HTTP
+URL as well and the TLS fields are empty. While the topic moves between
+replicas: 503 ``not_owner`` with ``owner: null`` (retry).
+"""
+
+from __future__ import annotations
+
+from fastapi import APIRouter, Request
+from pydantic import BaseModel
+
+from streamtx.broker.deps import BrokerDep, topic_name
+from streamtx.errors import NotFoundError, NotOwnerError
+
+router = APIRouter(prefix="/lookup/v2/topic", tags=["lookup"])
+
+
+class LookupData(BaseModel):
+    """Pulsar's lookup answer."""
+
+    brokerUrl: str
+    brokerUrlTls: str = ""
+    httpUrl: str
+    httpUrlTls: str = ""
+    nativeUrl: str
+
+
+def split_partition(name: str) -> tuple[str, int | None]:
+    """``persistent://t/n/x-partition-3`` -> (``persistent://t/n/x``, 3); else (name, None)."""
+    base, sep, index = name.rpartition("-partition-")
+    if sep and index.isdigit():
+        return base, int(index)
+    return name, None
+
+
+@router.get("/persistent/{tenant}/{namespace}/{topic}", response_model=LookupData)
+async def lookup_topic(request: Request, broker: BrokerDep, tenant: str, namespace: str, topic: str
+                       ) -> LookupData:
+    name = topic_name(tenant, namespace, topic)
+    base, index = split_partition(name)
+    if base not in broker.catalog.topics and name in broker.catalog.topics:
+        base, index = name, None  # a topic whose own name ends in -partition-N
+    record = await broker.known(base)
+    if index is not None and index >= record.partitions:
+        raise NotFoundError(f"{base} has no partition {index}")
+    if base in broker.topics:
+        url = request.app.state.settings.own_url()
+    else:
+        url = broker.owners.get(base)
+        if url is None:
+            raise NotOwnerError(f"topic {base} is moving between brokers", None)
+    return LookupData(brokerUrl=url, httpUrl=url, nativeUrl=url)
