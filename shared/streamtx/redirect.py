@@ -21,9 +21,14 @@ from typing import Any
 
 import httpx
 
-__all__ = ["OwnerCache", "max_hops", "send_to_owner"]
+__all__ = ["OwnerCache", "OwnerGone", "max_hops", "send_to_owner"]
 
 max_hops = 3  # an owner map a tick out of date can point at the previous owner once or twice
+
+
+class OwnerGone(httpx.ConnectError):
+    """The owner a 307 (or the cache) named refused the connection: it died, and its lease
+    has not run out yet. Nothing was sent, so the caller may try again from its own URL."""
 
 
 class OwnerCache:
@@ -55,16 +60,18 @@ async def send_to_owner(client: httpx.AsyncClient, method: str, url: str, *, own
     target = (owners.get(url) if owners is not None else None) or url
     try:
         response = await client.request(method, target, **kw)
-    except httpx.TransportError:
+        for _ in range(max_hops):
+            location = response.headers.get("location")
+            if response.status_code != 307 or not location:
+                break
+            target = location
+            response = await client.request(method, location, **kw)
+    except httpx.TransportError as exc:
         if owners is not None:
             owners.forget(url)
+        if target != url and isinstance(exc, httpx.ConnectError):
+            raise OwnerGone(str(exc), request=exc.request) from exc
         raise
-    for _ in range(max_hops):
-        location = response.headers.get("location")
-        if response.status_code != 307 or not location:
-            break
-        target = location
-        response = await client.request(method, location, **kw)
     if owners is not None:
         if response.status_code == 503:
             owners.forget(url)

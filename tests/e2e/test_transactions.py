@@ -17,21 +17,12 @@ import pytest
 from streamtx.client import AdminClient, StreamtxClient
 from streamtx.client.names import path_of
 from streamtx.errors import ConflictError, StreamtxError
-from tests.support.suite import Suite, eventually, receive
+from tests.support.suite import Suite, eventually, everything, receive
 
 
 def topic(stem: str) -> str:
     """A topic of its own for each test (the suite is shared by the module)."""
     return f"persistent://t/n/{stem}-{uuid.uuid4().hex[:8]}"
-
-
-async def everything(client: StreamtxClient, name: str) -> list[bytes]:
-    """All a fresh Exclusive reader from the earliest position sees now (nothing acked)."""
-    reader = await client.consumer(name, f"all-{uuid.uuid4().hex[:6]}", "earliest", "Exclusive")
-    out: list[bytes] = []
-    while msgs := await reader.receive(max=500, wait_ms=300):
-        out += [m.value for m in msgs]
-    return out
 
 
 async def sub_stats(client: StreamtxClient, name: str, sub: str) -> Any:

@@ -12,11 +12,12 @@ them. ``env`` adds settings for every service, ``<service>_env`` for one.
 from __future__ import annotations
 
 import asyncio
+import uuid
 from collections.abc import Awaitable, Callable
 from pathlib import Path
 from types import TracebackType
 
-from streamtx.client import Consumer, Message
+from streamtx.client import Consumer, Message, StreamtxClient
 from tests.support.services import ServiceProcess
 
 ORDER = ("broker", "pendingack", "coordinator", "replication")  # participants before the coordinator
@@ -92,6 +93,15 @@ class Suite:
         self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None,
     ) -> None:
         self.stop()
+
+
+async def everything(client: StreamtxClient, name: str) -> list[bytes]:
+    """All a fresh Exclusive reader from the earliest position sees now (nothing acked)."""
+    reader = await client.consumer(name, f"all-{uuid.uuid4().hex[:6]}", "earliest", "Exclusive")
+    out: list[bytes] = []
+    while msgs := await reader.receive(max=500, wait_ms=300):
+        out += [m.value for m in msgs]
+    return out
 
 
 async def receive(consumer: Consumer, n: int, timeout_s: float = 10.0) -> list[Message]:

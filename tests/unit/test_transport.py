@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import subprocess
 import sys
+from collections.abc import Callable
 
 import httpx
 import orjson
@@ -12,6 +13,7 @@ import pytest
 from streamtx.contracts import Action, TxnId
 from streamtx.contracts.models import PartitionEnd
 from streamtx.errors import ConflictError, FencedError, NotServedError, UnavailableError
+from streamtx.redirect import OwnerCache
 from streamtx.transport import ONCE, HttpClient, RetryPolicy
 
 FAST = RetryPolicy(attempts=3, backoff_s=0.001, max_backoff_s=0.002)
@@ -113,3 +115,61 @@ def test_the_sdk_imports_no_server_kit() -> None:
             "or m.startswith('streamtx.service')); print(','.join(bad))")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert out.stdout.strip() == "", f"the SDK pulls in: {out.stdout}"
+
+
+# --- owners of replicated logs (streamtx.redirect) ------------------------------------
+
+
+def _owners_client(handle: Callable[[httpx.Request], httpx.Response]) -> tuple[HttpClient, OwnerCache]:
+    owners = OwnerCache()
+    http = httpx.AsyncClient(transport=httpx.MockTransport(handle))
+    return HttpClient("http://any", retry=ONCE, http=http, owners=owners, moving_wait_s=5.0), owners
+
+
+async def test_the_owner_a_307_names_is_cached_and_forgotten_when_it_is_gone() -> None:
+    # What the entry replica ("any") answers, in turn, once b1 died: b1 still (its lease
+    # has not run out), b1 again, nobody (moving), then b2.
+    after_death: list[str | None] = ["http://b1", "http://b1", None, "http://b2"]
+    alive = {"b1": True}
+    seen: list[str] = []
+
+    def handle(request: httpx.Request) -> httpx.Response:
+        host = request.url.host
+        seen.append(host)
+        if host == "any":
+            owner = "http://b1" if alive["b1"] else after_death.pop(0)
+            if owner is None:
+                return httpx.Response(503, json={"error": "not_owner", "message": "moving", "owner": None})
+            return httpx.Response(307, headers={"location": owner + request.url.path},
+                                  json={"error": "not_owner", "message": "elsewhere", "owner": owner})
+        if host == "b1" and not alive["b1"]:
+            raise httpx.ConnectError("refused")
+        return httpx.Response(200, json={"at": host})
+
+    client, owners = _owners_client(handle)
+    assert await client.request("POST", "/t/x") == {"at": "b1"}
+    assert owners.get("http://any/t/x") == "http://b1/t/x"
+    seen.clear()
+    assert await client.request("POST", "/t/x") == {"at": "b1"}
+    assert seen == ["b1"]  # straight to the cached owner
+    alive["b1"] = False
+    seen.clear()
+    assert await client.request("POST", "/t/x") == {"at": "b2"}  # the move was only latency
+    assert seen == ["b1", "any", "b1", "any", "b1", "any", "any", "b2"]
+    assert owners.get("http://any/t/x") == "http://b2/t/x"
+
+
+async def test_without_an_owner_cache_a_moving_log_is_an_error_at_once() -> None:
+    moving = httpx.Response(503, json={"error": "not_owner", "message": "moving", "owner": None})
+    client, _ = _client([moving], retry=ONCE)
+    with pytest.raises(UnavailableError):
+        await client.request("GET", "/t/x")
+
+
+def test_the_owner_cache_keeps_the_most_recently_used() -> None:
+    cache = OwnerCache(size=2)
+    cache.put("a", "A")
+    cache.put("b", "B")
+    assert cache.get("a") == "A"
+    cache.put("c", "C")
+    assert (cache.get("a"), cache.get("b"), cache.get("c")) == ("A", None, "C")

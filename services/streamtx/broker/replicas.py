@@ -51,7 +51,9 @@ def ownership(settings: BrokerSettings, broker: Broker) -> Ownership:
             if name in manager.held:  # ours, maybe still opening: 503 meanwhile, never a 307 to us
                 broker.owners.pop(name, None)
             elif name not in broker.topics:
-                broker.owners[name] = await manager.owner_url(name)
+                owner = await manager.owner_url(name)
+                # Our own URL here: a lease of ours that we lost or released this very tick.
+                broker.owners[name] = owner if owner != manager.url else None
 
     async def created(name: str) -> None:
         """Return once the new topic has an owner (this replica or another), so the caller's
@@ -59,9 +61,12 @@ def ownership(settings: BrokerSettings, broker: Broker) -> Ownership:
         manager.nudge()
         deadline = asyncio.get_running_loop().time() + 2 * settings.lease_ttl_ms / 1000
         while name not in broker.topics and asyncio.get_running_loop().time() < deadline:
-            if (owner := await manager.owner_url(name)) is not None:
-                broker.owners[name] = owner
-                return
+            # Taken here and still opening: wait for it to open (never a 307 to ourselves).
+            if name not in manager.held:
+                owner = await manager.owner_url(name)
+                if owner is not None and owner != manager.url:
+                    broker.owners[name] = owner
+                    return
             await asyncio.sleep(_created_poll_s)
 
     def fenced(topic: str) -> None:

@@ -21,7 +21,7 @@ import orjson
 from pydantic import BaseModel
 
 from streamtx.errors import StreamtxError, UnavailableError, from_reply
-from streamtx.redirect import OwnerCache, send_to_owner
+from streamtx.redirect import OwnerCache, OwnerGone, send_to_owner
 from streamtx.transport.retry import OnRetry, RetryPolicy
 
 _json_headers = {"content-type": "application/json"}
@@ -80,7 +80,7 @@ class HttpClient:
         self._owned = http is None
         # Replicated services (the SDK's brokers): remember each log's owner, and wait up to
         # moving_wait_s (apart from the retry policy) while a log moves or its owner is gone:
-        # a refused connection or a 503 not_owner was never served, so any call may repeat.
+        # an owner refusing the connection or a 503 not_owner served nothing: any call may repeat.
         self._owners = owners
         self._moving_wait_s = moving_wait_s
         if http is None:
@@ -121,7 +121,7 @@ class HttpClient:
                     # send_to_owner follows a replica's 307 to the owner with our own headers.
                     response = await send_to_owner(self._http, method, url, content=content, params=params,
                                                    headers=headers, timeout=timeout, owners=self._owners)
-                except httpx.ConnectError as exc:
+                except OwnerGone as exc:
                     if time.monotonic() < until:
                         await asyncio.sleep(_moving_poll_s)
                         continue

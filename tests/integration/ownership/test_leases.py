@@ -117,3 +117,24 @@ async def test_stop_releases_at_once_so_the_next_owner_need_not_wait_for_the_ttl
     assert a_open.open == set() and await leases.members() == []
     await b.tick()
     assert b_open.open == {"0"}
+
+
+async def test_items_asked_for_at_every_balance_are_shared_out_as_they_appear(leases: LeaseStore) -> None:
+    catalog: list[str] = []
+
+    async def items() -> list[str]:  # the broker's topics: created while the replicas run
+        return list(catalog)
+
+    a_open, b_open = Opened(), Opened()
+    a = Ownership(leases, member="a", url="http://a", items=items, ttl_ms=3000,
+                  on_acquire=a_open.acquire, on_release=a_open.release)
+    b = Ownership(leases, member="b", url="http://b", items=items, ttl_ms=3000,
+                  on_acquire=b_open.acquire, on_release=b_open.release)
+    await a.tick()
+    await b.tick()
+    assert a_open.open == b_open.open == set()
+    catalog += ["t0", "t1", "t2", "t3"]
+    await a.tick()
+    await b.tick()
+    assert len(a_open.open) == len(b_open.open) == 2 and not a_open.open & b_open.open
+    assert a.items == b.items == catalog

@@ -16,6 +16,7 @@ from pydantic import BaseModel
 
 from streamtx.broker.deps import BrokerDep, topic_name
 from streamtx.errors import NotFoundError, NotOwnerError
+from streamtx.ownership import Ownership
 
 router = APIRouter(prefix="/lookup/v2/topic", tags=["lookup"])
 
@@ -51,7 +52,10 @@ async def lookup_topic(request: Request, broker: BrokerDep, tenant: str, namespa
     if base in broker.topics:
         url = request.app.state.settings.own_url()
     else:
-        url = broker.owners.get(base)
-        if url is None:
+        # Asked of Redis, not of the owner map (refreshed once a tick): a lookup is rare and
+        # should be as fresh as the leases.
+        ownership: Ownership | None = request.app.state.ownership
+        url = await ownership.owner_url(base) if ownership is not None else None
+        if url is None or url == request.app.state.settings.own_url():
             raise NotOwnerError(f"topic {base} is moving between brokers", None)
     return LookupData(brokerUrl=url, httpUrl=url, nativeUrl=url)

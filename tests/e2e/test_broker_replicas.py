@@ -1,0 +1,199 @@
+"""Broker replicas over Redis leases and the Kafka backend, all as real processes.
+
+Two brokers share the topics through leases in a real redis-server (each
+topic, all its partitions, served by one broker); one pending-ack store, one
+coordinator (leased too); every ledger on the tansu Kafka-protocol broker.
+Every peer and client knows only the first broker's URL and is redirected to
+each topic's owner. The failures: kill -9 the other broker during a
+transactional workload through the SDK (its topics move within the lease time,
+every transaction commits, every committed message is read once, nothing else)
+and SIGSTOP it past its lease (on SIGCONT none of its appends lands: the new
+owner fenced the partition ledgers).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import signal
+import uuid
+from collections.abc import Iterator
+from typing import Any
+
+import httpx
+import pytest
+
+from streamtx.client import StreamtxClient
+from streamtx.errors import StreamtxError
+from tests.conftest import kafka_url
+from tests.support.replicas import Replicas
+from tests.support.suite import eventually, everything
+
+
+@pytest.fixture(scope="module")
+def replicas(kafka_bootstrap: str, redis_url: str,
+             tmp_path_factory: pytest.TempPathFactory) -> Iterator[Replicas]:
+    with Replicas(kafka_url(kafka_bootstrap), redis_url, tmp_path_factory.mktemp("broker-replicas"),
+                  coordinators=1, brokers=2) as r:
+        yield r
+
+
+async def until_served(http: httpx.AsyncClient, method: str, url: str, **kw: Any) -> httpx.Response:
+    """The answer of ``url`` itself once it serves (503 while the topic it took still opens)."""
+    got: list[httpx.Response] = []
+
+    async def served() -> bool:
+        got.append(await http.request(method, url, **kw))
+        return got[-1].status_code != 503
+
+    await eventually(served, timeout_s=20, what=f"{method} {url} served")
+    return got[-1]
+
+
+async def topic_owner(http: httpx.AsyncClient, via: str, topic: str, partition: int = 0) -> str | None:
+    """Pulsar's lookup of one partition: its owner's URL (None while it moves)."""
+    r = await http.get(f"{via}/lookup/v2/topic/persistent/{topic.removeprefix('persistent://')}"
+                       f"-partition-{partition}")
+    if r.status_code == 503:
+        return None
+    assert r.status_code == 200, r.text
+    body = r.json()
+    assert body["brokerUrl"] == body["httpUrl"]
+    return str(body["httpUrl"])
+
+
+async def make_topics(replicas: Replicas, stem: str, n: int, partitions: int = 2) -> list[str]:
+    topics = [f"persistent://t/n/{stem}-{uuid.uuid4().hex[:6]}-{i}" for i in range(n)]
+    async with StreamtxClient(replicas.tcs[0].url) as client:
+        for t in topics:
+            await client.create_topic(t, partitions)
+    return topics
+
+
+async def topics_on_both(http: httpx.AsyncClient, replicas: Replicas, stem: str, partitions: int
+                         ) -> list[str]:
+    """New topics, as many as it takes (the spread is over every topic) for each broker to own one."""
+    topics: list[str] = []
+    await eventually(lambda: _broker_spread(http, replicas, []), timeout_s=20, what="both brokers up")
+    while not topics or not await _broker_spread(http, replicas, topics):
+        assert len(topics) < 12, "the spread never gave both brokers a topic"
+        topics += await make_topics(replicas, stem, 1, partitions)
+    return topics
+
+
+async def topics_by_owner(http: httpx.AsyncClient, replicas: Replicas, topics: list[str]
+                          ) -> dict[str | None, list[str]]:
+    out: dict[str | None, list[str]] = {}
+    for t in topics:
+        out.setdefault(await topic_owner(http, replicas.brokers[0].url, t), []).append(t)
+    return out
+
+
+async def test_topics_spread_over_the_brokers_and_a_non_owner_redirects(
+        replicas: Replicas, http: httpx.AsyncClient) -> None:
+    urls = [b.url for b in replicas.brokers]
+    topics = await make_topics(replicas, "spread", 4)
+
+    async def spread() -> bool:
+        placed = await topics_by_owner(http, replicas, topics)
+        return sorted(len(placed.get(u, [])) for u in urls) == [2, 2] and None not in placed
+
+    await eventually(spread, timeout_s=20, what="four topics spread two by two over two brokers")
+
+    async def agreed() -> bool:  # every broker answers the same owner, for every partition
+        views = [{await topic_owner(http, u, t, p) for u in urls for p in (0, 1)} for t in topics]
+        return all(len(v) == 1 and None not in v for v in views)
+
+    await eventually(agreed, what="every broker to answer the owner (once it opened the topic)")
+    r = await http.get(f"{urls[0]}/lookup/v2/topic/persistent/t/n/nope-{uuid.uuid4().hex[:6]}")
+    assert r.status_code == 404, r.text
+    owner = await topic_owner(http, urls[0], topics[0])
+    other = next(u for u in urls if u != owner)
+    path = f"/v1/topics/{topics[0].removeprefix('persistent://')}/messages"
+    r = await http.post(other + path, json={"messages": [{"value": "aGk="}]})
+    assert r.status_code == 307 and r.headers["location"] == f"{owner}{path}", r.text
+
+
+async def _transfer(client: StreamtxClient, producers: dict[str, Any], i: int) -> tuple[str, bool]:
+    """One transaction writing ``v<i>`` to every topic; (txn id, whether the SDK saw it commit)."""
+    txn = await client.new_transaction(timeout_ms=60_000)
+    try:
+        for p in producers.values():
+            await p.send(f"v{i}".encode(), key=f"k{i}", txn=txn)
+        await txn.commit()
+        return txn.txn_id, True
+    except StreamtxError:
+        with contextlib.suppress(StreamtxError):
+            await txn.abort()
+        return txn.txn_id, False
+
+
+async def test_a_killed_brokers_topics_move_and_a_transactional_workload_goes_on(
+        replicas: Replicas, http: httpx.AsyncClient) -> None:
+    victim = replicas.brokers[1]
+    topics = await topics_on_both(http, replicas, "kill", 2)
+    outcomes: list[tuple[int, str, bool]] = []
+    async with StreamtxClient(replicas.tcs[0].url) as client:
+        producers = {t: await client.producer(t, name=f"w-{uuid.uuid4().hex[:6]}") for t in topics}
+        for i in range(6):
+            outcomes.append((i, *await _transfer(client, producers, i)))
+        victim.kill9()
+        # The SDK sees the move as latency: the next transactions wait for the new owner.
+        for i in range(6, 14):
+            outcomes.append((i, *await _transfer(client, producers, i)))
+
+        async def moved() -> bool:
+            return [await topic_owner(http, replicas.brokers[0].url, t) for t in topics] == \
+                [replicas.brokers[0].url] * len(topics)
+
+        await eventually(moved, timeout_s=20, what="the killed broker's topics to move")
+        committed = {f"v{i}".encode() for i, txn, _ in outcomes
+                     if await _state(client, txn) == "COMMITTED"}
+        # Every transaction committed: the kill was only latency to the client.
+        assert all(ok for _, _, ok in outcomes) and len(committed) == len(outcomes), outcomes
+        for t in topics:  # every committed write exactly once, nothing else
+            got = await everything(client, t)
+            assert sorted(got) == sorted(committed), t
+    victim.start()  # it rejoins and takes its share back by handover
+    await eventually(lambda: _broker_spread(http, replicas, topics), timeout_s=20,
+                     what="the restarted broker to get a topic back")
+
+
+async def _broker_spread(http: httpx.AsyncClient, replicas: Replicas, topics: list[str]) -> bool:
+    """Every broker owns one of ``topics`` (none: every broker is a live member)."""
+    if not topics:
+        return [(await http.get(f"{b.url}/readyz")).status_code for b in replicas.brokers] == [200, 200]
+    placed = await topics_by_owner(http, replicas, topics)
+    return all(placed.get(b.url) for b in replicas.brokers)
+
+
+async def _state(client: StreamtxClient, txn: str) -> str:
+    return str((await client.transaction_metadata(txn))["state"])
+
+
+async def test_a_broker_paused_past_its_lease_lands_no_append_after_it_wakes(
+        replicas: Replicas, http: httpx.AsyncClient) -> None:
+    zombie, first = replicas.brokers[1], replicas.brokers[0]
+    topics = await topics_on_both(http, replicas, "pause", 1)
+    topic = (await topics_by_owner(http, replicas, topics))[zombie.url][0]
+    path = f"/v1/topics/{topic.removeprefix('persistent://')}/messages"
+    # "before", appended by the zombie-to-be
+    r = await until_served(http, "POST", zombie.url + path, json={"messages": [{"value": "YmVmb3Jl"}]})
+    assert r.status_code == 200, r.text
+    assert zombie.proc is not None
+    zombie.proc.send_signal(signal.SIGSTOP)
+    try:
+        async def moved() -> bool:
+            return await topic_owner(http, first.url, topic) == first.url
+
+        await eventually(moved, timeout_s=20, what="the paused broker's topic to move")
+        r = await http.post(first.url + path, json={"messages": [{"value": "YWZ0ZXI="}]})  # "after"
+        assert r.status_code == 200, r.text
+    finally:
+        zombie.proc.send_signal(signal.SIGCONT)
+    # The woken broker is asked to append at once, without following redirects: it may
+    # still believe it owns the topic, but the new owner's fence refuses its append.
+    answers = [await http.post(zombie.url + path, json={"messages": [{"value": "em9tYmll"}]})
+               for _ in range(5)]
+    assert all(a.status_code != 200 for a in answers), [a.text for a in answers]
+    async with StreamtxClient(replicas.tcs[0].url) as client:
+        assert sorted(await everything(client, topic)) == [b"after", b"before"]
