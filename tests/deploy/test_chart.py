@@ -81,7 +81,8 @@ def toggled(example: str) -> list[tuple[str, bool, list[Manifest]]]:
         for on in (True, False):
             sets = [f"components.{c}.enabled={str(on).lower()}"]
             if c == "redis" and not on:
-                sets += ["components.coordinator.replicas=1", "components.pendingack.replicas=1"]
+                sets += ["components.coordinator.replicas=1", "components.pendingack.replicas=1",
+                         "components.broker.replicas=1"]
             out.append((c, on, render(example, tuple(sets))))
     return out
 
@@ -175,7 +176,7 @@ def test_validation_bites() -> None:
 
 
 def test_the_schema_refuses_bad_values() -> None:
-    for bad in ("components.broker.replicas=3", "ledger.backend=s3",
+    for bad in ("components.broker.replicas=-1", "ledger.backend=s3",
                 "components.kafka.probes.liveness.path=x", "components.redis.tolerations=oops",
                 "components.broker.typo=1"):
         done = subprocess.run([helm.binary(), "template", "rel", ".", "--set", bad],
@@ -313,6 +314,27 @@ def test_coordinator_replicas_share_the_ids_through_redis() -> None:
         assert done.returncode != 0 and why in done.stderr, unsafe
 
 
+def test_broker_replicas_share_the_topics_through_redis() -> None:
+    docs = render("kafka-replicated")
+    (broker,) = [s for s in of_kind(docs, "StatefulSet") if s["metadata"]["name"] == "rel-streamtx-broker"]
+    assert broker["spec"]["replicas"] == 2
+    env = {e["name"]: e for e in broker["spec"]["template"]["spec"]["containers"][0]["env"]}
+    assert env["STREAMTX_REDIS_URL"]["value"] == "redis://rel-streamtx-redis:6379/0"
+    names = list(env)
+    assert names.index("STREAMTX_MEMBER") < names.index("STREAMTX_ADVERTISED_URL")
+    assert env["STREAMTX_ADVERTISED_URL"]["value"] == \
+        "http://$(STREAMTX_MEMBER).rel-streamtx-broker-headless.ns.svc:8080"
+    assert "STREAMTX_COORDINATOR_IDS" not in env
+    only_brokers = ["--set", "components.coordinator.replicas=1", "--set", "components.pendingack.replicas=1"]
+    needs = "components.broker.replicas > 1 needs "
+    for unsafe, why in (("components.redis.enabled=false", needs + "components.redis"),
+                        ("ledger.backend=file", needs + "ledger.backend=kafka")):
+        args = ["template", "rel", ".", "-f", str(EXAMPLES["kafka-replicated"]), *only_brokers,
+                "--set", unsafe]
+        done = subprocess.run([helm.binary(), *args], capture_output=True, text=True, cwd=CHART)
+        assert done.returncode != 0 and why in done.stderr, (unsafe, done.stderr)
+
+
 def test_pendingack_replicas_share_the_subscription_slots_through_redis() -> None:
     docs = render("kafka-replicated")
     (pa,) = [s for s in of_kind(docs, "StatefulSet") if s["metadata"]["name"] == "rel-streamtx-pendingack"]
@@ -324,7 +346,8 @@ def test_pendingack_replicas_share_the_subscription_slots_through_redis() -> Non
     assert env["STREAMTX_ADVERTISED_URL"]["value"] == \
         "http://$(STREAMTX_MEMBER).rel-streamtx-pendingack-headless.ns.svc:8080"
     args = ["template", "rel", ".", "-f", str(EXAMPLES["kafka-replicated"]), "--set",
-            "components.coordinator.replicas=1", "--set", "components.redis.enabled=false"]
+            "components.coordinator.replicas=1", "--set", "components.broker.replicas=1",
+            "--set", "components.redis.enabled=false"]
     done = subprocess.run([helm.binary(), *args], capture_output=True, text=True, cwd=CHART)
     assert done.returncode != 0 and "components.pendingack.replicas > 1 needs components.redis" in done.stderr
 

@@ -101,7 +101,7 @@ capabilities:
 {{- end -}}
 
 {{/* A leased service's membership (the coordinator's ids, the pending-ack store's
-subscription slots; .what names them): with Redis each replica is named after its
+subscription slots, the broker's topics; .what names them): with Redis each replica is named after its
 pod and advertises its pod's DNS name for redirects. Refuses replicas that could
 not share the logs safely. */}}
 {{- define "streamtx.replicaEnv" -}}
