@@ -14,7 +14,10 @@
 The LAST line is the summary:
 ``bench spark: records=<n> histograms_s=<..> compact_s=<..> records_per_s=<..>``
 where records_per_s is the records both jobs read over the time both took
-(``2 * records / (histograms_s + compact_s)``).
+(``2 * records / (histograms_s + compact_s)``). Before it, a profile per phase
+(plan, Spark tasks, writing the outputs / commit): wall seconds, CPU seconds of
+the whole process tree (driver, Spark JVM, Python workers, from /proc) and the
+load average, because wall time on a shared machine is mostly waiting.
 """
 
 from __future__ import annotations
@@ -53,6 +56,56 @@ def _pending_ack_log(args: tuple[str, int, int]) -> int:
     synth.write_ledger(root, f"pendingack/persistent://public/default/bench/sub-{sub}", list(
         synth.entries_of(recs, rng)))
     return len(recs)
+
+
+_tick = os.sysconf("SC_CLK_TCK")
+
+
+def tree_cpu() -> float:
+    """CPU seconds used so far by this process and its descendants (the Spark JVM and its workers)."""
+    stats: dict[int, list[str]] = {}
+    kids: dict[int, list[int]] = {}
+    for d in os.listdir("/proc"):
+        if d.isdigit():
+            try:
+                with open(f"/proc/{d}/stat") as f:
+                    raw = f.read()
+            except OSError:
+                continue
+            fields = raw[raw.rindex(")") + 2 :].split()  # state, ppid, ... (proc(5), from field 3)
+            stats[int(d)] = fields
+            kids.setdefault(int(fields[1]), []).append(int(d))
+    total, todo = 0, [os.getpid()]
+    while todo:
+        pid = todo.pop()
+        if pid in stats:  # utime, stime, and the reaped children's cutime, cstime
+            total += sum(int(x) for x in stats[pid][11:15])
+        todo += kids.get(pid, [])
+    return total / _tick
+
+
+class Phases:
+    """Wall and process-tree CPU seconds between marks, with the load average at each mark."""
+
+    def __init__(self) -> None:
+        self.rows: list[tuple[str, float, float, float]] = []
+        self.reset()
+
+    def reset(self) -> None:
+        self._wall, self._cpu = time.monotonic(), tree_cpu()
+
+    def of(self, job: str):  # type: ignore[no-untyped-def]
+        return lambda phase: self.mark(f"{job} {phase}")
+
+    def mark(self, name: str) -> None:
+        wall, cpu = time.monotonic(), tree_cpu()
+        self.rows.append((name, wall - self._wall, cpu - self._cpu, os.getloadavg()[0]))
+        self._wall, self._cpu = wall, cpu
+
+    def print(self) -> None:
+        print(f"{'phase':<22} {'wall_s':>8} {'cpu_s':>8} {'load1':>6}")
+        for name, wall, cpu, load in self.rows:
+            print(f"{name:<22} {wall:>8.1f} {cpu:>8.1f} {load:>6.1f}")
 
 
 def generate(root: Path, records: int, coordinators: int, subscriptions: int) -> int:
@@ -97,10 +150,12 @@ def main() -> None:
     print(f"ledgers: {n} records, {size / 1e6:.0f} MB in {root / 'ledgers'} "
           f"(generated or reused in {gen_s:.1f} s, not timed)")
 
+    phases = Phases()
     t0 = time.monotonic()
-    results = histograms.compute(spark, url)
+    results = histograms.compute(spark, url, on_phase=phases.of("histograms"))
     histograms.write(results, str(root / "out"), None, None)
     histograms_s = time.monotonic() - t0
+    phases.mark("histograms outputs")
     entries = sum(h.count for h in results.histograms["tc_log_records_per_entry"].values())
     cpu = results.extra["task_cpu_seconds"]
     print(f"histograms: {histograms_s:.1f} s ({cpu:.1f} s of CPU in the tasks), "
@@ -108,17 +163,22 @@ def main() -> None:
           f"charts in {root / 'out' / 'charts'}")
 
     t0 = time.monotonic()
-    reports = compact.run(spark, url)
+    phases.reset()
+    reports = compact.run(spark, url, on_phase=phases.of("compact"))
     compact_s = time.monotonic() - t0
     before = sum(r.records_before for r in reports)
     after = sum(r.records_after for r in reports)
     mb_before = sum(r.bytes_before for r in reports) / 1e6
     mb_after = sum(r.bytes_after for r in reports) / 1e6
     cpu = sum(r.cpu_s for r in reports)
-    print(f"compact: {compact_s:.1f} s ({cpu:.1f} s of CPU in the tasks), {len(reports)} logs, "
+    write_cpu = sum(r.write_cpu_s for r in reports)
+    print(f"compact: {compact_s:.1f} s ({cpu:.1f} s of CPU in the tasks, {write_cpu:.1f} s of it "
+          f"writing the bases), {len(reports)} logs, "
           f"records {before} -> {after}, "
           f"bytes {mb_before:.0f} MB -> {mb_after:.1f} MB")
     spark.stop()
+    phases.print()
+    print(f"load average after: {os.getloadavg()[0]:.1f}")
     print(f"bench spark: records={n} histograms_s={histograms_s:.1f} compact_s={compact_s:.1f} "
           f"records_per_s={2 * n / (histograms_s + compact_s):.0f}")
 

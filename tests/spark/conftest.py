@@ -18,6 +18,13 @@ from typing import Any
 import pytest
 
 _here = Path(__file__).parent
+# Small inputs: the JVM's start and its JIT are most of the CPU a test run costs.
+# C1 only and the serial collector cut that by about half; no long job runs here.
+_test_conf = {
+    "spark.driver.extraJavaOptions": "-XX:TieredStopAtLevel=1 -XX:+UseSerialGC -XX:CICompilerCount=1",
+    "spark.default.parallelism": "2",
+    "spark.driver.memory": "1g",
+}
 _session: list[Any] = []
 
 
@@ -52,6 +59,6 @@ def spark() -> Iterator[Any]:
 
         with warnings.catch_warnings():
             warnings.simplefilter("ignore", ResourceWarning)
-            _session.append(get_session("local[2]", "streamtx-tests", shuffle_partitions=2))
+            _session.append(get_session("local[2]", "streamtx-tests", shuffle_partitions=2, conf=_test_conf))
     yield _session[0]
     _stop()

@@ -1,4 +1,4 @@
-"""The compact job on file ledgers, and the coordinator's log reading the base it wrote."""
+"""The compact job on file ledgers; the coordinator and a running broker read and adopt the bases."""
 
 from __future__ import annotations
 
@@ -33,65 +33,6 @@ async def _recover(url: str) -> tuple[Any, TransactionLog]:
     table = TxnTable(0)
     await txlog.replay(table.apply)
     return _state(table), txlog
-
-
-def test_compaction_commits_atomically_and_recovery_reads_base_then_tail(spark: Any, tmp_path: Path) -> None:
-    url = f"file://{tmp_path}"
-    name = "txnlog/c1/0"
-    rng = random.Random(3)
-    recs = synth.txn_log_records(0, 1200, rng, open_share=0.1)
-    live = synth.write_ledger(str(tmp_path), name, list(synth.entries_of(recs, rng, max_batch=64)),
-                              segment_bytes=50_000, chaos=synth.Chaos(duplicate=0.05, trim_fraction=0.05))
-    expected = TxnTable(0)
-    lid = ledger_id_for(name)
-    replay_entries([Entry(Position(lid, e), p) for e, p in live], None,
-                   lambda p, i, n, raw: expected.apply(tc.LogRef(p, i, n), tc.decode(raw)))
-
-    # A run that dies before its commit point: a base is written, nothing names it.
-    (dead,) = compact.run(spark, url, pattern="txnlog/*", commit=False)
-    assert dead.generation == 0 and dead.records_after < dead.records_before
-    assert asyncio.run(_manifest(url)) == {}
-
-    (report,) = compact.run(spark, url, pattern="txnlog/*")
-    assert report.generation == 0 and report.cut == live[-1][0] + 1
-    assert report.records_after < report.records_before / 5
-    assert report.bytes_after < report.bytes_before / 5
-    assert asyncio.run(_manifest(url))[name].records == report.records_after
-
-    async def recover_and_append() -> None:
-        state, txlog = await _recover(url)
-        assert state == _state(expected)
-        assert txlog.adopted_base == 0
-        left = await txlog._ledger.read(None, 10)
-        assert all(e.position.entry_id >= report.cut for e in left)  # adopted: trimmed below the cut
-        segments = sorted((tmp_path / "txnlog%2Fc1%2F0").glob("*.seg"))
-        assert int(segments[0].stem) > 0  # whole segments below the cut are gone
-        await txlog.append(tc.ReserveIds(10**6))  # the tail grows past the cut
-        await txlog.close()
-        state, txlog = await _recover(url)  # base, then the tail
-        assert state == (_state(expected)[0], 10**6)
-        await txlog.close()
-
-    asyncio.run(recover_and_append())
-    # A second compaction starts from the base in force.
-    (second,) = compact.run(spark, url, pattern="txnlog/*")
-    assert second.generation == 1 and second.records_before == report.records_after + 1
-    assert second.records_after <= second.records_before
-
-    async def recover_again() -> None:
-        state, txlog = await _recover(url)
-        assert state == (_state(expected)[0], 10**6) and txlog.adopted_base == 1
-        await txlog.close()
-
-    asyncio.run(recover_again())
-
-
-async def _manifest(url: str) -> dict[str, compacted.BaseInfo]:
-    factory = open_ledger_factory(url)
-    try:
-        return await compacted.read_manifest(factory)
-    finally:
-        await factory.close()
 
 
 class _Broker:
@@ -142,30 +83,96 @@ class _Broker:
         self.loop.close()
 
 
-def test_a_running_broker_adopts_its_compacted_snapshot_ledger(spark: Any, tmp_path: Path) -> None:
+def _txn_log(root: Path) -> tuple[str, TxnTable, int]:
+    """A transaction log of coordinator 0 (10% left open; duplicates, a trim): its state, its end."""
+    name = "txnlog/c1/0"
+    rng = random.Random(3)
+    recs = synth.txn_log_records(0, 1200, rng, open_share=0.1)
+    live = synth.write_ledger(str(root), name, list(synth.entries_of(recs, rng, max_batch=64)),
+                              segment_bytes=50_000, chaos=synth.Chaos(duplicate=0.05, trim_fraction=0.05))
+    expected = TxnTable(0)
+    lid = ledger_id_for(name)
+    replay_entries([Entry(Position(lid, e), p) for e, p in live], None,
+                   lambda p, i, n, raw: expected.apply(tc.LogRef(p, i, n), tc.decode(raw)))
+    return name, expected, live[-1][0] + 1
+
+
+def test_compaction_commits_atomically_and_owners_adopt_it(spark: Any, tmp_path: Path) -> None:
+    """One store, one job run per step: a coordinator's log and a running broker's snapshot ledger.
+
+    Each ``compact.run`` compacts both logs at once (as in production), so each
+    step is asserted for both owners: a run that dies before its commit point
+    changes nothing; a committed one is read as base then tail by a restarted
+    coordinator, and adopted by the running broker after its next snapshot and
+    read back when it restarts; a second run starts from the bases in force.
+    """
     url = f"file://{tmp_path}"
+    name, expected, end = _txn_log(tmp_path)
+    snap = "tbsnapshot/t/ns/tb-partition-0"
     broker = _Broker(url)
     try:
         broker.abort(300)
-        compact.run(spark, url, pattern="tbsnapshot/*", commit=False)  # dies before its commit point
+        by_log = {r.ledger: r for r in compact.run(spark, url, commit=False)}  # dies before its commit
+        assert set(by_log) == {name, snap}
+        assert by_log[name].generation == 0 and by_log[name].records_after < by_log[name].records_before
         assert asyncio.run(_manifest(url)) == {}
-        (report,) = compact.run(spark, url, pattern="tbsnapshot/*")
-        assert report.ledger == "tbsnapshot/t/ns/tb-partition-0" and report.generation == 0
-        # Kept: the newest index and its 58 segments; dropped: the superseded indexes.
-        assert report.records_after == 59 < report.records_before
-        assert report.bytes_after < report.bytes_before / 3
-        # While it runs: the next snapshot adopts the base (trims the ledger below the cut).
+
+        by_log = {r.ledger: r for r in compact.run(spark, url)}
+        report, tb = by_log[name], by_log[snap]
+        assert report.generation == 0 and report.cut == end
+        assert report.records_after < report.records_before / 5
+        assert report.bytes_after < report.bytes_before / 5
+        assert asyncio.run(_manifest(url))[name].records == report.records_after
+        # The snapshot ledger keeps the newest index and its 58 segments; superseded indexes go.
+        assert tb.generation == 0 and tb.records_after == 59 < tb.records_before
+        assert tb.bytes_after < tb.bytes_before / 3
+
+        async def recover_and_append() -> None:
+            state, txlog = await _recover(url)
+            assert state == _state(expected)
+            assert txlog.adopted_base == 0
+            left = await txlog._ledger.read(None, 10)
+            assert all(e.position.entry_id >= report.cut for e in left)  # adopted: trimmed below the cut
+            segments = sorted((tmp_path / "txnlog%2Fc1%2F0").glob("*.seg"))
+            assert int(segments[0].stem) > 0  # whole segments below the cut are gone
+            await txlog.append(tc.ReserveIds(10**6))  # the tail grows past the cut
+            await txlog.close()
+            state, txlog = await _recover(url)  # base, then the tail
+            assert state == (_state(expected)[0], 10**6)
+            await txlog.close()
+
+        asyncio.run(recover_and_append())
+        # The broker, while it runs: its next snapshot adopts the base (trims below the cut).
         broker.part.compaction.check_every_s = 0
         broker.abort(20)
         assert broker.part.compaction.generation == 0
-        assert broker.part.snap.first_position().entry_id >= report.cut  # type: ignore[union-attr]
+        assert broker.part.snap.first_position().entry_id >= tb.cut  # type: ignore[union-attr]
         broker.restart()  # recovery reads base then ledger; the partition ledger is empty
         assert sorted(broker.part.tb.aborted) == sorted(broker.aborted)
-        # A second compaction, of base + tail; a restart reads the new base.
-        (second,) = compact.run(spark, url, pattern="tbsnapshot/*")
-        assert second.generation == 1 and second.records_after <= second.records_before
+
+        # A second compaction starts from the bases in force.
+        by_log = {r.ledger: r for r in compact.run(spark, url)}
+        second, tb2 = by_log[name], by_log[snap]
+        assert second.generation == 1 and second.records_before == report.records_after + 1
+        assert second.records_after <= second.records_before
+        assert tb2.generation == 1 and tb2.records_after <= tb2.records_before
+
+        async def recover_again() -> None:
+            state, txlog = await _recover(url)
+            assert state == (_state(expected)[0], 10**6) and txlog.adopted_base == 1
+            await txlog.close()
+
+        asyncio.run(recover_again())
         broker.restart()
         assert sorted(broker.part.tb.aborted) == sorted(broker.aborted)
         assert broker.part.compaction.generation == 1
     finally:
         broker.close()
+
+
+async def _manifest(url: str) -> dict[str, compacted.BaseInfo]:
+    factory = open_ledger_factory(url)
+    try:
+        return await compacted.read_manifest(factory)
+    finally:
+        await factory.close()

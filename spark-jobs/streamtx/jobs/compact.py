@@ -41,6 +41,7 @@ import contextlib
 import json
 import os
 import time
+from collections.abc import Callable
 from dataclasses import asdict, dataclass
 from typing import Any
 
@@ -71,6 +72,7 @@ class LogReport:
     bytes_before: int
     bytes_after: int
     cpu_s: float = 0.0  # the task's CPU time (wall time on a busy machine says little)
+    write_cpu_s: float = 0.0  # of which encoding and writing the base
 
 
 @dataclass
@@ -104,10 +106,12 @@ def compact_log(work: _Work) -> LogReport:
     else:
         kept = compaction.compact_pending_ack_log(lid, deletions, base, entries)
     kept.bytes_before += sum(len(r[3]) + 16 for r in base)
+    cpu1 = time.process_time()
     data = compacted.encode_base(kept.records, work.cut)
     asyncio.run(_write_base(ref.url, compacted.base_ledger(ref.name, work.generation), data))
+    cpu2 = time.process_time()
     return LogReport(ref.name, ref.kind, work.generation, work.cut, kept.records_before, len(kept.records),
-                     kept.bytes_before, sum(map(len, data)), time.process_time() - cpu0)
+                     kept.bytes_before, sum(map(len, data)), cpu2 - cpu0, cpu2 - cpu1)
 
 
 async def _load(url: str, name: str) -> tuple[compacted.BaseInfo, list[compacted.BaseRecord]] | None:
@@ -184,15 +188,25 @@ def plan(spark: Any, url: str, *, pattern: str = "*", names: list[str] | None = 
 
 
 def run(spark: Any, url: str, *, pattern: str = "*", names: list[str] | None = None,
-        split_bytes: int = 32 << 20, commit: bool = True) -> list[LogReport]:
-    """Plan, write the bases on Spark, commit; the reports (``commit=False``: a run that dies there)."""
+        split_bytes: int = 32 << 20, commit: bool = True,
+        on_phase: Callable[[str], None] | None = None) -> list[LogReport]:
+    """Plan, write the bases on Spark, commit; the reports (``commit=False``: a run that dies there).
+
+    ``on_phase`` is called with ``plan``, ``tasks`` and ``commit`` as each ends (the bench's profile).
+    """
+    mark = on_phase or (lambda _: None)
     work, manifest = plan(spark, url, pattern=pattern, names=names, split_bytes=split_bytes)
+    mark("plan")
     if not work:
         return []
+    # Biggest logs first: one task per log, and a big one started last would run alone.
+    work.sort(key=lambda w: -sum(t.split.hi - t.split.lo for t in w.tasks))
     sc = spark.sparkContext
     reports: list[LogReport] = sc.parallelize(work, len(work)).map(compact_log).collect()
+    mark("tasks")
     if commit:
         asyncio.run(_commit(url, reports, manifest))
+    mark("commit")
     return reports
 
 

@@ -42,6 +42,7 @@ from streamtx.pendingack import records as pa
 from streamtx.pendingack.state import LogSlot, SubscriptionState
 
 Place = tuple[int, int, int]  # entry_id, batch_index, batch_size
+_tuple_new = tuple.__new__
 
 
 @dataclass
@@ -102,8 +103,11 @@ def compact_txn_log(coordinator_id: int, ledger_id: int, deletions: Deletions | 
     table = TxnTable(coordinator_id)
     replay = _Replay(ledger_id, deletions)
 
+    table_apply, decode = table.apply, tc.decode
+
     def apply(position: Position, index: int, size: int, raw: bytes) -> None:
-        table.apply(tc.LogRef(position, index, size), tc.decode(raw))
+        # tuple.__new__: the NamedTuple's own constructor costs twice as much (per record).
+        table_apply(_tuple_new(tc.LogRef, (position, index, size)), decode(raw))
 
     before = replay.run(base, entries, apply)
     keep = [(r.position.entry_id, r.batch_index, r.batch_size) for m in table.unfinished() for r in m.refs]

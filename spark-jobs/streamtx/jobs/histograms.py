@@ -26,7 +26,7 @@ from __future__ import annotations
 import argparse
 import os
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from typing import Any
 
 from streamtx.jobs import aggregate, outputs
@@ -55,11 +55,17 @@ def _merge(a: tuple[Any, ...], b: tuple[Any, ...]) -> tuple[Any, ...]:
 
 def compute(spark: Any, url: str, *, pattern: str = "*", names: list[str] | None = None,
             since_ms: int | None = None, until_ms: int | None = None,
-            split_bytes: int = 32 << 20, split_entries: int = 50_000) -> outputs.Results:
-    """Run the job's Spark part; the results, not yet written anywhere."""
+            split_bytes: int = 32 << 20, split_entries: int = 50_000,
+            on_phase: Callable[[str], None] | None = None) -> outputs.Results:
+    """Run the job's Spark part; the results, not yet written anywhere.
+
+    ``on_phase`` is called with ``plan`` and ``tasks`` as each ends (the bench's profile).
+    """
+    mark = on_phase or (lambda _: None)
     started = time.monotonic()
     refs = find_ledgers(url, pattern, names, _kinds)
     tasks = plan_tasks(spark, refs, split_bytes=split_bytes, split_entries=split_entries)
+    mark("plan")
     results = outputs.Results("histograms")
     if tasks:
         pairs = spark.sparkContext.parallelize(tasks, slices(spark, len(tasks))).mapPartitions(
@@ -73,6 +79,7 @@ def compute(spark: Any, url: str, *, pattern: str = "*", names: list[str] | None
             collected[key] = (old[0] + n, old[1] + total)
     else:
         collected, cpu_s = {}, 0.0
+    mark("tasks")
     minutes = []
     for key, (n, total) in collected.items():
         if key[0] == "h":

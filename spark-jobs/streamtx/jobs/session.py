@@ -34,8 +34,9 @@ def library_zip(directory: str | None = None) -> str:
     return path
 
 
-def get_session(master: str | None = None, app: str = "streamtx", *, shuffle_partitions: int = 8) -> Any:
-    """The job's SparkSession (an active one is reused: spark-submit, tests)."""
+def get_session(master: str | None = None, app: str = "streamtx", *, shuffle_partitions: int = 8,
+                conf: dict[str, str] | None = None) -> Any:
+    """The job's SparkSession (an active one is reused: spark-submit, tests); ``conf`` adds settings."""
     from pyspark.sql import SparkSession
 
     os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
@@ -49,15 +50,17 @@ def get_session(master: str | None = None, app: str = "streamtx", *, shuffle_par
         builder = SparkSession.builder.appName(app)
         if master or not SparkConf().contains("spark.master"):  # spark-submit sets it
             builder = builder.master(master or "local[*]")
-        spark = (
+        builder = (
             builder.config("spark.ui.enabled", "false")
             .config("spark.sql.shuffle.partitions", str(shuffle_partitions))
             .config("spark.python.worker.reuse", "true")
             .config("spark.ui.showConsoleProgress", "false")
             .config("spark.sql.execution.arrow.pyspark.enabled", "true")
             .config("spark.driver.memory", os.environ.get("STREAMTX_SPARK_DRIVER_MEMORY", "2g"))
-            .getOrCreate()
         )
+        for key, value in (conf or {}).items():
+            builder = builder.config(key, value)
+        spark = builder.getOrCreate()
         spark.sparkContext.setLogLevel("WARN")
     ship_library(spark)
     return spark
