@@ -57,6 +57,17 @@ class Topic:
         epochs = [e for p in self.partitions if (e := p.producers.max_epoch(producer)) is not None]
         return max(epochs, default=None)
 
+    def check_epoch(self, producer: ProducerInfo | None) -> int | None:
+        """The producer name's latest epoch (None without a producer or epoch yet); 409 when
+        ``producer`` is older (a fenced zombie)."""
+        if producer is None:
+            return None
+        fence = self.fence_epoch(producer.name)
+        if fence is not None and producer.epoch < fence:
+            raise ConflictError(f"producer {producer.name} epoch {producer.epoch} is fenced "
+                                f"(latest epoch {fence})")
+        return fence
+
     def route(self, messages: list[Outgoing], producer: ProducerInfo | None = None
               ) -> dict[int, list[Message]]:
         """Explicit partition, else hash of the key, else round robin.
@@ -85,12 +96,7 @@ class Topic:
     async def produce(self, messages: list[Outgoing], txn: TxnId | None,
                       producer: ProducerInfo | None) -> list[str]:
         """Store one entry per partition touched; message ids in request order."""
-        fence = None
-        if producer is not None:
-            fence = self.fence_epoch(producer.name)
-            if fence is not None and producer.epoch < fence:
-                raise ConflictError(f"producer {producer.name} epoch {producer.epoch} is fenced "
-                                    f"(latest epoch {fence})")
+        fence = self.check_epoch(producer)
         routed = self.route(messages, producer)
         if not routed and producer is not None:
             routed = {0: []}  # no messages: just record the producer's epoch
@@ -116,12 +122,7 @@ class Topic:
             if index in seen:
                 raise MalformedError(f"partition {index} named by two sections")
             seen.add(index)
-        fence = None
-        if producer is not None:
-            fence = self.fence_epoch(producer.name)
-            if fence is not None and producer.epoch < fence:
-                raise ConflictError(f"producer {producer.name} epoch {producer.epoch} is fenced "
-                                    f"(latest epoch {fence})")
+        fence = self.check_epoch(producer)
         if not sections:
             if producer is not None:  # no messages: just record the producer's epoch
                 await self.partitions[0].produce_batch(RawBatch(b"", 0, 0, 0), txn, producer, fence)
