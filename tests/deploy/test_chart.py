@@ -387,3 +387,22 @@ def test_notes_render() -> None:
     notes = out.split("NOTES:")[1]
     assert "kafka ledgers on rel-streamtx-kafka:9092" in notes and "helm test rel -n ns" in notes
     assert "http://rel-streamtx-coordinator.ns.svc:8080" in notes and "Auth is on" in notes
+
+
+def test_the_pushgateway_is_scraped_as_compose_scrapes_it() -> None:
+    """The Spark jobs' outputs: a ServiceMonitor for their Pushgateway, with the labels of
+    compose's ``spark-jobs`` scrape job (the Spark dashboard selects on them)."""
+    assert not [d for d in of_kind(render("defaults"), "ServiceMonitor") if "spark" in d["metadata"]["name"]]
+    docs = render("defaults", ("monitoring.pushgateway.enabled=true", "monitoring.pushgateway.namespace=mon"))
+    (monitor,) = [d for d in of_kind(docs, "ServiceMonitor")
+                  if d["metadata"]["name"] == "rel-streamtx-spark-jobs"]
+    validate(monitor)
+    assert monitor["spec"]["selector"]["matchLabels"] == {"app.kubernetes.io/name": "prometheus-pushgateway"}
+    assert monitor["spec"]["namespaceSelector"] == {"matchNames": ["mon"]}
+    (endpoint,) = monitor["spec"]["endpoints"]
+    added = {r["targetLabel"]: r["replacement"] for r in endpoint["relabelings"]}
+    compose = yaml.safe_load((ROOT / "deploy" / "prometheus" / "prometheus.yml").read_text())
+    (job,) = [j for j in compose["scrape_configs"] if j["job_name"] == "spark-jobs"]
+    assert endpoint["honorLabels"] is job["honor_labels"] is True
+    assert set(added) == set(job["static_configs"][0]["labels"]) == {"service", "cluster"}
+    assert added == {"service": "spark-jobs", "cluster": values("defaults")["cluster"]}
