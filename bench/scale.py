@@ -25,11 +25,14 @@ of each), both with four coordinator ids and four processes on file ledgers:
 ``redis_records_per_entry``: log records per ledger entry written during the
 ``redis`` load (every transaction log read back after the run);
 ``redis_vs_inprocess``: the ``redis`` throughput (requests/s, creates and
-aborts) over the ``in-process`` one. ``broker_x2`` stays ``n/a``: partitions
-are not leased, a second broker cannot share them.
+aborts) over the ``in-process`` one.
+
+``broker_x2``: produce+fetch(+ack) throughput of two broker replicas sharing
+eight topics through leases over one broker owning all eight, same run, rounds
+interleaved, best of each (:mod:`scale_broker` says how).
 
 Last line:
-``bench scale: tc_x2=<…> broker_x2=n/a redis_records_per_entry=<…> redis_vs_inprocess=<…>``
+``bench scale: tc_x2=<…> broker_x2=<…> redis_records_per_entry=<…> redis_vs_inprocess=<…>``
 """
 
 from __future__ import annotations
@@ -55,6 +58,7 @@ import redis  # noqa: E402
 from tests.support.procs import free_port, redis_server  # noqa: E402
 
 from coordinator import _LUA, LoadResult, run_wrk  # noqa: E402
+from scale_broker import measure_brokers, started, summed  # noqa: E402
 from streamtx.batching.codec import decode_entry  # noqa: E402
 from streamtx.coordinator.log import ledger_name  # noqa: E402
 from streamtx.ledger import Position, open_ledger_factory  # noqa: E402
@@ -124,29 +128,17 @@ def wait_spread(urls: list[str], per_replica: int) -> None:
 def load(urls: list[str], duration: int, script: Path, name: str) -> LoadResult:
     per = 64 // len(urls)
     with ThreadPoolExecutor(len(urls)) as pool:
-        parts = list(pool.map(lambda u: run_wrk(name, f"{u}/v1/transactions", duration, script,
-                                                connections=per, threads=1), urls))
-    return LoadResult(name, sum(p.requests_per_s for p in parts), max(p.p50_ms for p in parts),
-                      max(p.p99_ms for p in parts), sum(p.errors for p in parts))
+        return summed(name, list(pool.map(lambda u: run_wrk(name, f"{u}/v1/transactions", duration, script,
+                                                            connections=per, threads=1), urls)))
 
 
 def measure(replicas: int, work: Path, redis_url: str, duration: int, script: Path, run: int) -> LoadResult:
     data = work / f"tc{replicas}-{run}"
     data.mkdir()
-    procs: list[subprocess.Popen[bytes]] = []
-    try:
-        urls = []
-        for i in range(replicas):
-            proc, url = start_replica(data, redis_url, f"r{i}")
-            procs.append(proc)
-            urls.append(url)
+    names = [f"r{i}" for i in range(replicas)]
+    with started(lambda name: start_replica(data, redis_url, name), names) as urls:
         wait_spread(urls, 4 // replicas)
         return load(urls, duration, script, f"{replicas} replica{'s' if replicas > 1 else ''}")
-    finally:
-        for p in procs:
-            p.send_signal(signal.SIGINT)
-        for p in procs:
-            p.wait(30)
 
 
 def wait_workers(redis_url: str, cluster: str, workers: int) -> None:
@@ -223,6 +215,8 @@ def main() -> None:
     parser.add_argument("--duration", type=int, default=10, help="seconds per load run (10)")
     parser.add_argument("--rounds", type=int, default=2,
                         help="interleaved rounds; the best of each counts (2)")
+    parser.add_argument("--only", choices=("tc", "broker", "redis"), action="append",
+                        help="run only these measures (repeatable); the others print n/a")
     args = parser.parse_args()
     if shutil.which("wrk") is None:
         sys.exit("wrk not found: run `make setup`")
@@ -232,26 +226,40 @@ def main() -> None:
     loop_script = work / "create-abort.lua"
     loop_script.write_text(_CREATE_ABORT_LUA)
     best: dict[int, LoadResult] = {}
+    best_brokers: dict[int, LoadResult] = {}
     best_buffer: dict[str, tuple[LoadResult, float]] = {}
+    only = set(args.only or ("tc", "broker", "redis"))
     try:
         with redis_server() as redis_url:
             for run in range(args.rounds):
-                for replicas in (1, 2):
+                for replicas in (1, 2) if "tc" in only else ():
                     r = measure(replicas, work, redis_url, args.duration, script, run)
                     print(r.line(), flush=True)
                     if replicas not in best or r.requests_per_s > best[replicas].requests_per_s:
                         best[replicas] = r
-                for mode in ("redis", "in-process"):
+                for replicas in (1, 2) if "broker" in only else ():
+                    r = measure_brokers(replicas, work, redis_url, args.duration, run)
+                    print(r.line(), flush=True)
+                    if r.requests_per_s > best_brokers.get(replicas, r).requests_per_s or \
+                            replicas not in best_brokers:
+                        best_brokers[replicas] = r
+                for mode in ("redis", "in-process") if "redis" in only else ():
                     r, per_entry = measure_buffer(mode, work, redis_url, args.duration, loop_script, run)
                     print(f"{r.line()}  records/entry {per_entry:.1f}", flush=True)
                     if mode not in best_buffer or r.requests_per_s > best_buffer[mode][0].requests_per_s:
                         best_buffer[mode] = (r, per_entry)
     finally:
         shutil.rmtree(work, ignore_errors=True)
-    tc_x2 = best[2].requests_per_s / best[1].requests_per_s
-    (buffered, per_entry), (alone, _) = best_buffer["redis"], best_buffer["in-process"]
-    print(f"bench scale: tc_x2={tc_x2:.2f} broker_x2=n/a redis_records_per_entry={per_entry:.1f} "
-          f"redis_vs_inprocess={buffered.requests_per_s / alone.requests_per_s:.2f}", flush=True)
+    def ratio(two: LoadResult | None, one: LoadResult | None) -> str:
+        return f"{two.requests_per_s / one.requests_per_s:.2f}" if two and one else "n/a"
+
+    tc_x2 = ratio(best.get(2), best.get(1))
+    broker_x2 = ratio(best_brokers.get(2), best_brokers.get(1))
+    buffered, per_entry = best_buffer.get("redis", (None, None))
+    alone, _ = best_buffer.get("in-process", (None, None))
+    entry = f"{per_entry:.1f}" if per_entry is not None else "n/a"
+    print(f"bench scale: tc_x2={tc_x2} broker_x2={broker_x2} redis_records_per_entry={entry} "
+          f"redis_vs_inprocess={ratio(buffered, alone)}", flush=True)
 
 
 if __name__ == "__main__":
