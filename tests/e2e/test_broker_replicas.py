@@ -23,10 +23,11 @@ import httpx
 import pytest
 
 from streamtx.client import StreamtxClient
+from streamtx.client.names import path_of
 from streamtx.errors import StreamtxError
 from tests.conftest import kafka_url
 from tests.support.replicas import Replicas
-from tests.support.suite import eventually, everything
+from tests.support.suite import eventually, everything, receive
 
 
 @pytest.fixture(scope="module")
@@ -131,12 +132,24 @@ async def test_a_killed_brokers_topics_move_and_a_transactional_workload_goes_on
         replicas: Replicas, http: httpx.AsyncClient) -> None:
     victim = replicas.brokers[1]
     topics = await topics_on_both(http, replicas, "kill", 2)
+    victims = (await topics_by_owner(http, replicas, topics))[victim.url]
     outcomes: list[tuple[int, str, bool]] = []
     async with StreamtxClient(replicas.tcs[0].url) as client:
         producers = {t: await client.producer(t, name=f"w-{uuid.uuid4().hex[:6]}") for t in topics}
         for i in range(6):
             outcomes.append((i, *await _transfer(client, producers, i)))
+        # One transaction straddles the kill: it produced to every topic and acked on a
+        # subscription of the victim's before, and commits after. The coordinator's end
+        # calls and the pending-ack store's are redirected to the new owner.
+        worker = await client.consumer(victims[0], "work", "earliest", "Shared")
+        got = await receive(worker, 6)
+        straddle = await client.new_transaction(timeout_ms=60_000)
+        for p in producers.values():
+            await p.send(b"vS", key="kS", txn=straddle)
+        await worker.ack(got, txn=straddle)
         victim.kill9()
+        await straddle.commit()
+        outcomes.append((14, straddle.txn_id, True))
         # The SDK sees the move as latency: the next transactions wait for the new owner.
         for i in range(6, 14):
             outcomes.append((i, *await _transfer(client, producers, i)))
@@ -146,13 +159,15 @@ async def test_a_killed_brokers_topics_move_and_a_transactional_workload_goes_on
                 [replicas.brokers[0].url] * len(topics)
 
         await eventually(moved, timeout_s=20, what="the killed broker's topics to move")
-        committed = {f"v{i}".encode() for i, txn, _ in outcomes
+        committed = {(f"v{i}" if i < 14 else "vS").encode() for i, txn, _ in outcomes
                      if await _state(client, txn) == "COMMITTED"}
         # Every transaction committed: the kill was only latency to the client.
         assert all(ok for _, _, ok in outcomes) and len(committed) == len(outcomes), outcomes
         for t in topics:  # every committed write exactly once, nothing else
-            got = await everything(client, t)
-            assert sorted(got) == sorted(committed), t
+            assert sorted(await everything(client, t)) == sorted(committed), t
+        # The straddling acks were committed on the new owner: the six messages are gone.
+        stats = await client.broker.call("GET", f"/v1/topics/{path_of(victims[0])}/subscriptions/work/stats")
+        assert (stats["heldByTransactions"], stats["msgBacklog"]) == (0, len(committed) - 6), stats
     victim.start()  # it rejoins and takes its share back by handover
     await eventually(lambda: _broker_spread(http, replicas, topics), timeout_s=20,
                      what="the restarted broker to get a topic back")
