@@ -3,9 +3,13 @@ processes on its port, one by default)."""
 
 from __future__ import annotations
 
-from streamtx.coordinator.app import build_app
-from streamtx.coordinator.settings import CoordinatorSettings
-from streamtx.service.run import run_service
+from streamtx import workermetrics
+
+workermetrics.prepare()  # before prometheus_client is imported: workers share their metrics
+
+from streamtx.coordinator.app import build_app  # noqa: E402
+from streamtx.coordinator.settings import CoordinatorSettings  # noqa: E402
+from streamtx.service.run import run_service  # noqa: E402
 
 
 def main() -> None:

@@ -189,6 +189,7 @@ class TransactionCoordinator:
 
     async def close(self) -> None:
         self.status = "Closed"
+        self.metrics.untrack()
         for task in list(self._tasks):
             task.cancel()
         await asyncio.gather(*self._tasks, return_exceptions=True)

@@ -32,6 +32,9 @@ from prometheus_client import REGISTRY, CollectorRegistry, Counter, Gauge, Histo
 from prometheus_client.core import GaugeMetricFamily
 from prometheus_client.registry import Collector
 
+from streamtx import workermetrics
+from streamtx.workermetrics import track, untrack
+
 # Pulsar's execution-latency buckets, in seconds (10 ms .. 5 min and beyond).
 latency_buckets = (0.01, 0.02, 0.05, 0.1, 0.5, 1.0, 5.0, 15.0, 30.0, 60.0, 300.0, 1500.0, 3000.0)
 _labels = ("cluster", "coordinator_id")
@@ -58,10 +61,14 @@ class _PulsarCounts(Collector):
 
     def collect(self) -> list[GaugeMetricFamily]:  # type: ignore[override]
         out = []
+        # Workers on one port: the counts of all of them (streamtx.workermetrics), not this one's.
+        merged = workermetrics.merged_families() if workermetrics.enabled() else None
         for name, counter in self._counters.items():
             family = GaugeMetricFamily(f"pulsar_txn_{name}_count", f"Transactions {name} (Pulsar's name)",
                                        labels=_labels)
-            for metric in counter.collect():
+            own = next(iter(counter.describe())).name
+            sources = counter.collect() if merged is None else [merged[own]] if own in merged else []
+            for metric in sources:
                 for sample in metric.samples:
                     if sample.name.endswith("_total"):
                         family.add_metric([sample.labels[k] for k in _labels], sample.value)
@@ -91,14 +98,14 @@ def _families_of(registry: CollectorRegistry) -> _Families:
             appends=Counter(
                 "pulsar_txn_append_log", "Transaction-log records appended", _labels, registry=registry
             ),
-            active=Gauge(
+            active=Gauge(  # a coordinator id handed over counts 0 in its old worker (untrack)
                 "pulsar_txn_active_count", "Transactions not yet finished", _labels, registry=registry,
                 multiprocess_mode="livesum",
             ),
             ending_oldest=Gauge(
                 "streamtx_coordinator_ending_oldest_seconds",
                 "Time the oldest transaction in this ending state has waited for its fan-out",
-                (*_labels, "state"), registry=registry, multiprocess_mode="max",
+                (*_labels, "state"), registry=registry, multiprocess_mode="livemax",
             ),
             latency=Histogram(
                 "pulsar_txn_execution_latency_seconds", "Time from open to final state",
@@ -110,7 +117,8 @@ def _families_of(registry: CollectorRegistry) -> _Families:
                 _labels, registry=registry,
             ),
         )
-        registry.register(_PulsarCounts({
+        derived = workermetrics.aggregated() if workermetrics.enabled() and registry is REGISTRY else registry
+        derived.register(_PulsarCounts({
             "created": fam.created, "committed": fam.committed, "aborted": fam.aborted,
             "timeout": fam.timed_out,
         }))
@@ -136,12 +144,18 @@ class CoordinatorMetrics:
 
     def track_active(self, count: Callable[[], int]) -> None:
         """Read the active-transaction gauge from ``count`` at every scrape."""
-        self._active.set_function(count)
+        track(self._active, count)
 
     def track_ending_oldest(self, seconds_in: Callable[[str], float]) -> None:
         """Read, at every scrape, how long the oldest COMMITTING / ABORTING txn has waited."""
         for state in ("COMMITTING", "ABORTING"):
-            self._ending_oldest.labels(*self._labels, state).set_function(partial(seconds_in, state))
+            track(self._ending_oldest.labels(*self._labels, state), partial(seconds_in, state))
+
+    def untrack(self) -> None:
+        """The coordinator closed (its id handed over, maybe to a sibling worker): its gauges read 0."""
+        untrack(self._active)
+        for state in ("COMMITTING", "ABORTING"):
+            untrack(self._ending_oldest.labels(*self._labels, state))
 
     def observe_latency(self, outcome: str, seconds: float) -> None:
         self._latency.labels(*self._labels, outcome).observe(seconds)

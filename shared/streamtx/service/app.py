@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 from collections.abc import AsyncIterator, Callable
 from contextlib import AbstractAsyncContextManager
@@ -9,17 +10,19 @@ from typing import Any
 
 from fastapi import FastAPI
 from fastapi.responses import JSONResponse, Response
-from prometheus_client import REGISTRY, CollectorRegistry, Gauge, generate_latest
+from prometheus_client import REGISTRY, CollectorRegistry, Gauge
 from prometheus_client.exposition import CONTENT_TYPE_LATEST
 from prometheus_fastapi_instrumentator import Instrumentator
 from prometheus_fastapi_instrumentator import metrics as http_metrics
 
+from streamtx import workermetrics
 from streamtx.service.auth import authorizer
 from streamtx.service.bodylimit import BodyLimit
 from streamtx.service.errors import error_response, install_error_handlers
 from streamtx.service.fastlane import FastLane, HotRoutes, LaneTable, observer
 from streamtx.service.longpoll import LongPolls
 from streamtx.service.settings import ServiceSettings
+from streamtx.workermetrics import track
 
 
 class ServiceState:
@@ -42,11 +45,15 @@ def create_app(
 
     @contextlib.asynccontextmanager
     async def lifespan_ending_polls(app: FastAPI) -> AsyncIterator[None]:
+        # Workers: this one's callback gauges reach its metrics file every second.
+        syncing = asyncio.create_task(workermetrics.sync_forever()) if workermetrics.enabled() else None
         async with lifespan(app):
             try:
                 yield
             finally:  # (serve() ends them earlier, as soon as the stop signal arrives)
                 polls.end_all()
+                if syncing is not None:
+                    syncing.cancel()
 
     # Metrics are Prometheus (below). FastAPI's native OpenTelemetry hook asks
     # the OTel API for its providers on every request even when none is set up:
@@ -71,11 +78,13 @@ def create_app(
     instrumentator.add(http_metrics.latency(registry=http_registry))
     # 1 while /readyz answers 200 (the "coordinator not ready" alert reads it;
     # the scrape adds the service label).
-    Gauge("streamtx_service_ready", "1 while the service is ready (/readyz answers 200)", ["cluster"],
-          registry=http_registry).labels(settings.cluster).set_function(lambda: float(state.ready))
+    # With workers: ready while every live worker is; long polls add up over them.
+    track(Gauge("streamtx_service_ready", "1 while the service is ready (/readyz answers 200)", ["cluster"],
+                registry=http_registry, multiprocess_mode="livemin").labels(settings.cluster),
+          lambda: float(state.ready))
     instrumentator.instrument(app)
-    Gauge("streamtx_long_polls_open", "long-poll requests waiting now (fetches)",
-          registry=http_registry).set_function(lambda: len(polls))
+    track(Gauge("streamtx_long_polls_open", "long-poll requests waiting now (fetches)",
+                registry=http_registry, multiprocess_mode="livesum"), lambda: len(polls))
     # Added last, so it runs first: hot routes skip the layers above (fastlane.py), and
     # it checks every request's token (auth.py).
     app.state.fast_lane = LaneTable(enabled=settings.fast_lane)
@@ -86,7 +95,7 @@ def create_app(
 
     @app.get("/metrics", include_in_schema=False)
     async def metrics() -> Response:
-        body = generate_latest(REGISTRY) + generate_latest(http_registry)
+        body = workermetrics.latest(REGISTRY, http_registry)
         return Response(body, media_type=CONTENT_TYPE_LATEST)
 
     @app.get("/healthz")

@@ -21,6 +21,9 @@ app and serves it here. ``N > 1``: this process becomes a supervisor that
   its leases run out, as with any dead replica; the restarted one joins as a new
   member.
 
+``/metrics`` answers for every worker of the port, whichever answers the scrape
+(:mod:`streamtx.workermetrics`; the service's ``__main__`` prepares it).
+
 A worker dies with its supervisor (``PR_SET_PDEATHSIG``): a supervisor killed
 with SIGKILL leaves no orphan holding the port.
 """
@@ -45,6 +48,7 @@ from typing import Any, TypeVar
 
 from fastapi import FastAPI
 
+from streamtx import workermetrics
 from streamtx.service.run import LOG_FORMAT, serve
 from streamtx.service.settings import ServiceSettings
 
@@ -133,6 +137,8 @@ class _Supervisor:
         while not self.stopping:
             wait([p.sentinel for p in self.workers.values()], timeout=0.5)
             for index, proc in list(self.workers.items()):
+                if proc.exitcode is not None and proc.pid is not None:
+                    workermetrics.process_died(proc.pid)
                 if proc.exitcode is not None and not self.stopping:
                     log.error("worker %d (pid %s) exited with %s; restarting it", index, proc.pid,
                               proc.exitcode)
@@ -157,5 +163,6 @@ def _supervise(factory: Callable[[S], FastAPI], settings: S, base_member: str) -
     signal.signal(signal.SIGINT, sup.forward)
     log.info("supervising %d workers on %s:%d", settings.workers, settings.host, settings.port)
     code = sup.run()
+    workermetrics.cleanup()
     if code:
         sys.exit(code if code < 128 else 1)

@@ -20,6 +20,7 @@ from pathlib import Path
 import httpx
 import pytest
 import redis
+from prometheus_client.parser import text_string_to_metric_families
 
 from tests.integration.coordinator.conftest import TOPIC, ClientFactory, TcClient, TcFactory, lease_holders
 from tests.integration.coordinator.participant import Participant
@@ -201,3 +202,33 @@ async def test_redis_down_is_503_and_the_workers_recover_when_it_returns(
         assert (await retried(tc, "POST", f"/v1/transactions/{txn}/partitions")).status_code == 200
         assert (await retried(tc, "POST", f"/v1/transactions/{txn}/commit")).json()["state"] == "COMMITTED"
         proc.stop()
+
+
+async def test_a_scrape_of_any_worker_counts_the_whole_port(
+        file_url: str, tc_factory: TcFactory, client_factory: ClientFactory) -> None:
+    proc = tc_factory(file_url)
+    tc = client_factory(proc)  # a new connection per request: the kernel picks the worker
+    txns = [await tc.create() for _ in range(24)]
+    for txn in txns:
+        await tc.abort(txn)
+
+    async def scraped() -> dict[str, float]:
+        r = await tc.http.get("/metrics")
+        assert r.status_code == 200, r.text
+        families = list(text_string_to_metric_families(r.text))
+        names = [f.name for f in families]
+        assert len(names) == len(set(names)), "a metric family twice"
+        return {f"{f.name}/{s.name}": sum(x.value for x in f.samples if x.name == s.name)
+                for f in families for s in f.samples}
+
+    for _ in range(8):  # each scrape lands on any of the 4 workers, and answers for all of them
+        totals = await scraped()
+        assert totals["pulsar_txn_created/pulsar_txn_created_total"] == 24, totals
+        assert totals["pulsar_txn_created_count/pulsar_txn_created_count"] == 24
+        assert totals["pulsar_txn_aborted/pulsar_txn_aborted_total"] == 24
+        assert totals["streamtx_service_ready/streamtx_service_ready"] == 1
+
+    async def settled() -> bool:  # a sibling's gauges reach its file every second
+        return (await scraped())["pulsar_txn_active_count/pulsar_txn_active_count"] == 0
+
+    await eventually(settled, what="no active transaction on any worker")
