@@ -18,8 +18,8 @@ from typing import Any
 import pytest
 
 _here = Path(__file__).parent
-# Small inputs: the JVM's start and its JIT are most of the CPU a test run costs.
-# C1 only and the serial collector cut that by about half; no long job runs here.
+# Small inputs: the JVM's start and its JIT are most of the CPU a test run costs
+# (get_session already runs a local JVM on C1 with the serial collector).
 _test_conf = {
     "spark.driver.extraJavaOptions": "-XX:TieredStopAtLevel=1 -XX:+UseSerialGC -XX:CICompilerCount=1",
     "spark.default.parallelism": "2",

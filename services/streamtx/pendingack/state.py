@@ -352,6 +352,8 @@ class SubscriptionState:
             if floor is None or floor < cumulative:
                 self.committed_cumulative[ledger] = cumulative
                 self._committed.drop_covered(cumulative)
+        if self.max_committed_ids <= 0:
+            return  # none remembered (a compaction's replay): adding ids only to evict them costs a third
         # An id stays known as committed unless the floor acks all of it (a whole-entry id
         # is only partly below a floor inside its entry: its other messages must still
         # conflict with another transaction's acks).
