@@ -164,9 +164,20 @@ async def forwarding_workload(url: str, txns: int = 40) -> None:
     Paced over several scrapes, so the rates have samples to span."""
     limits = httpx.Limits(max_keepalive_connections=0)
     async with httpx.AsyncClient(base_url=url, timeout=60, limits=limits) as http:
+
+        async def post(path: str, body: dict[str, Any] | None = None) -> httpx.Response:
+            # 503 while an id moves between the workers (a late lease renewal on a busy
+            # machine): again (a commit is idempotent; at worst a second open transaction).
+            for _ in range(100):
+                r = await http.post(path, json=body)
+                if r.status_code != 503:
+                    return r
+                await asyncio.sleep(0.2)
+            return r
+
         for _ in range(txns):
-            txn = (await http.post("/v1/transactions", json={"timeout_ms": 60_000})).json()["txn_id"]
-            assert (await http.post(f"/v1/transactions/{txn}/commit")).status_code == 200
+            txn = (await post("/v1/transactions", {"timeout_ms": 60_000})).json()["txn_id"]
+            assert (await post(f"/v1/transactions/{txn}/commit")).status_code == 200
             await asyncio.sleep(0.2)
 
 
