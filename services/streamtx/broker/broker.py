@@ -120,6 +120,8 @@ class Broker:
         any previous owner, then recovered from snapshot and ledger) and its subscriptions."""
         if name in self.topics:
             return
+        if self.replicas:  # what the previous owner recorded until it let go
+            await self.catch_up()
         record = self.catalog.topics[name]
         notifier = Notifier()
         parts: list[Partition] = []
@@ -138,6 +140,22 @@ class Broker:
                 await p.close()
             raise
         self.topics[name] = topic
+
+    async def catch_up(self) -> None:
+        """Replicas: fold in what other replicas recorded since the last tick; a subscription
+        recorded for a topic open here (by its previous owner, as it let go) opens here too."""
+        # Under the lock creations take: a subscription created here is recorded before it
+        # is opened, and must not be opened a second time (a second cursor writer) meanwhile.
+        async with self._lock:
+            for r in await self.catalog.refresh():
+                topic = self.topics.get(r["topic"])
+                if topic is None or r["kind"] == "topic":
+                    continue
+                sub = self.catalog.topics[r["topic"]].subscriptions.get(r["subscription"])
+                if sub is not None and r["subscription"] not in topic.subscriptions:
+                    opened = await self._open_subscription(
+                        topic, r["subscription"], SubscriptionType(sub.type), sub.initial_position, new=False)
+                    opened.replicated = sub.replicated
 
     async def release(self, name: str, *, lost: bool) -> None:
         """Close a topic: with a final snapshot and flushed cursors when handed over; at once when
@@ -177,7 +195,7 @@ class Broker:
     async def known(self, name: str) -> TopicRecord:
         """What the catalog says of ``name`` (replicas: caught up first if it is not there yet)."""
         if name not in self.catalog.topics and self.replicas:
-            await self.catalog.refresh()
+            await self.catch_up()
         record = self.catalog.topics.get(name)
         if record is None:
             raise NotFoundError(f"topic {name} does not exist")

@@ -43,7 +43,7 @@ def ownership(settings: BrokerSettings, broker: Broker) -> Ownership:
         await broker.release(item, lost=lost)
 
     async def topics() -> list[str]:
-        await broker.catalog.refresh()
+        await broker.catch_up()
         return list(broker.catalog.topics)
 
     async def refresh_owners() -> None:

@@ -423,8 +423,11 @@ class Subscription:
         self.notifier.changed()
 
     def restore_held(self, ids: list[str]) -> None:
+        # A unit already gone was deleted by a commit's end that overtook this answer (the
+        # store listed it while the commit was on its way): holding it would be stale.
         for part, unit in self._resolve_all(ids):
-            part.held.setdefault(unit, _unknown_txn)
+            if not part.is_gone(unit):
+                part.held.setdefault(unit, _unknown_txn)
 
     # --- stats -----------------------------------------------------------------------
 
