@@ -14,6 +14,8 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import json
+import os
+import signal
 import time
 import uuid
 from collections.abc import Coroutine, Iterator
@@ -139,6 +141,7 @@ def workers_coordinator(tmp: Path) -> Iterator[ServiceProcess]:
             "STREAMTX_LEDGER_URL": f"file://{tmp / 'workers-ledgers'}", "STREAMTX_TEST_LOG_DIR": str(tmp),
             "STREAMTX_WORKERS": "2", "STREAMTX_REDIS_URL": redis_url, "STREAMTX_COORDINATOR_IDS": "0,1",
             "STREAMTX_MEMBER": "tc", "STREAMTX_LEASE_TTL_MS": "1500"})
+        workers: list[int] = []
         try:
             proc.start(60)
             with redis.Redis.from_url(redis_url, decode_responses=True) as r:
@@ -149,9 +152,16 @@ def workers_coordinator(tmp: Path) -> Iterator[ServiceProcess]:
                 while None in holders() or len({str(h).rpartition("|")[0] for h in holders()}) < 2:
                     assert time.monotonic() < deadline, f"ids not spread over the workers: {holders()}"
                     time.sleep(0.1)
+            workers = proc.children()
             yield proc
         finally:
             proc.stop()
+            # A worker still stopping after its supervisor was killed (a busy machine) would
+            # outlive the test: the workers are ours, so they go too.
+            for pid in workers:
+                with contextlib.suppress(OSError):
+                    if b"streamtx.coordinator" in Path(f"/proc/{pid}/cmdline").read_bytes():
+                        os.kill(pid, signal.SIGKILL)
 
 
 async def both(*runs: Coroutine[Any, Any, None]) -> None:

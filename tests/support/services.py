@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import os
 import signal
 import subprocess
@@ -55,6 +56,18 @@ class ServiceProcess:
             return "\n".join(self.log_path.read_text(errors="replace").splitlines()[-lines:])
         except OSError:
             return "(no log)"
+
+    def children(self) -> list[int]:
+        """Its child processes' pids (a supervisor's workers), from /proc: a process's parent
+        is field 4 of its stat."""
+        if self.proc is None:
+            return []
+        found = []
+        for stat in Path("/proc").glob("[0-9]*/stat"):
+            with contextlib.suppress(OSError, ValueError):
+                if int(stat.read_text().rpartition(")")[2].split()[1]) == self.proc.pid:
+                    found.append(int(stat.parent.name))
+        return sorted(found)
 
     def kill9(self) -> None:
         """Crash it: SIGKILL, no chance to flush or close anything."""

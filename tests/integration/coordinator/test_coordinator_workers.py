@@ -10,12 +10,10 @@ test_coordinator_api.py, parametrised.)
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import itertools
 import os
 import signal
 import time
-from pathlib import Path
 
 import httpx
 import pytest
@@ -34,16 +32,9 @@ P0 = f"{TOPIC}-partition-0"
 
 
 def workers_of(proc: ServiceProcess) -> list[int]:
-    """The supervisor's children (from /proc: every process's parent is field 4 of its stat)."""
-    assert proc.proc is not None
-    children = []
-    for stat in Path("/proc").glob("[0-9]*/stat"):
-        with contextlib.suppress(OSError):
-            fields = stat.read_text().rpartition(")")[2].split()
-            if int(fields[1]) == proc.proc.pid:
-                children.append(int(stat.parent.name))
+    children = proc.children()
     assert len(children) == 4, children
-    return sorted(children)
+    return children
 
 
 def live_members(proc: ServiceProcess) -> set[str]:
