@@ -165,6 +165,7 @@ class Broker:
             return
         for sub in topic.subscriptions.values():
             await sub.close()
+        await self.replication.forget(name)
         for p in topic.partitions:
             if not lost:
                 try:  # a clean stop leaves a fresh snapshot: the next owner replays nothing

@@ -270,6 +270,15 @@ class Replication:
                         "connected_count": 1.0 if link and link.connected else 0.0}
         return out
 
+    async def forget(self, topic: str) -> None:
+        """Drop ``topic``'s links (broker replicas: another broker serves it now, and its
+        replication cursors there are the ones the controller's calls move)."""
+        for key in [k for k in self.links if k[0] == topic]:
+            for c in self.links.pop(key).cursors:
+                await c.close()
+        for key in [k for k in self.incoming if k[0] == topic]:
+            del self.incoming[key]
+
     async def close(self) -> None:
         for link in self.links.values():
             for c in link.cursors:
