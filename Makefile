@@ -6,7 +6,7 @@ DATA    ?= data
 export PYTHONPATH := shared:services:spark-jobs:.
 
 .PHONY: setup run test lint spark-histograms spark-compact bench bench-spark bench-log bench-tc bench-txn bench-peer demo demo-long clean bench-bounded bench-auth
-.PHONY: run-geo bench-repl
+.PHONY: run-geo bench-repl bench-stack
 
 setup: $(STAMP)
 
@@ -83,6 +83,10 @@ bench-spark: setup
 
 bench-peer: setup
 	$(PY) bench/peer.py
+
+# issue 15 item 4: server loop and parser, client loop, fetch batch; JSON decoders (bench/stack.py)
+bench-stack: setup
+	$(PY) bench/stack.py $(ARGS)
 
 # Spark jobs over the ledgers of $(DATA) (spark-jobs/; ARGS adds options, e.g. ARGS='--pattern txnlog/*').
 SPARK_OUT ?= $(DATA)/spark

@@ -24,6 +24,7 @@ from pathlib import Path
 from typing import Any
 
 from streamtx.demo.layout import RunConfig, generator_log
+from streamtx.demo.procs import LOOPS, run_async
 from streamtx.demo.records import encode, next_record
 from streamtx.demo.rest import Rest
 from streamtx.errors import ConflictError, StreamtxError
@@ -100,9 +101,10 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--duration", type=float, default=30.0, help="seconds")
     parser.add_argument("--count", type=int, default=0, help="stop after this many records (0: no limit)")
     parser.add_argument("--seed", type=int, default=1)
+    parser.add_argument("--loop", choices=LOOPS, default="uvloop")
     args = parser.parse_args(argv)
     cfg = RunConfig.load(args.run_dir)
-    asyncio.run(run(cfg, args.run_dir, args.broker, args.rate, args.duration, args.seed, args.count))
+    run_async(run(cfg, args.run_dir, args.broker, args.rate, args.duration, args.seed, args.count), args.loop)
 
 
 if __name__ == "__main__":

@@ -2,16 +2,32 @@
 
 from __future__ import annotations
 
+import asyncio
 import os
 import signal
 import socket
 import subprocess
 import sys
 import time
+from collections.abc import Coroutine
 from pathlib import Path
+from typing import Any, TypeVar
 
 import streamtx
 from streamtx.service.readiness import wait_ready
+
+T = TypeVar("T")
+LOOPS = ("uvloop", "asyncio")
+
+
+def run_async(coro: Coroutine[Any, Any, T], loop: str) -> T:
+    """Run ``coro`` on a new event loop of the kind named (``uvloop`` or ``asyncio``): the
+    demo's workers and generator take ``--loop`` so bench/stack.py can compare them."""
+    if loop == "uvloop":
+        import uvloop
+
+        return uvloop.run(coro)
+    return asyncio.run(coro)
 
 
 def child_env(extra: dict[str, str]) -> dict[str, str]:

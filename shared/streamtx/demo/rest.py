@@ -157,6 +157,11 @@ class Rest:
         out = await self._call(self._br, "GET", path)
         return [int(p) for p in out["partitions"]]
 
+    async def close_consumer(self, topic: str, sub: str, consumer: str) -> None:
+        """The consumer leaves (a Failover subscription moves its partitions, with what it had out)."""
+        path = f"/v1/topics/{tenant}/{namespace}/{topic}/subscriptions/{sub}/consumers/{consumer}"
+        await self._call(self._br, "DELETE", path)
+
     async def ack(self, topic: str, sub: str, message_ids: list[str], txn_id: str | None = None,
                   cumulative: bool = False) -> None:
         path = f"/v1/topics/{tenant}/{namespace}/{topic}/subscriptions/{sub}/acks"

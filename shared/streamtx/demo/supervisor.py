@@ -62,6 +62,9 @@ class Options:
     assignment: str = "failover"  # "shared": the naive job on one Shared subscription
     spare: tuple[str, ...] = ()  # processes chaos never kills
     backlog: int = 0  # > 0: write this many records first, then start the workers (throughput mode)
+    loop: str = "uvloop"  # the workers' and the generator's event loop (procs.LOOPS)
+    fetch_max: int = 10_000  # records per worker fetch
+    service_env: dict[str, str] = field(default_factory=dict)  # more STREAMTX_* for the services
 
 
 @dataclass
@@ -104,6 +107,7 @@ class Demo:
             "STREAMTX_STUCK_TXN_AFTER_S": str(max(5.0, 3 * opts.txn_timeout_ms / 1000)),
             "STREAMTX_STUCK_TXN_INTERVAL_S": "2",
             **{f"STREAMTX_{n.upper()}_URL": u for n, u in self.urls.items()},
+            **opts.service_env,
         }
         self.services = {
             n: Child(n, f"streamtx.{n}", [], {**env, "STREAMTX_HOST": "127.0.0.1",
@@ -117,6 +121,7 @@ class Demo:
                 "--broker", self.urls["broker"], "--index", str(i), "--workers", str(opts.workers),
                 "--commit-interval-ms", str(opts.commit_interval_ms),
                 "--txn-timeout-ms", str(opts.txn_timeout_ms), "--assignment", opts.assignment,
+                "--loop", opts.loop, "--fetch-max", str(opts.fetch_max),
             ], {}, self.run_dir / "logs" / f"worker-{i}.log")
             for i in range(opts.workers)
         ]
@@ -269,7 +274,7 @@ class Demo:
             return subprocess.Popen(
                 [sys.executable, "-m", "streamtx.demo.generator", "--run-dir", str(self.run_dir),
                  "--broker", self.urls["broker"], "--rate", str(rate), "--duration", str(duration_s),
-                 "--count", str(count), "--seed", str(self.opts.seed)],
+                 "--count", str(count), "--seed", str(self.opts.seed), "--loop", self.opts.loop],
                 stdout=subprocess.PIPE, stderr=log, env=child_env({}),
             )
 

@@ -72,6 +72,7 @@ from pathlib import Path
 from typing import Any, TextIO
 
 from streamtx.demo.layout import RunConfig, read_jsonl, worker_log
+from streamtx.demo.procs import LOOPS, run_async
 from streamtx.demo.records import SearchRecord, decode
 from streamtx.demo.reorder import ReorderBuffer
 from streamtx.demo.rest import (
@@ -153,6 +154,7 @@ class Worker:
         # the one before it so long that it risks its own timeout. A commit longer than the
         # interval still overlaps (as a Kafka client's next batch overlaps its commit): under
         # load, or with a backlog's full transactions, commits take about an interval.
+        self.fetch_max = fetch_max
         self.pipeline_limit_s = max(self.commit_interval_s, txn_timeout_ms / 1000 / 5)
         self.buf: ReorderBuffer[Held] = ReorderBuffer()
         self.timing: defaultdict[str, float] = defaultdict(float)  # seconds per phase, this transaction
@@ -275,11 +277,20 @@ class Worker:
         t0 = self.last_fetch = time.monotonic()
         try:
             # The Failover subscription hands out only the partitions we are active on.
-            got = await self.rest.fetch(self.cfg.source_topic, self.sub, self.consumer, fetch_max, wait_ms)
+            got = await self.rest.fetch(self.cfg.source_topic, self.sub, self.consumer, self.fetch_max,
+                                        wait_ms)
             self.timing["fetch"] += time.monotonic() - t0 - (wait_ms / 1000 if not got else 0)
             self.timing["fetched"] += len(got)
             return got
-        except StreamtxError:
+        except StreamtxError as exc:
+            print(f"{self.name}: fetch failed ({type(exc).__name__}); leaving the subscription",
+                  file=sys.stderr, flush=True)
+            # A fetch that timed out may have been answered: the broker handed its records
+            # to us, and a Failover subscription never redelivers to a consumer that stays
+            # (no ack timeout). Leaving makes the broker hand them out again, in order, to
+            # whoever is active on their partitions next (we rejoin with the next fetch).
+            with contextlib.suppress(StreamtxError):
+                await self.rest.close_consumer(self.cfg.source_topic, self.sub, self.consumer)
             await asyncio.sleep(0.1)
             return []
 
@@ -638,6 +649,8 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--commit-interval-ms", type=int, default=500)
     parser.add_argument("--txn-timeout-ms", type=int, default=10_000)
     parser.add_argument("--assignment", choices=("failover", "shared"), default="failover")
+    parser.add_argument("--loop", choices=LOOPS, default="uvloop")
+    parser.add_argument("--fetch-max", type=int, default=fetch_max, help="records per fetch")
     args = parser.parse_args(argv)
     cfg = RunConfig.load(args.run_dir)
 
@@ -645,6 +658,7 @@ def main(argv: list[str] | None = None) -> None:
         rest = Rest(args.coordinator, args.broker, timeout_s=5.0)
         worker = Worker(cfg, args.run_dir, rest, args.index, args.workers, args.commit_interval_ms,
                         args.txn_timeout_ms)
+        worker.fetch_max = args.fetch_max
 
         def stop() -> None:
             worker.stopping = True
@@ -659,7 +673,7 @@ def main(argv: list[str] | None = None) -> None:
             await rest.aclose()
         return 0
 
-    code = asyncio.run(go())
+    code = run_async(go(), args.loop)
     sys.stdout.flush()
     os._exit(code)
 

@@ -15,7 +15,7 @@ import socket
 import sys
 from collections.abc import Callable
 from types import FrameType
-from typing import TypeVar
+from typing import Literal, TypeVar
 
 import uvicorn
 from fastapi import FastAPI
@@ -72,13 +72,17 @@ class _Server(uvicorn.Server):
         super().handle_exit(sig, frame)
 
 
-def serve(app: FastAPI, host: str, port: int, sock: socket.socket | None = None) -> None:
-    """Serve ``app`` until SIGINT/SIGTERM, on ``host:port`` or on ``sock`` (bound by the caller)."""
+def serve(app: FastAPI, host: str, port: int, sock: socket.socket | None = None, *,
+          loop: Literal["auto", "uvloop", "asyncio"] = "auto",
+          http: Literal["auto", "httptools", "h11"] = "auto") -> None:
+    """Serve ``app`` until SIGINT/SIGTERM, on ``host:port`` or on ``sock`` (bound by the caller);
+    ``loop`` and ``http``: uvicorn's event loop and HTTP parser (``STREAMTX_SERVER_LOOP``/``_HTTP``)."""
     tune_gc()
     logging.basicConfig(level=logging.INFO, format=LOG_FORMAT)
     # No proxy-header rewriting: no service reads the client address.
     config = uvicorn.Config(app, host=host, port=port, log_level="warning", access_log=False,
-                            proxy_headers=False, server_header=False, timeout_graceful_shutdown=5)
+                            proxy_headers=False, server_header=False, timeout_graceful_shutdown=5,
+                            loop=loop, http=http)
     try:
         polls = getattr(app.state, "long_polls", None)
         if polls is None:  # a bare FastAPI app (bench-tc's baseline) has none to end

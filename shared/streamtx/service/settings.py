@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from pathlib import Path
-from typing import ClassVar
+from typing import ClassVar, Literal
 
 from pydantic import Field, model_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
@@ -37,6 +37,12 @@ class ServiceSettings(BaseSettings):
         16 << 20, ge=1024, description="a larger request body is refused with 413 before it is read",
     )
     fast_lane: bool = Field(True, description="serve the hot routes ahead of FastAPI's stack (fastlane.py)")
+    # uvicorn's "auto" picks uvloop and httptools (both come with uvicorn[standard]);
+    # bench/stack.py measures the alternatives on the demo's job (README of the demo).
+    server_loop: Literal["auto", "uvloop", "asyncio"] = Field(
+        "auto", description="the server's event loop (auto: uvloop when installed)")
+    server_http: Literal["auto", "httptools", "h11"] = Field(
+        "auto", description="the server's HTTP/1.1 parser (auto: httptools when installed)")
     # Several processes on one port (service/workers.py). Only a service whose logs are
     # leased (it sets ``supports_workers``) may run more than one: two processes owning
     # every log would fence each other's appends.

@@ -85,7 +85,8 @@ def run_service(factory: Callable[[S], FastAPI], settings: S, *, base_member: st
     ``base_member``: the name the workers' member names start with (default hostname-pid).
     """
     if settings.workers == 1:
-        serve(factory(settings), settings.host, settings.port)
+        serve(factory(settings), settings.host, settings.port, loop=settings.server_loop,
+              http=settings.server_http)
         return
     _supervise(factory, settings, base_member or f"{socket.gethostname()}-{os.getpid()}")
 
@@ -102,7 +103,8 @@ def _worker(factory: Callable[[S], FastAPI], settings: S, supervisor: int) -> No
     if os.getppid() != supervisor:  # it died before prctl took effect
         return
     sock = reuseport_socket(settings.host, settings.port)
-    serve(factory(settings), settings.host, settings.port, sock=sock)
+    serve(factory(settings), settings.host, settings.port, sock=sock, loop=settings.server_loop,
+          http=settings.server_http)
 
 
 class _Supervisor:
