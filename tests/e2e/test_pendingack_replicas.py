@@ -113,7 +113,7 @@ async def test_a_killed_stores_subscriptions_move_and_the_workload_loses_and_rep
         workers = [asyncio.create_task(consume_transactionally(client, topic, n, committed[n], stop))
                    for n in names]
         try:
-            await eventually(lambda: _at_least(committed, 3), timeout_s=60, what="a few commits on each")
+            await eventually(lambda: _at_least(committed, 3), timeout_s=120, what="a few commits on each")
             victim.kill9()
 
             async def moved() -> bool:
@@ -121,7 +121,7 @@ async def test_a_killed_stores_subscriptions_move_and_the_workload_loses_and_rep
                 return owners == [survivor.url] * len(owners)
 
             await eventually(moved, timeout_s=20, what="the killed store's subscriptions to move")
-            await eventually(lambda: _at_least(committed, messages), timeout_s=90,
+            await eventually(lambda: _at_least(committed, messages), timeout_s=180,
                              what="every message committed on every subscription")
         finally:
             stop.set()

@@ -33,7 +33,7 @@ from collections import OrderedDict
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterable
 
 from streamtx.contracts.txnid import TxnId
-from streamtx.errors import ConflictError, MalformedError, NotFoundError
+from streamtx.errors import ConflictError, FencedError, MalformedError, NotFoundError, UnavailableError
 from streamtx.ledger import LedgerFactory
 from streamtx.pendingack.broker_client import BrokerNotifier
 from streamtx.pendingack.metrics import PendingAckMetrics
@@ -81,6 +81,7 @@ class PendingAckStores:
         self.batch_enabled = settings.batching.enabled
         self.gate: Hook | None = None  # raises when another replica owns the subscription
         self.before_open: Hook | None = None
+        self.on_fenced: Callable[[Key], None] | None = None
 
     @contextlib.asynccontextmanager
     async def use(self, topic: str, subscription: str, *, create: bool = False
@@ -97,6 +98,10 @@ class PendingAckStores:
         self._users[key] = self._users.get(key, 0) + 1
         try:
             yield await self._get(key, create)
+        except UnavailableError as exc:
+            if isinstance(exc.__cause__, FencedError) and self.on_fenced is not None:
+                self.on_fenced(key)  # another replica opened the log: it owns it now
+            raise
         finally:
             left = self._users[key] - 1
             if left:
