@@ -56,6 +56,7 @@ class Catalog:
         self._next: Position | None = None  # where the next unread record starts
         self._lock = asyncio.Lock()
         self.topics: dict[str, TopicRecord] = {}
+        self.reopens = 0  # times another replica's fence made this one reopen the registry
 
     async def open(self) -> list[dict[str, Any]]:
         """Open the registry and replay it; the records, in order (the broker opens what they name)."""
@@ -95,6 +96,7 @@ class Catalog:
                 async with self._lock:  # another replica created something: take the pen back
                     await self._ledger.close()
                     self._ledger = await self._store.open(self._name)
+                    self.reopens += 1
         self._apply(record)
 
     def _apply(self, r: dict[str, Any]) -> None:

@@ -1,0 +1,37 @@
+"""The broker registry shared by replicas: each appends by fencing the others, nothing is lost."""
+
+from __future__ import annotations
+
+from streamtx.broker.catalog import Catalog
+from streamtx.ledger import open_ledger_factory
+
+
+async def test_replicas_take_turns_writing_the_registry_and_all_read_everything() -> None:
+    store = open_ledger_factory("memory://")
+    a, b = Catalog(store, "c", shared=True), Catalog(store, "c", shared=True)
+    try:
+        await a.open()
+        await b.open()  # opening as writer fenced a's handle
+        await a.append({"kind": "topic", "topic": "persistent://t/n/x", "partitions": 2})  # reopens
+        await b.append({"kind": "topic", "topic": "persistent://t/n/y", "partitions": 1})  # reopens
+        await a.append({"kind": "subscription", "topic": "persistent://t/n/y", "subscription": "s",
+                        "type": "Shared", "initial_position": "earliest"})
+        await b.append({"kind": "subscription_replicated", "topic": "persistent://t/n/y",
+                        "subscription": "s", "replicated": True})
+        assert (a.reopens, b.reopens) == (2, 2)  # every append found the other's fence
+        new_to_a = await a.refresh()
+        assert [r["kind"] for r in new_to_a] == ["topic", "topic", "subscription", "subscription_replicated"]
+        await b.refresh()
+        for c in (a, b):
+            assert {n: t.partitions for n, t in c.topics.items()} == \
+                {"persistent://t/n/x": 2, "persistent://t/n/y": 1}
+            sub = c.topics["persistent://t/n/y"].subscriptions["s"]
+            assert (sub.type, sub.replicated) == ("Shared", True)
+        # A third reader replaying from scratch folds the same state.
+        c = Catalog(store, "c", shared=True)
+        assert len(await c.open()) == 4 and c.topics.keys() == a.topics.keys()
+        await c.close()
+    finally:
+        await a.close()
+        await b.close()
+        await store.close()
