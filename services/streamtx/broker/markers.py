@@ -16,7 +16,11 @@ Marker bodies, by ``type``:
 * ``snapshot``: ``snapshot_id``, ``local_position``, ``clusters`` {name: position}
   - a complete snapshot, kept here only (never replicated);
 * ``update``: ``subscription``, ``clusters`` {name: position} - moves the
-  subscription's mark-delete in each named cluster.
+  subscription's mark-delete in each named cluster;
+* ``acks``: ``subscription``, ``origins`` (an :class:`~streamtx.contracts.ackset.AckSet`
+  on the wire) - messages the subscription acknowledged in the writing cluster
+  beyond what update markers carry (beyond PIP-33): :func:`export_acks` builds
+  it, every other cluster acknowledges the same messages with :func:`apply_acks`.
 """
 
 from __future__ import annotations
@@ -26,11 +30,13 @@ from typing import Any
 import orjson
 
 from streamtx.broker import codec
-from streamtx.broker.codec import EntryKind
+from streamtx.broker.codec import EntryHeader, EntryKind
+from streamtx.broker.dispatch import PartitionDispatch, Unit
 from streamtx.broker.partition import Partition
 from streamtx.broker.topic import Topic
+from streamtx.contracts.ackset import AckSet, Ref
 from streamtx.errors import MalformedError
-from streamtx.ledger import Position
+from streamtx.ledger import Entry, Ledger, Position
 
 
 async def scan(part: Partition, start: Position, max_entries: int) -> dict[str, Any]:
@@ -66,3 +72,94 @@ def parse_position(part: Partition, text: str) -> Position:
     if pos.ledger_id != part.ledger.ledger_id:
         raise MalformedError(f"{text} is not a position of {part.name}")
     return pos
+
+
+# --- acknowledgements synced between clusters (beyond PIP-33) ----------------------
+
+
+def origin_of(h: EntryHeader, pos: Position, cluster: str) -> Ref:
+    """The entry's name in every cluster: its source's for a replicated one, else ours."""
+    if h.source is not None:
+        return h.source.cluster, h.source.ledger_id, h.source.entry_id
+    return cluster, pos.ledger_id, pos.entry_id
+
+
+async def _read_span(ledger: Ledger, first: Position, last: Position, limit: int) -> list[Entry]:
+    out: list[Entry] = []
+    pos = first
+    while len(out) < limit and pos <= last:
+        got = [e for e in await ledger.read(pos, min(limit - len(out), 1000)) if e.position >= first]
+        if not got:
+            break
+        out += [e for e in got if e.position <= last]
+        pos = Position(got[-1].position.ledger_id, ledger.next_entry_id(got[-1].position.entry_id))
+    return out[:limit]
+
+
+async def export_acks(part: Partition, dispatch: PartitionDispatch, cluster: str, after: Position | None,
+                      back: int, max_entries: int) -> AckSet:
+    """What the subscription acknowledged past ``after`` (when None: from ``back`` entries before
+    its mark-delete position), by origin.
+
+    Only message entries count (markers the dispatcher deleted as it passed them
+    would make every marker look like news). Reads at most ``max_entries`` entries:
+    acks further on are left for a later export.
+    """
+    cursor = dispatch.cursor
+    spans = cursor.deleted_ranges()
+    md = cursor.mark_delete_position
+    if md is not None:
+        first = (Position(md.ledger_id, max(0, md.entry_id - back)) if after is None
+                 else Position(after.ledger_id, part.ledger.next_entry_id(after.entry_id)))
+        if first <= md:
+            spans.insert(0, (first, md))
+    runs: list[list[Ref]] = []
+    budget = max_entries
+    for first, last in spans:
+        if budget <= 0:
+            break
+        entries = await _read_span(part.ledger, first, last, budget)
+        budget -= len(entries)
+        runs.append([origin_of(h, e.position, cluster) for e in entries
+                     if (h := codec.decode_header(e.data)).kind is EntryKind.BATCH])
+    partial: list[tuple[Ref, int, int]] = []
+    for pos, size, bits in cursor.partial_batches()[:max(budget, 0)]:
+        entries = await part.ledger.read(pos, 1)
+        if entries and entries[0].position == pos:
+            partial.append((origin_of(codec.decode_header(entries[0].data), pos, cluster), size, bits))
+    return AckSet.build(runs, partial)
+
+
+async def acked_here(part: Partition, dispatch: PartitionDispatch, cluster: str, acks: AckSet,
+                     max_entries: int) -> tuple[list[Unit], bool]:
+    """This partition's messages that ``acks`` names and the subscription has not acknowledged
+    yet, and whether every one named can be here already.
+
+    Reads from the subscription's first undeleted entry until every origin's last
+    named id is passed (or the partition's end, or ``max_entries``); an origin whose
+    last named id is not reached has entries still on their way here.
+    """
+    cursor = dispatch.cursor
+    todo = acks.last()
+    units: list[Unit] = []
+    pos, read = cursor.first_undeleted(), 0
+    while todo and read < max_entries:
+        entries = await part.ledger.read(pos, min(1000, max_entries - read))
+        if not entries:
+            break
+        read += len(entries)
+        for e in entries:
+            h = codec.decode_header(e.data)
+            ref = origin_of(h, e.position, cluster)
+            if todo.get(ref[:2], -1) <= ref[2]:
+                todo.pop(ref[:2], None)
+            if h.kind is not EntryKind.BATCH or cursor.is_deleted(e.position):
+                continue
+            got = acks.lookup(ref)
+            if got is True:
+                units.append((e.position, None))
+            elif got:
+                units += [(e.position, i) for i in range(min(got[0], h.count))
+                          if got[1] >> i & 1 and not cursor.is_deleted(e.position, i)]
+        pos = Position(pos.ledger_id, part.ledger.next_entry_id(entries[-1].position.entry_id))
+    return units, not todo

@@ -330,6 +330,21 @@ class Subscription:
                 ops.mark(Position(pos.ledger_id, pos.entry_id - 1))
             ops.records += [(pos, i, size) for i in range(bi + 1)]
 
+    async def ack_synced(self, part: PartitionDispatch, units: list[Unit]) -> int:
+        """Acknowledge what another cluster's consumer acknowledged (beyond PIP-33): how many.
+
+        A unit an open transaction holds here is left to that transaction.
+        """
+        held = part.held
+        free = [(part, u) for u in units if u not in held and (u[1] is None or (u[0], None) not in held)]
+        if free:
+            batch = _CursorBatch()
+            await self._add_deletes(batch, free)
+            await batch.apply()
+            part.forget([u for _, u in free])
+            self.notifier.changed()
+        return len(free)
+
     async def nack(self, ids: list[str]) -> None:
         by_part: dict[int, list[Unit]] = {}
         for part, unit in self._resolve_all(ids):

@@ -18,3 +18,7 @@ snapshot_ms = Histogram(
     "Time to complete a snapshot, from its request to its last response, in ms", ["cluster"],
     buckets=(5, 10, 25, 50, 100, 250, 500, 1000, 2500, 5000, 10000, 30000),
 )
+synced_acks = Gauge(
+    "pulsar_replicated_subscriptions_synced_acks",
+    "Acks applied here from other clusters' acks markers (individual acks beyond PIP-33)", ["cluster"],
+)

@@ -12,6 +12,8 @@ and then:
 * applies update markers from other clusters to the local subscription;
 * when a subscription's mark-delete passes a cached snapshot, writes an update
   marker that the replicators carry to every other cluster;
+* syncs individual acks beyond that (:mod:`streamtx.replication.acksync`):
+  writes ``acks`` markers, applies other clusters' ones;
 * starts a snapshot every ``..._snapshot_frequency_ms`` while the partition has
   a replicated subscription and received messages since the last request
   (an idle topic gets no markers), at most one at a time, dropped after
@@ -36,6 +38,7 @@ from typing import Any
 from streamtx.errors import StreamtxError
 from streamtx.ledger import Position
 from streamtx.replication import metrics
+from streamtx.replication.acksync import AckSync
 from streamtx.replication.settings import ReplicationSettings
 from streamtx.replication.snapshots import PendingSnapshot, Snapshot, SnapshotCache, response
 from streamtx.transport import HttpClient
@@ -65,6 +68,9 @@ class PartitionSnapshots:
         self._dirty = True  # one snapshot after a start, then only after new messages
         self._last_start = 0.0
         self._marks: dict[str, str | None] | None = None  # the mark-deletes the last scan gave
+        self.acks = AckSync(local=local, cluster=cluster, topic=topic, partition=partition,
+                            period_s=self.frequency_s, back=settings.rescan_entries,
+                            retry_s=settings.replicated_subscriptions_snapshot_timeout_s)
 
     async def run(self) -> None:
         delay = 0.05
@@ -103,6 +109,8 @@ class PartitionSnapshots:
             if snap is not None:
                 await self._write({"type": "update", "subscription": name, "clusters": snap.clusters})
                 self.updates += 1
+                self.acks.updated(name, snap.local)
+        await self.acks.sync(list(subs), bool(got["data"]))
         await self._maybe_start(bool(subs))
 
     def _wait_ms(self) -> int:
@@ -175,6 +183,8 @@ class PartitionSnapshots:
                 await self.local.request("POST", "/v1/replication/subscriptions/update", json={
                     "topic": self.topic, "partition": self.partition,
                     "subscription": body["subscription"], "position": here})
+        elif kind == "acks" and source is not None:
+            await self.acks.apply(body, str(source))
 
     async def _write(self, marker: dict[str, Any]) -> None:
         await self.local.request("POST", "/v1/replication/markers", json={
@@ -184,4 +194,4 @@ class PartitionSnapshots:
         return {"topic": self.topic, "partition": self.partition, "pending": self.pending is not None,
                 "completedSnapshots": self.completed, "updates": self.updates,
                 "requests": self.requests, "scans": self.scans,
-                "cached": {n: len(c.snapshots) for n, c in self.caches.items()}}
+                "cached": {n: len(c.snapshots) for n, c in self.caches.items()}, **self.acks.status()}

@@ -2,7 +2,8 @@
 
 * :mod:`.txnid`: the transaction id, its one strict parser and formatter;
 * :mod:`.states`: transaction states and end actions;
-* :mod:`.models`: the internal request and answer bodies (docs/internal-api.md).
+* :mod:`.models`: the internal request and answer bodies (docs/internal-api.md);
+* :mod:`.ackset`: acknowledgement sets by origin, synced between clusters.
 
 Errors and their codes are :mod:`streamtx.errors`. Nothing here imports the
 server kit (FastAPI, Starlette) or does I/O, so the SDK can use all of it.

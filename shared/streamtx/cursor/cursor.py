@@ -156,6 +156,21 @@ class Cursor:
         entry_id = self._state.first_undeleted(-1 if start is None else self._entry_id(start))
         return Position(self._ledger.ledger_id, entry_id)
 
+    @property
+    def version(self) -> int:
+        """Counts the changes made through this object since it opened (not persisted)."""
+        return self._state.version
+
+    def deleted_ranges(self) -> list[tuple[Position, Position]]:
+        """The individually deleted entries past the mark-delete position, as inclusive ranges."""
+        lid = self._ledger.ledger_id
+        return [(Position(lid, lo), Position(lid, hi)) for lo, hi in self._state.ranges()]
+
+    def partial_batches(self) -> list[tuple[Position, int, int]]:
+        """``(position, batch size, deleted bits)`` of the partly deleted batched entries."""
+        lid = self._ledger.ledger_id
+        return [(Position(lid, e), size, bits) for e, size, bits in self._state.partial_batches()]
+
     def stats(self) -> CursorStats:
         return CursorStats(
             name=self._name,

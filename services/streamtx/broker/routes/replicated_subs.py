@@ -2,21 +2,32 @@
 
 Internal: ``POST /v1/replication/scan`` (a partition's markers and its replicated
 subscriptions' mark-delete positions), ``POST /v1/replication/subscriptions/update``
-(apply an update marker here). Admin: ``.../subscription/{sub}/replicatedSubscriptionStatus``.
+(apply an update marker here), ``POST /v1/replication/acks/export`` (what a
+subscription acknowledged past its synced position, by origin) and
+``POST /v1/replication/acks/apply`` (acknowledge here what another cluster's
+``acks`` marker names). Admin: ``.../subscription/{sub}/replicatedSubscriptionStatus``.
 """
 
 from __future__ import annotations
 
 import asyncio
+import uuid
 from typing import Annotated, Any
 
 from fastapi import APIRouter, Body
 from pydantic import BaseModel, Field
 
 from streamtx.broker import markers
+from streamtx.broker.broker import Broker
 from streamtx.broker.deps import BrokerDep, topic_name
-from streamtx.broker.subscription import SubscriptionType
+from streamtx.broker.subscription import Subscription, SubscriptionType
+from streamtx.contracts.ackset import AckSet
+from streamtx.errors import MalformedError
 from streamtx.ledger import Position
+
+#: Entries an ack export or apply reads at most per call (acks further on wait for the next).
+ACK_SYNC_MAX_ENTRIES = 50_000
+_boot = uuid.uuid4().hex  # tokens of a restarted broker never match older ones
 
 router = APIRouter(prefix="/v1/replication", tags=["replication (internal)"])
 admin = APIRouter(prefix="/admin/v2/persistent/{tenant}/{namespace}/{topic}/subscription/{sub}",
@@ -76,16 +87,75 @@ async def scan(body: ScanRequest, broker: BrokerDep) -> dict[str, Any]:
     return out
 
 
+class AckExport(BaseModel):
+    """One partition of a subscription: its acks past ``after`` (None: ``back`` entries before
+    its mark-delete).
+
+    ``known`` is the ``token`` of an earlier answer: if nothing changed since, ``origins`` is None.
+    """
+
+    topic: str
+    partition: int = Field(ge=0)
+    subscription: str = Field(min_length=1)
+    after: str | None = None
+    back: int = Field(10_000, ge=0)
+    known: str | None = None
+
+
+class AckApply(BaseModel):
+    """Acknowledge on one partition of ``subscription`` the messages ``origins`` names."""
+
+    topic: str
+    partition: int = Field(ge=0)
+    subscription: str = Field(min_length=1)
+    origins: list[dict[str, Any]]
+
+
+async def _replicated_sub(broker: Broker, topic: str, name: str) -> Subscription:
+    """The subscription, created at the earliest position if another cluster has it and we do not."""
+    sub = broker.topic(topic).subscriptions.get(name)
+    if sub is None:
+        sub = await broker.create_subscription(topic, name, SubscriptionType.SHARED, "earliest",
+                                               replicated=True)
+    return sub
+
+
+@router.post("/acks/export")
+async def export_acks(body: AckExport, broker: BrokerDep) -> dict[str, Any]:
+    t = broker.topic(body.topic)
+    part = t.partition(body.partition)
+    dispatch = t.subscription(body.subscription).parts[body.partition]
+    after = markers.parse_position(part, body.after) if body.after else None
+    token = f"{_boot}:{id(dispatch.cursor)}:{dispatch.cursor.version}:{after}:{body.back}"
+    if token == body.known:
+        return {"token": token, "origins": None}
+    acks = await markers.export_acks(part, dispatch, broker.settings.cluster, after, body.back,
+                                     ACK_SYNC_MAX_ENTRIES)
+    return {"token": token, "origins": acks.to_wire()}
+
+
+@router.post("/acks/apply")
+async def apply_acks(body: AckApply, broker: BrokerDep) -> dict[str, Any]:
+    t = broker.topic(body.topic)
+    part = t.partition(body.partition)
+    try:
+        acks = AckSet.from_wire(body.origins)
+    except ValueError as exc:
+        raise MalformedError(f"bad acks: {exc}") from None
+    sub = await _replicated_sub(broker, t.name, body.subscription)
+    dispatch = sub.parts[body.partition]
+    units, complete = await markers.acked_here(part, dispatch, broker.settings.cluster, acks,
+                                               ACK_SYNC_MAX_ENTRIES)
+    return {"subscription": sub.name, "acked": await sub.ack_synced(dispatch, units), "complete": complete}
+
+
 @router.post("/subscriptions/update")
 async def update(body: UpdateRequest, broker: BrokerDep) -> dict[str, Any]:
     """Apply an update marker: created at the earliest position if missing, then moved forward."""
     t = broker.topic(body.topic)
     part = t.partition(body.partition)
     pos = markers.parse_position(part, body.position)
-    sub = t.subscriptions.get(body.subscription)
-    if sub is None:
-        sub = await broker.create_subscription(t.name, body.subscription, SubscriptionType.SHARED, "earliest",
-                                               replicated=True)
+    sub = await _replicated_sub(broker, t.name, body.subscription)
     dispatch = sub.parts[body.partition]
     mark = dispatch.cursor.mark_delete_position
     if mark is None or pos > mark:

@@ -1,0 +1,154 @@
+"""Individual acks that follow the consumer to the other clusters (beyond PIP-33).
+
+PIP-33 moves a subscription in the other clusters only through update markers:
+the mark-delete position, as of the newest snapshot it passed. A consumer that
+acknowledged out of order (a few messages left behind, the mark-delete stuck)
+or simply past the last snapshot gets all of that again after a failover. Here
+the rest travels too, as ``acks`` markers (:mod:`streamtx.broker.markers`):
+
+* **Naming.** A replicated message is known in every cluster by its origin: the
+  cluster it was produced in and its position there (replicated entries carry
+  it; a local one is its own origin). An ``acks`` marker names acknowledged
+  messages by origin (:class:`~streamtx.contracts.ackset.AckSet`: entry-id
+  ranges per origin, bitsets for partly acknowledged batches), so a receiving
+  cluster needs no position mapping through a snapshot: it walks its own
+  entries from the subscription's first unacknowledged one, looks each up by its
+  origin, and acknowledges the named ones individually (``POST
+  /v1/replication/acks/apply``; creating the subscription at the earliest
+  position first if it has none, as an update does).
+* **What is exported** (``POST /v1/replication/acks/export``): the messages the
+  subscription acknowledged past the local position of the last snapshot an
+  update marker was written for (everything past it up to the mark-delete, and
+  the individually acknowledged entries beyond); before the first update since
+  the controller started, from ``STREAMTX_RESCAN_ENTRIES`` entries before the
+  mark-delete (what update markers moved elsewhere is named again: harmless). Only message
+  entries count, so markers that the dispatcher deletes as it passes them are
+  never news.
+* **Cadence and cost.** At most one export per partition and subscription per
+  snapshot period (``..._snapshot_frequency_ms``); the broker answers "unchanged"
+  from a token (its cursor's change count) without reading anything, and a
+  marker is written only when the export names a message this cluster has not
+  already written or received in an ``acks`` marker: never one per ack, nothing
+  for an idle subscription, and acknowledgements applied from another cluster are
+  not echoed back. A marker holds the whole set, not a delta, so a lost or
+  skipped one is made good by the next.
+* **Durability.** Markers are ledger entries like every other marker (never
+  handed to a consumer, never holding back a reader) and acks apply to the
+  durable cursor; a controller that restarts rescans them and applies them again
+  (applying is idempotent), and its first export after the restart is written
+  once if not empty.
+* **Late entries.** A marker can name messages of a third cluster that have not
+  reached this one yet (that cluster replicates here more slowly than to the
+  writer). The broker says when an apply could not find every origin's last
+  named entry; the controller applies that marker again whenever new messages
+  arrived, until it is complete, superseded by the writer's next marker, or
+  ``..._snapshot_timeout_s`` old (then those messages may come again after a
+  failover: duplicates, never a loss).
+* **Bounds.** An export or apply reads at most 50,000 entries; acks further on
+  wait until the mark-delete moves.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from typing import Any
+
+from streamtx.contracts.ackset import AckSet
+from streamtx.ledger import Position
+from streamtx.replication import metrics
+from streamtx.transport import HttpClient
+
+log = logging.getLogger(__name__)
+
+
+class AckSync:
+    """The ack sync of one partition of one replicated topic, for each of its replicated subscriptions."""
+
+    def __init__(self, *, local: HttpClient, cluster: str, topic: str, partition: int, period_s: float,
+                 back: int, retry_s: float) -> None:
+        self.local = local
+        self.cluster = cluster
+        self.topic = topic
+        self.partition = partition
+        self.period_s = period_s
+        self.back = back
+        self.retry_s = retry_s
+        # (subscription, writer) -> (first applied, marker) of markers naming entries not here yet
+        self.incomplete: dict[tuple[str, str], tuple[float, dict[str, Any]]] = {}
+        self._arrived = False  # messages arrived since the last retry
+        self.synced_to: dict[str, Position] = {}  # subscription -> local position of its last update
+        self.known: dict[str, AckSet] = {}  # what this cluster already wrote or received, per subscription
+        self.tokens: dict[str, str] = {}  # the broker's token of the last export
+        self.markers = 0  # acks markers written
+        self.applied = 0  # acks applied here from other clusters' markers
+        self._last = 0.0
+        self._applied: set[str] = set()  # subscriptions acks were applied to since the last sync
+
+    def updated(self, subscription: str, local: Position) -> None:
+        """An update marker was written for the snapshot at ``local``: exports start past it."""
+        self.synced_to[subscription] = local
+
+    async def sync(self, subscriptions: list[str], arrived: bool) -> None:
+        """Export each subscription's acks (once per period) and write a marker for what is new;
+        apply again the markers that named messages still on their way (``arrived``: some came)."""
+        self._arrived = self._arrived or arrived
+        now = time.monotonic()
+        if now - self._last < self.period_s:
+            return
+        self._last = now
+        if self._arrived:
+            self._arrived = False
+            for key, (since, marker) in list(self.incomplete.items()):
+                if now - since > self.retry_s:
+                    del self.incomplete[key]
+                else:
+                    await self.apply(marker, key[1], since)
+        for name in [n for n in self.known if n not in subscriptions and n not in self._applied]:
+            self.known.pop(name, None)  # gone here (one just created by apply is not in this scan yet)
+            self.tokens.pop(name, None)
+            self.synced_to.pop(name, None)
+        self._applied.clear()
+        for name in subscriptions:
+            after = self.synced_to.get(name)
+            got = await self.local.request("POST", "/v1/replication/acks/export", json={
+                "topic": self.topic, "partition": self.partition, "subscription": name,
+                "after": str(after) if after else None, "back": self.back, "known": self.tokens.get(name)})
+            self.tokens[name] = got["token"]
+            if got["origins"] is None:
+                continue
+            acks = AckSet.from_wire(got["origins"])
+            known = self.known.get(name)
+            if not acks or (known is not None and known.covers(acks)):
+                continue
+            await self.local.request("POST", "/v1/replication/markers", json={
+                "topic": self.topic, "partition": self.partition,
+                "marker": {"type": "acks", "subscription": name, "origins": got["origins"]}})
+            self.known[name] = acks
+            self.markers += 1
+
+    async def apply(self, marker: dict[str, Any], writer: str, since: float | None = None) -> None:
+        """``writer``'s ``acks`` marker: acknowledge the same messages here."""
+        name = str(marker.get("subscription"))
+        try:
+            acks = AckSet.from_wire(marker.get("origins"))
+        except ValueError as exc:
+            log.warning("acks marker of %s[%d] skipped: %s", self.topic, self.partition, exc)
+            return
+        got = await self.local.request("POST", "/v1/replication/acks/apply", json={
+            "topic": self.topic, "partition": self.partition, "subscription": name,
+            "origins": marker.get("origins")})
+        known = self.known.get(name)
+        self.known[name] = acks if known is None else known.union(acks)
+        self._applied.add(name)
+        key = (name, writer)
+        if got.get("complete", True):
+            self.incomplete.pop(key, None)
+        else:
+            self.incomplete[key] = (time.monotonic() if since is None else since, marker)
+        n = int(got["acked"])
+        self.applied += n
+        metrics.synced_acks.labels(self.cluster).inc(n)
+
+    def status(self) -> dict[str, Any]:
+        return {"ackMarkers": self.markers, "syncedAcks": self.applied}

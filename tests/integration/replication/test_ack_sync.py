@@ -1,0 +1,86 @@
+"""Individual acks follow the consumer to the other clusters (issue 11 item 4, beyond PIP-33).
+
+A consumer in ``a`` acknowledges out of order, leaving a few early messages
+(so the mark-delete stays stuck before them) among messages produced in all
+three clusters; once the ack sync has run, a failover to ``b`` or to ``c``
+(Kafka ledger backend) receives exactly the unacknowledged ones, and what the
+consumer then acknowledges in ``b`` is acknowledged in ``a`` and ``c`` too.
+"""
+
+from __future__ import annotations
+
+import re
+
+import httpx
+
+from tests.deploy import dashboards
+from tests.integration.replication.conftest import decoded, get
+from tests.integration.replication.test_replicated_subscriptions import Topic
+from tests.support.geo import Geo
+from tests.support.suite import eventually
+
+
+async def test_individual_acks_beyond_the_mark_delete_follow_the_consumer(clusters: Geo) -> None:
+    t = Topic(clusters, "t/acks", ["a", "b", "c"])
+
+    async def topic_everywhere() -> bool:
+        codes = [(await get(f"{clusters.url(c)}/admin/v2/persistent/{t.path}/stats")).status_code
+                 for c in ("b", "c")]
+        return codes == [200, 200]
+
+    await eventually(topic_everywhere, timeout_s=60, what="the topic created in b and c")
+    sent = [f"a{i}" for i in range(20)]
+    await t.produce(sent)
+    for cluster in ("b", "c"):  # messages whose origin is b or c, known in a by their copies
+        values = [f"{cluster}{i}" for i in range(10)]
+        await t.produce(values, cluster=cluster)
+        sent += values
+    # Every cluster holds all of them before the acks (read through probes, left unacked).
+    for cluster in ("b", "c"):
+        got = await t.consume(cluster, len(sent), ack=False, sub="probe")
+        assert sorted(decoded(m) for m in got) == sorted(sent), cluster
+    got = await t.consume("a", len(sent), ack=False)
+    assert sorted(decoded(m) for m in got) == sorted(sent)
+    keep = {"a1", "a5", "b3", "c7"}  # not acknowledged: the mark-delete stays before a1
+    acked = [m["message_id"] for m in got if decoded(m) not in keep]
+    async with httpx.AsyncClient(base_url=clusters.url("a"), timeout=30) as http:
+        r = await http.post(f"/v1/topics/{t.path}/subscriptions/s/acks", json={"message_ids": acked})
+        assert r.status_code == 200, r.text
+    first_kept = min(tuple(map(int, m["message_id"].split(":")[:2])) for m in got if decoded(m) in keep)
+    md = await t.mark_delete("a")
+    assert md is None or tuple(map(int, md.split(":"))) < first_kept
+
+    async def synced(cluster: str) -> bool:
+        r = await get(f"{clusters.url(cluster)}/v1/topics/{t.path}/subscriptions/s/stats")
+        return r.status_code == 200 and r.json()["msgBacklog"] == len(keep)
+
+    for cluster in ("b", "c"):
+        await eventually(lambda c=cluster: synced(c), timeout_s=60,  # type: ignore[misc]
+                         what=f"a's acks applied in {cluster}")
+    for cluster, ack in (("c", False), ("b", True)):  # the consumer fails over (to c only to look)
+        got = await t.consume(cluster, len(sent), ack=ack, until=lambda values: keep <= set(values))
+        got += await t.consume(cluster, len(sent), ack=ack, timeout_s=1)  # anything acked would come now
+        in_there = [decoded(m) for m in got]
+        assert sorted(in_there) == sorted(keep), cluster
+
+    async def drained(cluster: str) -> bool:
+        r = await get(f"{clusters.url(cluster)}/v1/topics/{t.path}/subscriptions/s/stats")
+        return bool(r.json()["msgBacklog"] == 0)
+
+    for cluster in ("a", "c"):  # what the consumer acked in b follows it back
+        await eventually(lambda c=cluster: drained(c), timeout_s=60,  # type: ignore[misc]
+                         what=f"b's acks applied in {cluster}")
+    status = await t.status("a")
+    assert 1 <= status["ackMarkers"] <= 4, status  # a marker per sync that says something new, not per ack
+    # a's acks arrived as acks (b's last four by an update marker or acks: either).
+    assert (await t.status("c"))["syncedAcks"] >= len(sent) - len(keep)
+    metrics = (await get(f"{clusters['c'].replication.url}/metrics")).text
+    found = re.search(r'^pulsar_replicated_subscriptions_synced_acks\{cluster="c"\} (\S+)$', metrics, re.M)
+    assert found and float(found.group(1)) >= len(sent) - len(keep)
+    # Every controller metric the dashboard's replicated-subscriptions row reads exists.
+    board = dashboards.load()["replication.json"]
+    names = {re.sub(r"_bucket$", "", n) for _, expr in dashboards.queries(board)
+             for n in re.findall(r"pulsar_replicated_subscriptions_\w+", expr)}
+    assert len(names) == 4
+    for name in names:
+        assert f"# HELP {name} " in metrics, name
