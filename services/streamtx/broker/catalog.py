@@ -57,6 +57,7 @@ class Catalog:
         self._lock = asyncio.Lock()
         self.topics: dict[str, TopicRecord] = {}
         self.reopens = 0  # times another replica's fence made this one reopen the registry
+        self._unseen: list[dict[str, Any]] = []  # read by append, not yet returned by refresh
 
     async def open(self) -> list[dict[str, Any]]:
         """Open the registry and replay it; the records, in order (the broker opens what they name)."""
@@ -68,7 +69,9 @@ class Catalog:
         assert self._ledger is not None
         async with self._lock:
             await self._ledger.refresh()
-            return await self._read_new()
+            new = await self._read_new()
+            out, self._unseen = [*self._unseen, *new], []
+            return out
 
     async def _read_new(self) -> list[dict[str, Any]]:
         assert self._ledger is not None
@@ -97,7 +100,14 @@ class Catalog:
                     await self._ledger.close()
                     self._ledger = await self._store.open(self._name)
                     self.reopens += 1
-        self._apply(record)
+        if not self._shared:
+            self._apply(record)
+            return
+        # Folded in log order, with what other replicas appended before it: two replicas
+        # creating one topic with different partition counts all keep the first record.
+        async with self._lock:
+            await self._ledger.refresh()
+            self._unseen += await self._read_new()
 
     def _apply(self, r: dict[str, Any]) -> None:
         kind = r["kind"]

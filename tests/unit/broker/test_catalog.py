@@ -35,3 +35,20 @@ async def test_replicas_take_turns_writing_the_registry_and_all_read_everything(
         await a.close()
         await b.close()
         await store.close()
+
+
+async def test_the_first_record_of_a_topic_wins_on_every_replica() -> None:
+    store = open_ledger_factory("memory://")
+    a, b = Catalog(store, "c", shared=True), Catalog(store, "c", shared=True)
+    try:
+        await a.open()
+        await b.open()
+        await a.append({"kind": "topic", "topic": "persistent://t/n/x", "partitions": 2})
+        # b has not read a's record yet when it creates the same topic with 3 partitions.
+        await b.append({"kind": "topic", "topic": "persistent://t/n/x", "partitions": 3})
+        await a.refresh()
+        assert a.topics["persistent://t/n/x"].partitions == b.topics["persistent://t/n/x"].partitions == 2
+    finally:
+        await a.close()
+        await b.close()
+        await store.close()
