@@ -145,7 +145,8 @@ class Partition:
         if loaded is not None:
             self.snapshot_sequence = loaded.index.sequence + 1
             self.last_snapshot_ms = loaded.index.timestamp_ms
-        await self.compaction.adopt((loaded.position, loaded.index) if loaded else None, now=True)
+        async with self._snapshot_lock:  # a snapshot still in flight from before a reload
+            await self.compaction.adopt((loaded.position, loaded.index) if loaded else None, now=True)
         self.recovery_s = time.perf_counter() - t0
         metrics.tb_recovery_seconds.labels(self.settings.cluster).observe(self.recovery_s)
         self._update_gauges()

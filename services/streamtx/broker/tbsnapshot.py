@@ -140,7 +140,7 @@ def pick(records: Mapping[int, bytes], ledger_id: int, name: str = "") -> tuple[
                                  else None)
                         for ref in index.segments]
         except CorruptEntryError as exc:
-            log.warning("tb snapshot %s: index at %d unusable (%s); trying an older one", name, entry_id, exc)
+            log.warning("tb snapshot %s: record at %d unusable (%s); trying older ones", name, entry_id, exc)
             continue
         return entry_id, index, segments
     return None
@@ -175,7 +175,7 @@ class Adoption:
     async def adopt(self, snapshot: tuple[Position, sc.SnapshotIndex] | None, *, now: bool = False) -> None:
         """Trim below a newer base's cut if it holds what ``snapshot`` (the newest durable one) stands on.
 
-        Called under the snapshot lock, so no index is written meanwhile.
+        Called under the partition's snapshot lock, so no index is written meanwhile.
         """
         if self.factory is None or (not now and time.monotonic() < self._checked_at + self.check_every_s):
             return
