@@ -7,7 +7,7 @@ not own. For each log it
 1. plans the log as the histograms job does (:mod:`.reader`: fences,
    duplicates and trims judged by the ledger layer's rule); the **cut** is the
    log's end as planned, and nothing below it ever changes;
-2. in one Spark task per log, replays the compacted base in force (if any)
+2. in Spark tasks of about equal size (a few logs each), replays the base in force (if any)
    and the log's entries from that base's cut up to the new cut, through the
    owner's cursor (its last persisted state: deleted records stay deleted) and
    the owner's own state machine (:mod:`.compaction`), and writes the records
@@ -52,7 +52,7 @@ from streamtx.errors import LedgerError
 from streamtx.jobs import compaction, outputs
 from streamtx.jobs.common import add_input_args, names_of
 from streamtx.jobs.reader import live_entries, plan_tasks
-from streamtx.jobs.session import get_session
+from streamtx.jobs.session import get_session, slices
 from streamtx.jobs.sources import PENDINGACK, SNAPSHOT, TXNLOG, LedgerRef, Task, find_ledgers, read_cursor
 from streamtx.ledger import ledger_id_for, open_ledger_factory
 
@@ -187,6 +187,28 @@ def plan(spark: Any, url: str, *, pattern: str = "*", names: list[str] | None = 
     return work, manifest
 
 
+def _compact_all(work: list[_Work]) -> list[LogReport]:
+    return [compact_log(w) for w in work]
+
+
+def _balance(work: list[_Work], n: int) -> list[list[_Work]]:
+    """``work`` in ``n`` tasks of about equal bytes (largest first into the lightest task).
+
+    A task per log costs a Python worker round trip each: a store with a
+    snapshot ledger per partition has many tiny logs beside a few big ones.
+    """
+    def weight(w: _Work) -> int:
+        return 1 + sum(t.split.hi - t.split.lo for t in w.tasks)
+
+    sizes = [0] * max(1, n)
+    bins: list[list[_Work]] = [[] for _ in sizes]
+    for w in sorted(work, key=weight, reverse=True):
+        i = sizes.index(min(sizes))
+        bins[i].append(w)
+        sizes[i] += weight(w)
+    return [b for b in bins if b]
+
+
 def run(spark: Any, url: str, *, pattern: str = "*", names: list[str] | None = None,
         split_bytes: int = 32 << 20, commit: bool = True,
         on_phase: Callable[[str], None] | None = None) -> list[LogReport]:
@@ -199,10 +221,9 @@ def run(spark: Any, url: str, *, pattern: str = "*", names: list[str] | None = N
     mark("plan")
     if not work:
         return []
-    # Biggest logs first: one task per log, and a big one started last would run alone.
-    work.sort(key=lambda w: -sum(t.split.hi - t.split.lo for t in w.tasks))
+    bins = _balance(work, slices(spark, len(work)))
     sc = spark.sparkContext
-    reports: list[LogReport] = sc.parallelize(work, len(work)).map(compact_log).collect()
+    reports: list[LogReport] = sc.parallelize(bins, len(bins)).flatMap(_compact_all).collect()
     mark("tasks")
     if commit:
         asyncio.run(_commit(url, reports, manifest))
