@@ -6,7 +6,8 @@ three clusters; once the ack sync has run, a failover to ``b`` or to ``c``
 (Kafka ledger backend) receives exactly the unacknowledged ones, and what the
 consumer then acknowledges in ``b`` is acknowledged in ``a`` and ``c`` too. Then
 a consumer acknowledging in order, past the snapshot its mark-delete last passed:
-a failover gets nothing it acknowledged once the sync has run.
+a failover gets nothing it acknowledged once the sync has run; and one message
+of a batch, acknowledged by its batch index.
 """
 
 from __future__ import annotations
@@ -16,7 +17,7 @@ import re
 import httpx
 
 from tests.deploy import dashboards
-from tests.integration.replication.conftest import decoded, get
+from tests.integration.replication.conftest import b64, decoded, get
 from tests.integration.replication.test_replicated_subscriptions import Topic
 from tests.support.geo import Geo
 from tests.support.suite import eventually
@@ -98,3 +99,20 @@ async def test_individual_acks_beyond_the_mark_delete_follow_the_consumer(cluste
     got = await t.consume("c", 20, ack=False, until=lambda values: len(values) >= 5)
     got += await t.consume("c", 20, ack=False, timeout_s=1)
     assert [decoded(m) for m in got] == more[15:]
+
+    # One message of a batch: acked by its batch index, synced as a bitset.
+    async with httpx.AsyncClient(base_url=clusters.url("a"), timeout=30) as http:
+        r = await http.post(f"/v1/topics/{t.path}/messages",
+                            json={"messages": [{"value": b64(f"p{i}")} for i in range(3)]})
+        assert r.status_code == 200, r.text
+        assert {decoded(m) for m in await t.consume("c", 3, ack=False, sub="probe")} == {"p0", "p1", "p2"}
+        rest = await t.consume("a", 10, ack=False, until=lambda values: "p2" in values)
+        ids = {decoded(m): m["message_id"] for m in rest}
+        assert ids["p1"].count(":") == 2, ids  # ledger:entry:batch index
+        r = await http.post(f"/v1/topics/{t.path}/subscriptions/s/acks",
+                            json={"message_ids": [ids[v] for v in (*more[15:], "p1")]})
+        assert r.status_code == 200, r.text
+    await eventually(lambda: backlog_is("c", 2), timeout_s=60, what="a batch index acked in c")
+    got = await t.consume("c", 20, ack=False, until=lambda values: len(values) >= 2)
+    got += await t.consume("c", 20, ack=False, timeout_s=1)
+    assert [decoded(m) for m in got] == ["p0", "p2"]
