@@ -160,11 +160,14 @@ class PartitionDispatch:
         if size > 1:
             self._remember_size(pos, size)
         entry = Stored(self.index, pos, data, h)
-        pending, held, redeliver, gone = self.pending, self.held, self.redeliver, self.is_gone
+        pending, held, redeliver = self.pending, self.held, self.redeliver
+        # The entry is not wholly deleted (checked above): one lookup of its deleted batch
+        # indexes, not one cursor call per message (per-message work was most of a fetch).
+        deleted = self.cursor.deleted_batch_indexes(pos) or 0
         for bi in range(size):
             index = bi if size > 1 else None
             unit: Unit = (pos, index)
-            if unit in pending or unit in held or unit in redeliver or gone(unit):
+            if unit in pending or unit in held or unit in redeliver or deleted >> bi & 1:
                 continue
             if len(out) >= limit:
                 return False
@@ -208,11 +211,11 @@ class PartitionDispatch:
 
     def units_through(self, pos: Position, batch_index: int | None) -> list[Unit]:
         """Units out with consumers or queued for redelivery at or before a cumulative ack point."""
-        def covered(u: Unit) -> bool:
-            if u[0] < pos:
-                return True
-            return u[0] == pos and (batch_index is None or (u[1] or 0) <= batch_index)
-        return [u for u in list(self.pending) + list(self.redeliver) if covered(u)]
+        # Inline, not a helper per unit: a cumulative ack scans everything out (tens of thousands
+        # of units when a consumer prefetches a backlog).
+        last = -1 if batch_index is None else batch_index
+        return [u for units in (list(self.pending), list(self.redeliver)) for u in units
+                if u[0] < pos or (u[0] == pos and (batch_index is None or (u[1] or 0) <= last))]
 
     def forget_through(self, pos: Position, batch_index: int | None) -> list[Unit]:
         gone = self.units_through(pos, batch_index)

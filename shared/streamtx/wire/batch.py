@@ -69,7 +69,8 @@ from __future__ import annotations
 
 import struct
 from collections.abc import Callable, Iterable, Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
+from types import MappingProxyType
 from typing import NamedTuple
 
 from streamtx.contracts.txnid import TxnId, from_pair
@@ -109,13 +110,15 @@ def is_batch(content_type: str | None) -> bool:
 # --- messages -----------------------------------------------------------------------
 
 
-@dataclass(frozen=True, slots=True)
-class Msg:
-    """One message as the wire carries it."""
+_no_properties: Mapping[str, str] = MappingProxyType({})
+
+
+class Msg(NamedTuple):
+    """One message as the wire carries it (a named tuple: a client builds one per message)."""
 
     value: bytes
     key: str | None = None
-    properties: Mapping[str, str] = field(default_factory=dict)
+    properties: Mapping[str, str] = _no_properties
 
 
 def encode_messages(messages: Iterable[Msg], first_index: int = 0) -> tuple[int, bytes]:
@@ -130,6 +133,10 @@ def encode_fields(messages: Iterable[tuple[bytes, str | None, Mapping[str, str],
     :mod:`streamtx.broker.codec`)."""
     parts: list[bytes] = []
     u32, i32, u16 = _u32.pack, _i32.pack, _u16.pack
+    # A producer mostly passes one properties object for many messages (its transaction,
+    # its name): its block is encoded once per run of the same object.
+    last: Mapping[str, str] | None = None
+    block = b""
     for value, key, properties, index in messages:
         parts.append(u32(index))
         if key is None:
@@ -137,11 +144,13 @@ def encode_fields(messages: Iterable[tuple[bytes, str | None, Mapping[str, str],
         else:
             k = key.encode()
             parts += [i32(len(k)), k]
-        parts.append(u16(len(properties)))
-        for name, text in properties.items():
-            n, v = name.encode(), text.encode()
-            parts += [u16(len(n)), n, u32(len(v)), v]
-        parts += [u32(len(value)), value]
+        if properties is not last:
+            props = [u16(len(properties))]
+            for name, text in properties.items():
+                n, v = name.encode(), text.encode()
+                props += [u16(len(n)), n, u32(len(v)), v]
+            last, block = properties, b"".join(props)
+        parts += [block, u32(len(value)), value]
     return b"".join(parts)
 
 
