@@ -13,7 +13,8 @@ retrying); the broker owns the durable state it needs, as Pulsar's does:
 * replicated writes: each copied entry keeps its source cluster and position
   (:class:`~streamtx.broker.codec.SourceInfo`) and is appended under the
   producer ``pulsar.repl.<source>`` whose sequence is the source entry id, so a
-  partition drops an entry it already has (exactly once across crashes);
+  partition drops an entry it already has (exactly once across crashes); a
+  snapshot request copied in is answered right away (PIP-33's response marker);
 * the per-remote counters behind topic stats' ``replication`` section and the
   ``pulsar_replication_*`` metrics.
 """
@@ -30,7 +31,7 @@ from typing import Any
 import orjson
 from pydantic import BaseModel, Field
 
-from streamtx.broker import codec
+from streamtx.broker import codec, markers
 from streamtx.broker.codec import EntryKind, ProducerInfo, SourceInfo
 from streamtx.broker.partition import Partition
 from streamtx.cursor import Cursor
@@ -170,15 +171,24 @@ def _parse_item(item: ReplicatedEntry, source: str, now_ms: int) -> tuple[bytes,
     return data, producer, len(out)
 
 
-async def write_replicated(part: Partition, source: str, items: list[ReplicatedEntry]) -> tuple[int, int]:
-    """Append the copies in order, dropping what this partition already has: ``(written, dropped)``."""
+async def write_replicated(part: Partition, source: str, items: list[ReplicatedEntry], cluster: str
+                           ) -> tuple[int, int]:
+    """Append the copies in order, dropping what this partition already has: ``(written, dropped)``.
+
+    A snapshot request among them is answered at once (this is ``cluster``): the
+    response marker follows the request in this partition.
+    """
     now_ms = int(time.time() * 1000)
     parsed = [_parse_item(item, source, now_ms) for item in items]
-    futures = [f for data, producer, count in parsed
+    started = [(item, f) for item, (data, producer, count) in zip(items, parsed, strict=True)
                if (f := part.start_replicated(data, producer, count, now_ms)) is not None]
-    if futures:
-        await asyncio.gather(*futures)
-    return len(futures), len(parsed) - len(futures)
+    if started:
+        positions = await asyncio.gather(*(f for _, f in started))
+        for (item, _), pos in zip(started, positions, strict=True):
+            m = item.marker
+            if m is not None and m.get("type") == "snapshot_request" and m.get("source_cluster") != cluster:
+                await part.append_marker(orjson.dumps(markers.response(m, cluster, pos)))
+    return len(started), len(parsed) - len(started)
 
 
 class Replication:

@@ -4,7 +4,8 @@ A snapshot ties a position here to a position in every other cluster such that a
 consumer that acknowledged everything up to the local one has also seen
 everything up to each remote one. Taking it (seed 004): write a request marker;
 each other cluster answers with a response marker that carries the request's
-position there; with more than two clusters a second round of requests and
+position there (its broker writes it as the request lands:
+:func:`streamtx.broker.markers.response`); with more than two clusters a second round of requests and
 responses follows, so that messages exchanged between the remotes meanwhile
 are covered. The snapshot uses the remote positions of round 1 and, as local
 position, that of the last response of the last round. Only complete snapshots
@@ -68,13 +69,6 @@ class PendingSnapshot:
 
     def timed_out(self, now: float, timeout_s: float) -> bool:
         return now - self.started > timeout_s
-
-
-def response(request: dict[str, object], local_cluster: str, at: Position) -> dict[str, object]:
-    """This cluster's answer to a request marker it holds at ``at``."""
-    return {"type": "snapshot_response", "snapshot_id": request.get("snapshot_id"),
-            "source_cluster": request.get("source_cluster"), "cluster": local_cluster,
-            "position": str(at), "round": request.get("round")}
 
 
 class SnapshotCache:

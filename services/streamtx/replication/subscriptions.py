@@ -5,13 +5,13 @@ new entries through the broker (``POST /v1/replication/scan``: its markers,
 whether messages arrived, its replicated subscriptions' mark-delete positions)
 and then:
 
-* answers other clusters' snapshot requests with a response marker;
 * collects the responses to its own request (:class:`PendingSnapshot`) and,
   once complete, writes the snapshot marker; a snapshot enters the caches only
-  when the scan sees that marker, i.e. once it is durable;
+  once that marker is durable (its append returned, or a rescan sees it);
 * applies update markers from other clusters to the local subscription;
 * when a subscription's mark-delete passes a cached snapshot, writes an update
-  marker that the replicators carry to every other cluster;
+  marker that the replicators carry to every other cluster (the scan's long poll
+  also ends when a mark-delete moves, so that is not left for the next entry);
 * syncs individual acks beyond that (:mod:`streamtx.replication.acksync`):
   writes ``acks`` markers, applies other clusters' ones;
 * starts a snapshot every ``..._snapshot_frequency_ms`` while the partition has
@@ -20,10 +20,12 @@ and then:
   ``..._snapshot_timeout_s`` (so a cluster that never answers gets one request
   per timeout period).
 
+Other clusters' snapshot requests are answered by the broker as they land
+(:mod:`streamtx.broker.markers`), not here: that took a scan and a call more.
+
 When the loop starts it scans from ``rescan_entries`` before the partition's end:
-requests that arrived before it are answered (answers to finished snapshots are
-ignored by their source), snapshots still ahead of a mark-delete refill the
-caches, and old updates move nothing (a mark-delete never moves back).
+snapshots not yet used refill the caches, and old updates move nothing (a
+mark-delete never moves back).
 """
 
 from __future__ import annotations
@@ -40,7 +42,7 @@ from streamtx.ledger import Position
 from streamtx.replication import metrics
 from streamtx.replication.acksync import AckSync
 from streamtx.replication.settings import ReplicationSettings
-from streamtx.replication.snapshots import PendingSnapshot, Snapshot, SnapshotCache, response
+from streamtx.replication.snapshots import PendingSnapshot, Snapshot, SnapshotCache
 from streamtx.transport import HttpClient
 
 log = logging.getLogger(__name__)
@@ -145,7 +147,10 @@ class PartitionSnapshots:
         self.requests += 1
         self._set_pending(pending)
         self._dirty = False
-        self._last_start = now
+        # Keep to the beat: a start a little late (a scan to wait for, a slow round trip)
+        # does not push every later one back; after a pause the beat starts again now.
+        late = now - (self._last_start + self.frequency_s)
+        self._last_start = now - late if late < self.frequency_s / 2 else now
 
     def _set_pending(self, pending: PendingSnapshot | None) -> None:
         before = self.pending is not None
@@ -157,9 +162,8 @@ class PartitionSnapshots:
         body: dict[str, Any] = m["marker"]
         source, at = m["source"], Position.parse(m["position"])
         kind = body.get("type")
-        if kind == "snapshot_request" and source is not None and body.get("source_cluster") != self.cluster:
-            await self._write(response(body, self.cluster, at))
-        elif kind == "snapshot_response" and source is not None:
+        # Requests from other clusters are answered by the broker as they land (markers.py).
+        if kind == "snapshot_response" and source is not None:
             if self.pending is None or body.get("source_cluster") != self.cluster:
                 return  # another cluster's snapshot, or one dropped
             done = self.pending.on_response(body, at)
@@ -171,12 +175,12 @@ class PartitionSnapshots:
                 await self._write({"type": "snapshot", "snapshot_id": done.snapshot_id,
                                    "local_position": str(done.local), "clusters": done.clusters})
                 self._set_pending(None)
+                self._cache(done)  # durable now: usable at once, not a scan later
         elif kind == "snapshot" and source is None:
             snap = Snapshot(str(body["snapshot_id"]), Position.parse(str(body["local_position"])),
                             dict(body["clusters"]))
             self.completed += 1
-            for cache in self.caches.values():
-                cache.add(snap)  # already passed: the advance below writes its update now
+            self._cache(snap)  # a rescan's; those this loop wrote are cached already
         elif kind == "update" and source is not None:
             here = (body.get("clusters") or {}).get(self.cluster)
             if here:
@@ -185,6 +189,10 @@ class PartitionSnapshots:
                     "subscription": body["subscription"], "position": here})
         elif kind == "acks" and source is not None:
             await self.acks.apply(body, str(source))
+
+    def _cache(self, snap: Snapshot) -> None:
+        for cache in self.caches.values():
+            cache.add(snap)  # already passed: the advance in this step writes its update
 
     async def _write(self, marker: dict[str, Any]) -> None:
         await self.local.request("POST", "/v1/replication/markers", json={

@@ -93,7 +93,17 @@ class Topic:
 async def test_consumer_fails_over_with_nothing_lost(clusters: Geo) -> None:
     t = Topic(clusters, "t/fo", ["a", "b", "c"])
     sent = [f"m{i}" for i in range(100)]
-    await t.produce(sent, pause_s=0.05)  # snapshots (every 200 ms) land among the messages
+    await t.produce(sent[:11], pause_s=0.05)  # snapshots (every 200 ms) land among the messages
+    before = int((await t.status())["completedSnapshots"])
+    await t.produce(sent[11:40], pause_s=0.05)
+
+    async def one_among_the_messages() -> bool:
+        # The second to complete from here was requested after m10: under load (a
+        # snapshot timing out) it may take longer than producing the rest would.
+        return int((await t.status())["completedSnapshots"]) >= before + 2
+
+    await eventually(one_among_the_messages, timeout_s=90, what="a snapshot between m10 and m40")
+    await t.produce(sent[40:], pause_s=0.05)
     in_a = [decoded(m) for m in await t.consume("a", 60)]
     assert in_a == sent[:60]
     # Where each message is in b, read through a subscription of b's own (left unacked).

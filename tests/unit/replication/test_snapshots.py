@@ -4,8 +4,9 @@ from __future__ import annotations
 
 import pytest
 
+from streamtx.broker.markers import response
 from streamtx.ledger import Position
-from streamtx.replication.snapshots import PendingSnapshot, Snapshot, SnapshotCache, response
+from streamtx.replication.snapshots import PendingSnapshot, Snapshot, SnapshotCache
 
 
 def _answer(p: PendingSnapshot, cluster: str, there: int, here: int) -> Snapshot | str | None:

@@ -155,7 +155,8 @@ async def ack(body: AckRequest, broker: BrokerDep) -> dict[str, Any]:
 async def write(body: WriteRequest, broker: BrokerDep) -> dict[str, Any]:
     t = broker.topic(body.topic)
     part = t.partition(body.partition)
-    written, dropped = await repl.write_replicated(part, body.source, body.entries)
+    cluster = broker.replication.cluster
+    written, dropped = await repl.write_replicated(part, body.source, body.entries, cluster)
     if written:
         msgs = [m for e in body.entries for m in e.messages or ()]
         broker.replication.incoming_meter(t.name, body.source).add(len(msgs),
