@@ -18,6 +18,11 @@ between them, replicated-subscription snapshots at their default frequency (1 s)
    acknowledged in ``a`` nor received in ``b``; duplicates = acknowledged in ``a``
    and received again in ``b``.
 
+Before it: the sync interval the duplicates compare against (the snapshot
+frequency, at the rate the producer reached: PIP-33 repeats at most about that
+much plus one snapshot round trip) and a's snapshot figures (started,
+completed, mean time from request to complete, updates written).
+
 The LAST line is the summary:
 ``bench replication: msgs_per_s=<..> lag_p99_ms=<..> failover_lost=<n> failover_duplicates=<n>``
 (msgs_per_s: messages replicated to ``b`` per second during the steady phase).
