@@ -58,7 +58,7 @@ def _demo(args: argparse.Namespace) -> int:
         commit_interval_ms=args.commit_interval_ms, txn_timeout_ms=args.txn_timeout_ms,
         chaos=args.chaos, kill_every_s=args.kill_every, zombie=args.zombie, run_dir=args.run_dir,
         keep=args.keep, seed=args.seed, quiet=args.quiet, assignment=args.assignment, users=args.users,
-        backlog=args.backlog,
+        backlog=args.backlog, url=args.url,
     ))
 
 
@@ -134,6 +134,9 @@ def build_parser() -> argparse.ArgumentParser:
     r.add_argument("--backlog", type=int, default=0,
                    help="throughput mode: write this many records first, then start the workers; "
                    "MB/s is timed from the first transaction to the last commit (0: live at --rate)")
+    r.add_argument("--url", default=None,
+                   help="run the job against this running deployment (any service's URL, replicas "
+                   "and all) instead of starting a suite; --chaos then kills only workers")
     r.add_argument("--seed", type=int, default=1)
     r.add_argument("--quiet", action="store_true", help="no progress bar")
     r.set_defaults(func=_demo)

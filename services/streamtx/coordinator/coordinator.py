@@ -61,6 +61,7 @@ from streamtx.errors import (
     FencedError,
     LedgerClosedError,
     NotFoundError,
+    NotOwnerError,
     StreamtxError,
     UnavailableError,
 )
@@ -338,8 +339,10 @@ class TransactionCoordinator:
             else:
                 done.set_result(final)
         except asyncio.CancelledError:
-            done.set_exception(UnavailableError("the coordinator is shutting down"))
+            done.set_exception(self._let_go())
             raise
+        except NotOwnerError as exc:
+            done.set_exception(exc)
         except StreamtxError as exc:
             done.set_exception(UnavailableError(f"ending {meta.txn} failed: {exc.message}"))
         except Exception as exc:  # a bug: waiters must still get an answer
@@ -517,6 +520,10 @@ class TransactionCoordinator:
                 self.status = "Fenced"
                 self._on_fenced(self.coordinator_id)
             raise UnavailableError(f"coordinator {self.coordinator_id} lost its log: {exc.message}") from exc
+        except LedgerClosedError as exc:
+            if self.status == "Closed":
+                raise self._let_go() from exc
+            raise
         self.metrics.appends.inc()
         meta = self.table.apply(ref, record)
         if request_id is not None:
@@ -530,7 +537,17 @@ class TransactionCoordinator:
         self._tasks.add(task)
         task.add_done_callback(self._tasks.discard)
 
+    def _let_go(self) -> NotOwnerError:
+        # Closed under a request: handed over to another replica (or shutting down). Nothing of
+        # the request was logged here after the close, and every call may repeat, so the caller
+        # is told the id moves (503 not_owner) and retries where it lives now: a handover is
+        # latency, never a failed call (a plain "closed" was a 500 the clients gave up on).
+        return NotOwnerError(f"coordinator {self.coordinator_id} was let go (handed over to another "
+                             "replica, or shutting down): retry", owner=None)
+
     def _check_serving(self) -> None:
+        if self.status == "Closed":
+            raise self._let_go()
         if self.status != "Ready":
             raise UnavailableError(f"coordinator {self.coordinator_id} is {self.status}")
 

@@ -4,6 +4,9 @@ Each call is one HTTP request, no retries: the workload decides what a failure
 means (a worker aborts and redoes its transaction; the generator resends the
 same records). Errors come back as streamtx errors: ``ConflictError`` (409) is
 final, ``UnavailableError`` (503, connection refused, timeout) is retriable.
+Against replicas (``streamtx demo reshard --url``) a call follows the 307 to its
+log's owner, remembers it, and waits out a log that moves (503 ``not_owner``, an
+owner that died), as the SDK does: a handover is latency, not a failed call.
 
 The SDK (``streamtx.client``) will replace this once it lands; the interface
 is kept to the handful of calls below so the swap is local.
@@ -17,7 +20,9 @@ from typing import Any, TypeVar
 
 import httpx
 
+from streamtx.client.http import MOVING_WAIT_S
 from streamtx.contracts import TxnId
+from streamtx.redirect import OwnerCache
 from streamtx.transport import ONCE, HttpClient, RetryPolicy
 from streamtx.wire import batch as wire
 
@@ -66,8 +71,12 @@ class Rest:
                  binary: bool = True) -> None:
         self.binary = binary
         self._timeout_s = timeout_s
-        self._tc = HttpClient(coordinator_url, retry=ONCE, timeout_s=timeout_s, max_connections=32)
-        self._br = HttpClient(broker_url, retry=ONCE, timeout_s=timeout_s, max_connections=32)
+        # Nothing was served on a 307, a 503 not_owner or a refused owner: waiting them out
+        # repeats no call (streamtx.transport.http). One service alone never answers them.
+        self._tc = HttpClient(coordinator_url, retry=ONCE, timeout_s=timeout_s, max_connections=32,
+                              owners=OwnerCache(), moving_wait_s=MOVING_WAIT_S)
+        self._br = HttpClient(broker_url, retry=ONCE, timeout_s=timeout_s, max_connections=32,
+                              owners=OwnerCache(), moving_wait_s=MOVING_WAIT_S)
 
     @classmethod
     async def discover(cls, url: str, *, timeout_s: float = 10.0) -> Rest:

@@ -1,6 +1,7 @@
 """``streamtx demo reshard``: run the suite, the workload, the chaos; measure; check.
 
-It starts the services (file ledgers in a temporary run directory), creates the
+It starts the services (file ledgers in a temporary run directory; with ``--url``
+it uses a running deployment instead, replicas and all, and starts none), creates the
 topics, starts the workers and the generator as processes, follows the
 destination with a probe subscription to measure end-to-end latency, and (with
 ``--chaos``) kill -9s and restarts a random process every ``--kill-every``
@@ -27,6 +28,7 @@ import uuid
 from dataclasses import dataclass, field
 from pathlib import Path
 
+import httpx
 import orjson
 from tqdm import tqdm
 
@@ -65,6 +67,7 @@ class Options:
     loop: str = "uvloop"  # the workers' and the generator's event loop (procs.LOOPS)
     fetch_max: int = 10_000  # records per worker fetch
     service_env: dict[str, str] = field(default_factory=dict)  # more STREAMTX_* for the services
+    url: str | None = None  # a running deployment (any service's URL): start no services, kill none
 
 
 @dataclass
@@ -93,7 +96,8 @@ class Demo:
         (self.run_dir / "logs").mkdir(exist_ok=True)
         self.cfg = RunConfig.new(uuid.uuid4().hex[:6], user_space=opts.users)
         self.cfg.save(self.run_dir)
-        self.urls = {name: f"http://127.0.0.1:{free_port()}" for name in services}
+        self.urls = (deployment_urls(opts.url) if opts.url is not None
+                     else {name: f"http://127.0.0.1:{free_port()}" for name in services})
         env = {
             "STREAMTX_LEDGER_URL": f"file://{self.run_dir / 'ledgers'}",
             "STREAMTX_CLUSTER": "demo",
@@ -113,7 +117,7 @@ class Demo:
             n: Child(n, f"streamtx.{n}", [], {**env, "STREAMTX_HOST": "127.0.0.1",
                                                "STREAMTX_PORT": self.urls[n].rsplit(":", 1)[1]},
                      self.run_dir / "logs" / f"{n}.log", ready_url=self.urls[n])
-            for n in services
+            for n in services if opts.url is None
         }
         self.workers = [
             Child(f"worker-{i}", "streamtx.demo.worker", [
@@ -340,6 +344,10 @@ class Demo:
                             self.caught_up = False
                             break
             elapsed = time.monotonic() - started
+            if gen.poll() is not None:  # its pipe (run in-process by a test, not left to exit)
+                await asyncio.to_thread(reader.join, 5)
+                if gen.stdout is not None and not reader.is_alive():
+                    gen.stdout.close()
             # CPU seconds of each process (current lives only: a restarted one lost its past).
             self.cpu = {c.name: c.cpu_s() for c in [*self.services.values(), *self.workers]}
             self.cpu["generator"] = self.gen.cpu_s
@@ -377,8 +385,8 @@ class Demo:
     def shutdown(self) -> None:
         for w in self.workers:
             w.stop()
-        for name in reversed(services):
-            self.services[name].stop()
+        for child in reversed(self.services.values()):
+            child.stop()
 
     def cleanup(self) -> None:
         if self.opts.run_dir is None and not self.opts.keep:
@@ -415,6 +423,15 @@ def run_demo(opts: Options) -> int:
     if report.ok:
         demo.cleanup()
     return 0 if report.ok else 1
+
+
+def deployment_urls(url: str) -> dict[str, str]:
+    """The coordinator's and the broker's URLs a running deployment advertises (``/v1/cluster``).
+    With replicas they are one replica's each: it redirects the job to every log's owner. A
+    service that does not advertise itself answers at ``url`` (as the SDK assumes)."""
+    url = url.rstrip("/")
+    advertised = httpx.get(f"{url}/v1/cluster", timeout=10.0).raise_for_status().json()["services"]
+    return {name: str(advertised.get(name) or url).rstrip("/") for name in ("coordinator", "broker")}
 
 
 def _said_owns(w: Child, offset: int) -> bool:

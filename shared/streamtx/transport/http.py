@@ -20,8 +20,8 @@ import httpx
 import orjson
 from pydantic import BaseModel
 
-from streamtx.errors import StreamtxError, UnavailableError, from_reply
-from streamtx.redirect import OwnerCache, OwnerGone, send_to_owner
+from streamtx.errors import NotOwnerError, StreamtxError, UnavailableError, from_reply
+from streamtx.redirect import OwnerCache, OwnerGone, max_hops, send_to_owner
 from streamtx.transport.retry import OnRetry, RetryPolicy
 
 _json_headers = {"content-type": "application/json"}
@@ -46,8 +46,11 @@ def reply_error(response: httpx.Response) -> StreamtxError:
 
 
 def _moving(response: httpx.Response) -> bool:
-    """A 503 ``not_owner``: the log moves between replicas (nothing was served)."""
-    return b'"not_owner"' in response.content[:200]
+    """A 503 ``not_owner``, or a 307 still there after :data:`~streamtx.redirect.max_hops`
+    (replicas whose owner maps disagree send it round while the log moves): nothing was served."""
+    if response.status_code == 307:
+        return True
+    return response.status_code == 503 and b'"not_owner"' in response.content[:200]
 
 
 class HttpClient:
@@ -128,9 +131,12 @@ class HttpClient:
                     raise UnavailableError(f"{method} {path}: {exc!r}") from exc
                 except httpx.HTTPError as exc:
                     raise UnavailableError(f"{method} {path}: {exc!r}") from exc
-                if response.status_code == 503 and _moving(response) and time.monotonic() < until:
+                if _moving(response) and time.monotonic() < until:
                     await asyncio.sleep(_moving_poll_s)
                     continue
+                if response.status_code == 307:  # left over: an error, never an answer
+                    raise NotOwnerError(f"{method} {path}: still redirected after {max_hops} hops "
+                                        "(the log moves)")
                 if response.status_code >= 400:
                     raise reply_error(response)
                 return response
