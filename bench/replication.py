@@ -141,13 +141,13 @@ async def run(geo: Geo, args: argparse.Namespace) -> str:
         r = await http.put(f"{a}/v1/topics/{TOPIC}/subscriptions/s",
                            json={"initial_position": "earliest", "replicated": True})
         assert r.status_code == 200
-        for _ in range(300):  # created in b by a's replicator
-            if (await http.get(f"{b}/admin/v2/persistent/{TOPIC}/partitions")).status_code == 200:
+        for _ in range(600):  # the topic is created in b by a's replicator (slow on a loaded machine)
+            r = await http.put(f"{b}/v1/topics/{TOPIC}/subscriptions/lag",
+                               json={"initial_position": "earliest"})
+            if r.status_code == 200:
                 break
             await asyncio.sleep(0.1)
-        r = await http.put(f"{b}/v1/topics/{TOPIC}/subscriptions/lag",
-                           json={"initial_position": "earliest"})
-        assert r.status_code == 200
+        assert r.status_code == 200, r.text
 
     cap = await capacity(a, args.producers, args.batch, args.probe_s)
     rate = cap / 2
