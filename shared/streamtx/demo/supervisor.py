@@ -292,6 +292,19 @@ class Demo:
                     self.gen.done = bool(d["done"])
                     self.gen.cpu_s = float(d.get("cpu_s", 0.0))
 
+    @staticmethod
+    async def reap(gen: subprocess.Popen[bytes], reader: threading.Thread) -> None:
+        """The generator said it is done: wait for it to exit and close its pipe (a test runs the
+        demo in its own process, which a left-over child or pipe would outlive)."""
+        try:
+            await asyncio.to_thread(gen.wait, 10)
+        except subprocess.TimeoutExpired:
+            gen.kill()
+            await asyncio.to_thread(gen.wait)
+        await asyncio.to_thread(reader.join, 5)
+        if gen.stdout is not None and not reader.is_alive():
+            gen.stdout.close()
+
     # -- the run --------------------------------------------------------------------
     async def run(self) -> tuple[DemoResult, Report]:
         opts = self.opts
@@ -344,10 +357,7 @@ class Demo:
                             self.caught_up = False
                             break
             elapsed = time.monotonic() - started
-            if gen.poll() is not None:  # its pipe (run in-process by a test, not left to exit)
-                await asyncio.to_thread(reader.join, 5)
-                if gen.stdout is not None and not reader.is_alive():
-                    gen.stdout.close()
+            await self.reap(gen, reader)
             # CPU seconds of each process (current lives only: a restarted one lost its past).
             self.cpu = {c.name: c.cpu_s() for c in [*self.services.values(), *self.workers]}
             self.cpu["generator"] = self.gen.cpu_s
