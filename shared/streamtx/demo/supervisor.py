@@ -137,6 +137,7 @@ class Demo:
         self.caught_up = True  # the job processed everything before it stalled (if it did)
         self.probe = Probe()
         self.gen = GeneratorStatus()
+        self.generators: list[subprocess.Popen[bytes]] = []  # stopped by shutdown if still running
         self.lock = asyncio.Lock()  # one chaos action at a time
         (self.run_dir / "services.json").write_text(json.dumps(self.urls))
 
@@ -275,12 +276,14 @@ class Demo:
 
     def spawn_generator(self, *, rate: float, duration_s: float, count: int = 0) -> subprocess.Popen[bytes]:
         with (self.run_dir / "logs" / "generator.log").open("ab") as log:  # the child keeps its copy
-            return subprocess.Popen(
+            proc = subprocess.Popen(
                 [sys.executable, "-m", "streamtx.demo.generator", "--run-dir", str(self.run_dir),
                  "--broker", self.urls["broker"], "--rate", str(rate), "--duration", str(duration_s),
                  "--count", str(count), "--seed", str(self.opts.seed), "--loop", self.opts.loop],
                 stdout=subprocess.PIPE, stderr=log, env=child_env({}),
             )
+        self.generators.append(proc)
+        return proc
 
     def read_generator(self, proc: subprocess.Popen[bytes]) -> None:
         assert proc.stdout is not None
@@ -393,6 +396,10 @@ class Demo:
         )
 
     def shutdown(self) -> None:
+        for gen in self.generators:  # a run cut short (a failed test) leaves it writing
+            if gen.poll() is None:
+                gen.kill()
+                gen.wait()
         for w in self.workers:
             w.stop()
         for child in reversed(self.services.values()):
