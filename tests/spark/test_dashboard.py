@@ -76,6 +76,10 @@ def pushed(spark: Any, tmp_path_factory: pytest.TempPathFactory) -> Iterator[tup
             pushed_at = time.time()
             prom.wait_scraped({"spark-jobs"}, since=pushed_at)
             prom.wait_scraped({"spark-jobs"}, since=pushed_at + 1)
+            # Range queries step 1 s from ``start``: the window must end a step past the
+            # first scrape that saw the push (with a warm JVM the push comes so early that
+            # one scrape can satisfy both waits and no step lands after it).
+            time.sleep(1.0)
             yield prom, start, time.time()
     finally:
         stop(gateway)
