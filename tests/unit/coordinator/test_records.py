@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
@@ -52,10 +54,25 @@ def test_no_record_starts_with_the_batch_magic(record: records.Record) -> None:
 def test_truncated_or_extended_records_are_corrupt(record: records.Record, data: st.DataObject) -> None:
     raw = records.encode(record)
     cut = data.draw(st.integers(0, len(raw) - 1))
-    with pytest.raises(CorruptEntryError):
-        records.decode(raw[:cut])
+    older = _without_owner(record)
+    if older != record and cut == len(records.encode(older)):
+        # A NEW record's owner is optional (records from before owners were kept end
+        # at the fixed head), so cutting exactly it off leaves that valid older record;
+        # a torn entry is caught by the ledger frame's CRC before the codec sees it.
+        assert records.decode(raw[:cut]) == older
+    else:
+        with pytest.raises(CorruptEntryError):
+            records.decode(raw[:cut])
     with pytest.raises(CorruptEntryError):
         records.decode(raw + b"\x00")
+
+
+def _without_owner(record: records.Record) -> records.Record:
+    if isinstance(record, NewTxn):
+        return replace(record, owner="")
+    if isinstance(record, Forwarded):
+        return replace(record, record=_without_owner(record.record))
+    return record
 
 
 @given(st.binary(max_size=64))
