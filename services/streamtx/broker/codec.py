@@ -28,7 +28,7 @@ then, for a message batch, ``count`` messages, each::
     u32  value_len, value bytes
 
 The message area after the header is also the layout of a section of the binary
-wire format (:mod:`streamtx.wire.batch`): a section the broker validated is stored
+wire format (:mod:`streamtx.wire.messages`): a section the broker validated is stored
 behind its header as is (:func:`encode_raw_batch`), and a fetch hands it out as is.
 
 A batch of one message has the message id ``ledger:entry``; a batch of more has
@@ -45,7 +45,7 @@ from dataclasses import dataclass, field
 
 from streamtx.contracts.txnid import TxnId, from_pair
 from streamtx.errors import CorruptEntryError
-from streamtx.wire import batch as wire
+from streamtx.wire import messages as wire_messages
 
 version = 1
 
@@ -137,7 +137,7 @@ def encode_batch(
 ) -> bytes:
     msgs = list(messages)
     parts = _encode_head(EntryKind.BATCH, publish_time_ms, txn, producer, len(msgs), source)
-    parts.append(wire.encode_fields((m.value, m.key, m.properties, m.request_index) for m in msgs))
+    parts.append(wire_messages.encode_fields((m.value, m.key, m.properties, m.request_index) for m in msgs))
     return b"".join(parts)
 
 
@@ -202,14 +202,14 @@ def decode_header(data: bytes) -> EntryHeader:
         raise CorruptEntryError(f"bad entry header: {exc}") from exc
 
 
-Fields = wire.Fields
+Fields = wire_messages.Fields
 
 
 def decode_fields(data: bytes, header: EntryHeader | None = None) -> list[Fields]:
     """The batch's messages as ``(value, key, properties, request_index)`` tuples (the fetch
-    path's decoder: the wire format's, :func:`streamtx.wire.batch.decode_fields`)."""
+    path's decoder: the wire format's, :func:`streamtx.wire.messages.decode_fields`)."""
     h = header or decode_header(data)
-    return wire.decode_fields(data, h.count, h.body_offset, error=CorruptEntryError)
+    return wire_messages.decode_fields(data, h.count, h.body_offset, error=CorruptEntryError)
 
 
 def decode_messages(data: bytes, header: EntryHeader | None = None) -> list[Message]:

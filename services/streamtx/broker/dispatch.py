@@ -27,7 +27,7 @@ from streamtx.broker.codec import EntryHeader, EntryKind
 from streamtx.broker.partition import Partition
 from streamtx.cursor import Cursor
 from streamtx.ledger import Position
-from streamtx.wire import batch as wire
+from streamtx.wire import fetch as wire_fetch
 
 Unit = tuple[Position, int | None]
 
@@ -281,9 +281,9 @@ def render_json(handed: Iterable[Handed]) -> list[dict[str, Any]]:
 
 
 def render_batch(handed: list[Handed]) -> bytes:
-    """The binary fetch answer (:mod:`streamtx.wire.batch`): each entry's stored messages as they are,
+    """The binary fetch answer (:mod:`streamtx.wire.fetch`): each entry's stored messages as they are,
     with the batch indexes handed out when they are not the whole entry."""
-    rows: list[wire.Delivered] = []
+    rows: list[wire_fetch.Delivered] = []
     i, n = 0, len(handed)
     while i < n:
         entry = handed[i][0]
@@ -295,7 +295,7 @@ def render_batch(handed: list[Handed]) -> bytes:
         whole = len(group) == h.count and all(rc == 0 and (bi or 0) == k
                                               for k, (_, bi, rc) in enumerate(group))
         src = h.source
-        rows.append(wire.Delivered(
+        rows.append(wire_fetch.Delivered(
             entry.partition, pos.ledger_id, pos.entry_id,
             h.publish_time_ms if src is None else src.publish_time_ms, h.count,
             memoryview(entry.data)[h.body_offset:],
@@ -303,4 +303,4 @@ def render_batch(handed: list[Handed]) -> bytes:
             None if src is None else (src.cluster, src.ledger_id, src.entry_id),
         ))
         i = j
-    return wire.encode_messages_answer(rows)
+    return wire_fetch.encode_messages_answer(rows)
