@@ -58,10 +58,8 @@ from __future__ import annotations
 import argparse
 import asyncio
 import contextlib
-import json
 import math
 import os
-import random
 import signal
 import sys
 import time
@@ -69,36 +67,20 @@ import uuid
 from collections import defaultdict
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, NamedTuple, TextIO
+from typing import TextIO
 
-from streamtx.demo.layout import RunConfig, read_jsonl, worker_log
+from streamtx.demo.intake import Held, Intake, fetch_max
+from streamtx.demo.layout import RunConfig, worker_log
+from streamtx.demo.outputs import Outputs, max_txn_records, write_chunk
 from streamtx.demo.procs import LOOPS, run_async
-from streamtx.demo.records import SearchRecord, decode
 from streamtx.demo.reorder import ReorderBuffer
-from streamtx.demo.rest import (
-    Fetched,
-    Rest,
-    full_name,
-    last_per_partition,
-    partition_name,
-    retry_retriable,
-)
-from streamtx.errors import ConflictError, NotFoundError, StreamtxError
+from streamtx.demo.rest import Rest, full_name, partition_name, retry_retriable
+from streamtx.demo.shared_job import SharedJob
+from streamtx.demo.txnlog import Uncertain
+from streamtx.errors import StreamtxError
 
-resolve_give_up_s = 90.0  # a coordinator down longer than this: exit, the restart resolves it
 stall_exit_s = 30.0  # records held, none ready this long: exit and re-read the progress
-write_chunk = 10_000  # records per produce / ack request (the broker takes at most 10,000): one hop each
-fetch_max = 10_000  # records per fetch: a backlog comes in a few large answers
-max_txn_records = 10_000  # a backlog is worked off in bounded transactions (well within the timeout)
-max_held = 50_000  # records in hand beyond which prefetching pauses
 max_write_gap_s = 0.1  # within a transaction, write at most this often (a quarter interval if shorter)
-assignment_check_s = 1.0  # how often a worker asks which partitions are still its own
-resync_after_s = 1.0  # a gap at a partition's head this long: re-read its committed progress
-keepalive_s = 0.5  # fetch at least this often even when holding many records (Failover liveness)
-
-
-class Uncertain(Exception):
-    """The outcome of a transaction could not be learned."""
 
 
 @dataclass
@@ -113,16 +95,11 @@ class Committing:
     started_wall_ms: float = field(default_factory=lambda: time.time() * 1000)
 
 
-class Held(NamedTuple):
-    """A source message in hand (a named tuple: one per record, and a frozen dataclass's
-    ``__init__`` costs several times more)."""
+class Worker(SharedJob, Intake, Outputs):
+    """One resharding worker: its state, the transaction loop and the pipelined commits; the
+    intake (:mod:`.intake`), the writes (:mod:`.outputs`), the transaction log
+    (:mod:`.txnlog`) and the contrasting Shared job (:mod:`.shared_job`) are its mixins."""
 
-    message_id: str
-    record: SearchRecord
-    value: bytes
-
-
-class Worker:
     def __init__(self, cfg: RunConfig, run_dir: Path, rest: Rest, index: int, workers: int,
                  commit_interval_ms: int, txn_timeout_ms: int) -> None:
         self.cfg, self.rest, self.index = cfg, rest, index
@@ -158,269 +135,6 @@ class Worker:
         self.pipeline_limit_s = max(self.commit_interval_s, txn_timeout_ms / 1000 / 5)
         self.buf: ReorderBuffer[Held] = ReorderBuffer()
         self.timing: defaultdict[str, float] = defaultdict(float)  # seconds per phase, this transaction
-
-    # -- the transaction log of this worker ------------------------------------------
-    def _log(self, txn: str, outcome: str, **kw: Any) -> None:
-        assert self.log is not None
-        self.log.write(json.dumps({"txn": txn, "o": outcome, "t": time.time(), **kw},
-                                  separators=(",", ":")) + "\n")
-        self.log.flush()
-
-    async def _resolve(self, txn: str, *, commit: bool) -> bool:
-        """Drive ``txn`` to an end; True if it committed. Retries while the TC is away."""
-        deadline = time.monotonic() + resolve_give_up_s
-        delay = 0.05
-        while time.monotonic() < deadline:
-            try:
-                if commit:
-                    await self.rest.commit(txn)
-                    return True
-                await self.rest.abort(txn)
-                return False
-            except NotFoundError:
-                return False  # the TC never made it durable: nothing of it can commit
-            except ConflictError:
-                if commit:
-                    return False  # aborted, aborting or timed out
-                # abort refused: it is committing or committed; wait for the end.
-                with contextlib.suppress(StreamtxError):
-                    state = await self.rest.txn_state(txn)
-                    if state == "COMMITTED":
-                        return True
-                    if state in ("ABORTED", "TIMEOUT"):
-                        return False
-            except StreamtxError:
-                pass
-            await asyncio.sleep(delay * (0.5 + random.random()))
-            delay = min(delay * 2, 1.0)
-        raise Uncertain(txn)
-
-    async def resolve_orphans(self) -> None:
-        last: dict[str, str] = {}
-        for line in read_jsonl(self.log_path):
-            last[line["txn"]] = line["o"]
-        for txn, outcome in last.items():
-            if outcome in ("open", "wrote", "committing"):
-                committed = await self._resolve(txn, commit=False)
-                self._log(txn, "committed" if committed else "aborted", n=-1, why="orphan of a previous life")
-
-    # -- progress: where the last committed transaction of a partition ended -------------
-    async def read_progress(self, partitions: list[int]) -> None:
-        """Read what is new on the progress topic's ``partitions`` into ``progress_seen``
-        (one subscription for the worker's life, read on: each partition's records are
-        read once, the highest next kept)."""
-        empty_wait_ms = 50  # a fetch that waited this long and found nothing: read to the end
-        while True:
-            msgs = await retry_retriable(lambda: self.rest.fetch(
-                self.cfg.progress_topic, self.progress_sub, self.name, 1000, empty_wait_ms,
-                partitions=partitions))
-            if not msgs:
-                return
-            for m in msgs:
-                d = json.loads(m.value)
-                p = int(d["p"])
-                self.progress_seen[p] = max(self.progress_seen.get(p, 0), int(d["next"]))
-            with contextlib.suppress(StreamtxError):  # only trims the topic
-                await self.rest.ack(self.cfg.progress_topic, self.progress_sub, last_per_partition(msgs),
-                                    cumulative=True)
-
-    async def acquire(self, partitions: list[int]) -> None:
-        """Partitions newly handed to this worker: resume each at its committed progress."""
-        await self.read_progress(partitions)
-        for p in partitions:
-            self.known.add(p)
-            if self.buf.in_flight(p):  # an uncommitted transaction of ours still has some
-                self.resync_wanted.add(p)
-            else:
-                self.buf.resync(p, self.progress_seen.get(p, 0))
-        print(f"{self.name}: took over partitions {partitions}, resuming at "
-              f"{ {p: self.buf.committed.get(p) for p in partitions} }", flush=True)
-
-    async def sync_partitions(self) -> None:
-        """Forget partitions that moved away, and re-read the progress of those that need it."""
-        now = time.monotonic()
-        if now - self.assignment_at >= assignment_check_s:
-            self.assignment_at = now
-            with contextlib.suppress(StreamtxError):
-                mine = set(await self.rest.assigned(self.cfg.source_topic, self.sub, self.consumer))
-                for p in sorted(self.known - mine):
-                    self.known.discard(p)
-                    self.resync_wanted.discard(p)
-                    self.buf.drop(p)
-                    print(f"{self.name}: partition {p} moved away", flush=True)
-        stuck = set(self.buf.stuck())
-        for p in list(self.stuck_since):
-            if p not in stuck:
-                del self.stuck_since[p]
-        for p in stuck:
-            since = self.stuck_since.setdefault(p, now)
-            if now - since >= resync_after_s:
-                self.resync_wanted.add(p)
-                self.stuck_since[p] = now
-        await self.catch_up()
-
-    async def catch_up(self) -> None:
-        """Re-read the progress of the partitions that want it, and adopt it (those with
-        nothing in flight: the transaction loop calls this before it takes again, so a
-        partition another worker advanced is not taken again from a stale start)."""
-        wanted = sorted(p for p in self.resync_wanted if p in self.known and not self.buf.in_flight(p))
-        if not wanted:
-            return
-        await self.read_progress(wanted)
-        for p in wanted:
-            if p in self.known and not self.buf.in_flight(p):  # still true after the await
-                self.buf.resync(p, self.progress_seen.get(p, 0))
-                self.resync_wanted.discard(p)
-
-    # -- the loop -----------------------------------------------------------------------
-    async def fetch(self, wait_ms: int) -> list[Fetched]:
-        t0 = self.last_fetch = time.monotonic()
-        try:
-            # The Failover subscription hands out only the partitions we are active on.
-            got = await self.rest.fetch(self.cfg.source_topic, self.sub, self.consumer, self.fetch_max,
-                                        wait_ms)
-            self.timing["fetch"] += time.monotonic() - t0 - (wait_ms / 1000 if not got else 0)
-            self.timing["fetched"] += len(got)
-            return got
-        except StreamtxError as exc:
-            print(f"{self.name}: fetch failed ({type(exc).__name__}); leaving the subscription",
-                  file=sys.stderr, flush=True)
-            # A fetch that timed out may have been answered: the broker handed its records
-            # to us, and a Failover subscription never redelivers to a consumer that stays
-            # (no ack timeout). Leaving makes the broker hand them out again, in order, to
-            # whoever is active on their partitions next (we rejoin with the next fetch).
-            with contextlib.suppress(StreamtxError):
-                await self.rest.close_consumer(self.cfg.source_topic, self.sub, self.consumer)
-            await asyncio.sleep(0.1)
-            return []
-
-    def offer(self, msgs: list[Fetched]) -> list[str]:
-        """Put fetched records of partitions we hold in the buffer. Return copies of records
-        a committed transaction already wrote (stale: to ack outside any transaction)."""
-        stale: list[str] = []
-        for m in msgs:
-            rec = decode(m.value)
-            if m.partition not in self.known:
-                continue  # it moved away while the fetch ran: its new owner gets it
-            if not self.buf.offer(rec.src_partition, rec.seq, Held(m.message_id, rec, m.value)):
-                # A copy of a record the open transaction wrote is left alone: its ack
-                # belongs to that transaction, which may still abort.
-                if self.buf.is_committed(rec.src_partition, rec.seq):
-                    stale.append(m.message_id)
-        return stale
-
-    async def ack_stale(self, stale: list[str]) -> None:
-        """Already written: ack outside any transaction (a copy at an already acked position
-        may get 409: fine; a failure: redelivered later)."""
-        t0 = time.monotonic()
-        with contextlib.suppress(StreamtxError):
-            await self.rest.ack(self.cfg.source_topic, self.sub, stale)
-        self.timing["ack_other"] += time.monotonic() - t0
-
-    async def begin(self) -> str:
-        txn = str(await retry_retriable(lambda: self.rest.begin(self.txn_timeout_ms),
-                                        give_up_s=resolve_give_up_s))
-        self._log(txn, "open")
-        return txn
-
-    async def write(self, txn: str, ready: list[tuple[int, int, Held]], *, sub: str | None = None) -> None:
-        """Produce the records to their ranges and ack their sources, in ``txn``, in
-        requests of at most ``write_chunk`` records."""
-        props = {"txn": txn, "w": self.name}
-        for i in range(0, len(ready), write_chunk):
-            chunk = ready[i:i + write_chunk]
-            messages = [
-                {"key": h.record.key, "value": h.value, "properties": props,
-                 "partition": self.ranges.partition_of(h.record.user_id)}
-                for _, _, h in chunk
-            ]
-            # Both finish before we go on, failed or not: an ack still in flight when the
-            # transaction aborts could land after the abort (a late ack).
-            results = await asyncio.gather(
-                self.rest.produce(self.cfg.dest_topic, messages, txn),
-                self.rest.ack(self.cfg.source_topic, sub or self.sub, [h.message_id for *_, h in chunk], txn),
-                return_exceptions=True,
-            )
-            for r in results:
-                if isinstance(r, BaseException):
-                    raise r
-
-    async def ack_positions(self, txn: str, taken: list[tuple[int, int, Held]]) -> None:
-        """Ack the records' sources in ``txn``: per partition, the first record individually
-        and everything up to the last cumulatively (the fence: see the module doc)."""
-        first: dict[int, str] = {}
-        last: dict[int, str] = {}
-        for p, _, h in taken:  # a partition's records are taken in sequence (= position) order
-            first.setdefault(p, h.message_id)
-            last[p] = h.message_id
-        results = await asyncio.gather(
-            self.rest.ack(self.cfg.source_topic, self.sub, list(first.values()), txn),
-            self.rest.ack(self.cfg.source_topic, self.sub, list(last.values()), txn, cumulative=True),
-            return_exceptions=True,
-        )
-        for r in results:
-            if isinstance(r, BaseException):
-                raise r
-
-    async def produce_outputs(self, txn: str, taken: list[tuple[int, int, Held]]) -> None:
-        """Produce every record of ``txn`` to its range's partition, in requests of at most
-        ``write_chunk`` records: each carries one section per destination partition (the
-        broker appends them in parallel, a partition's records in order), so a
-        transaction's outputs are one hop, not one per partition."""
-        props = {"txn": txn, "w": self.name}
-        partition_of = self.ranges.partition_of
-        for i in range(0, len(taken), write_chunk):
-            await self.rest.produce(self.cfg.dest_topic, [
-                {"key": h.record.key, "value": h.value, "properties": props,
-                 "partition": partition_of(h.record.user_id)}
-                for _, _, h in taken[i:i + write_chunk]
-            ], txn)
-
-    async def prefetch(self) -> None:
-        """Fetch all the time, so reading overlaps writing: take over partitions handed to
-        us, offer what comes to the buffer, ack stale copies in the background, wake the
-        transaction loop."""
-        acking: set[asyncio.Task[None]] = set()
-        while not self.stopping:
-            if self.buf.held() > max_held and time.monotonic() - self.last_fetch < keepalive_s:
-                await asyncio.sleep(0.05)  # a gap holds back many records: let it fill first
-                continue
-            try:
-                await self.sync_partitions()
-            except StreamtxError:
-                await asyncio.sleep(0.1)
-            msgs = await self.fetch(200)
-            if not msgs:
-                continue
-            new = sorted({m.partition for m in msgs} - self.known)
-            if new:
-                try:
-                    await self.acquire(new)
-                except StreamtxError:
-                    continue  # not offered, not acked: they come back
-            stale = self.offer(msgs)
-            if stale:
-                if len(acking) >= 8:
-                    await asyncio.wait(acking, return_when=asyncio.FIRST_COMPLETED)
-                task = asyncio.create_task(self.ack_stale(stale))
-                acking.add(task)
-                task.add_done_callback(acking.discard)
-            if not self.arrived.is_set():
-                self.arrived_at = time.monotonic()
-                self.arrived.set()
-
-    async def ready(self, timeout_s: float, limit: int) -> list[tuple[int, int, Held]]:
-        """What can be written in order now (at most ``limit``), waiting up to ``timeout_s``."""
-        since = self.arrived_at if self.arrived.is_set() else time.monotonic()
-        self.arrived.clear()
-        ready = self.buf.take_ready(limit)
-        if not ready and timeout_s > 0 and limit > 0:
-            with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(self.arrived.wait(), timeout_s)
-            since = self.arrived_at if self.arrived.is_set() else time.monotonic()
-            ready = self.buf.take_ready(limit)
-        self.ready_since = since
-        return ready
 
     async def one_transaction(self) -> None:
         """Wait for records, then run one transaction over one commit interval. Its commit
@@ -519,16 +233,6 @@ class Worker:
         timing, self.timing = self.timing, defaultdict(float)
         self.committing = Committing(txn, taken, timing, asyncio.create_task(self._commit(txn)))
 
-    async def write_progress(self, txn: str) -> None:
-        """The next sequence number of every partition this transaction advanced, to the progress topic."""
-        progress = [
-            {"key": f"p{p}", "value": json.dumps({"p": p, "next": n}).encode(),
-             "properties": {"txn": txn}, "partition": p}
-            for p, n in self.buf.tentative().items() if n != self.buf.committed.get(p)
-        ]
-        if progress:
-            await self.rest.produce(self.cfg.progress_topic, progress, txn)
-
     async def _commit(self, txn: str) -> tuple[bool, float]:
         t0 = time.monotonic()
         committed = await self._resolve(txn, commit=True)
@@ -569,53 +273,6 @@ class Worker:
             self.buf.rollback(keep=self.known)
             self.resync_wanted |= self.known  # a conflict may mean another worker wrote these
             self._log(txn, "aborted", n=len(taken), why=why, r=[[p, s] for p, s, _ in taken])
-
-    async def run_shared(self) -> None:
-        """The naive job, for contrast (``--assignment shared``): every worker consumes the
-        one Shared subscription ``reshard`` and writes what it gets, in arrival order, in
-        one transaction per interval. Transactions alone keep it free of lost writes and
-        duplicates; the order of a user's records is another matter (the checker reports
-        ``nonmonotonic``)."""
-        sub, cfg = self.cfg.subscription, self.cfg
-        await retry_retriable(lambda: self.rest.subscribe(cfg.source_topic, sub, "earliest"))
-        partitions = [full_name(partition_name(cfg.dest_topic, d)) for d in range(cfg.dest_partitions)]
-        print(f"{self.name}: shares subscription {sub} with the other workers", flush=True)
-        while not self.stopping:
-            msgs = await self.rest_fetch_shared(500)
-            if not msgs:
-                continue
-            txn = await self.begin()
-            taken: list[tuple[int, int, Held]] = []
-            try:
-                await asyncio.gather(self.rest.add_partitions(txn, partitions),
-                                     self.rest.add_subscriptions(txn, [(full_name(cfg.source_topic), sub)]))
-                deadline = time.monotonic() + self.commit_interval_s
-                while msgs:
-                    held = [Held(m.message_id, r, m.value) for m in msgs for r in [decode(m.value)]]
-                    ready = [(h.record.src_partition, h.record.seq, h) for h in held]
-                    await self.write(txn, ready, sub=sub)
-                    taken.extend(ready)
-                    remaining = deadline - time.monotonic()
-                    if remaining <= 0 or self.stopping or len(taken) >= max_txn_records:
-                        break
-                    msgs = await self.rest_fetch_shared(int(min(remaining, 0.2) * 1000))
-            except StreamtxError as exc:
-                committed = await self._resolve(txn, commit=False)
-                self._log(txn, "committed" if committed else "aborted", n=len(taken),
-                          why=f"{type(exc).__name__}: {exc}"[:300], r=[[p, s] for p, s, _ in taken])
-                continue
-            self._log(txn, "committing")
-            committed = await self._resolve(txn, commit=True)
-            self._log(txn, "committed" if committed else "refused", n=len(taken),
-                      **({} if committed else {"r": [[p, s] for p, s, _ in taken]}))
-
-    async def rest_fetch_shared(self, wait_ms: int) -> list[Fetched]:
-        try:
-            cfg = self.cfg
-            return await self.rest.fetch(cfg.source_topic, cfg.subscription, self.name, 1000, wait_ms)
-        except StreamtxError:
-            await asyncio.sleep(0.1)
-            return []
 
     async def run(self, *, shared: bool = False) -> None:
         with self.log_path.open("a") as self.log:
