@@ -2,9 +2,9 @@
 
 Every worker consumes the one Shared subscription and writes what it gets in
 arrival order, one transaction per interval: no lost writes, no duplicates, but
-a user's records out of order (the checker reports ``nonmonotonic``). Apart from
-the Failover worker it contrasts with (:mod:`streamtx.demo.worker`), which it
-shares only the transaction log with. A mixin of :class:`streamtx.demo.worker.Worker`.
+a user's records out of order (the checker reports ``nonmonotonic``). Kept apart
+from the Failover job it contrasts with (:mod:`streamtx.demo.worker`): the two
+share only the transaction log. A mixin of :class:`streamtx.demo.worker.Worker`.
 """
 
 from __future__ import annotations
