@@ -20,11 +20,11 @@ class SubscriptionOwner(BaseModel):
     servedHere: bool
 
 
-@router.get("/subscription/persistent/{tenant}/{namespace}/{topic}/{subscription}",
+@router.get("/subscription/persistent/{tenant}/{namespace}/{topic}/{sub}",
             response_model=SubscriptionOwner)
 async def lookup_subscription(request: Request, tenant: str, namespace: str, topic: str,
-                              subscription: str) -> SubscriptionOwner:
-    key = (f"persistent://{tenant}/{namespace}/{topic}", subscription)
+                              sub: str) -> SubscriptionOwner:
+    key = (f"persistent://{tenant}/{namespace}/{topic}", sub)
     check_names(*key)
     settings: PendingAckSettings = request.app.state.settings
     slots: Slots | None = request.app.state.slots
