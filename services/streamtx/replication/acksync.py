@@ -17,9 +17,10 @@ the rest travels too, as ``acks`` markers (:mod:`streamtx.broker.markers`):
   /v1/replication/acks/apply``; creating the subscription at the earliest
   position first if it has none, as an update does).
 * **What is exported** (``POST /v1/replication/acks/export``): the messages the
-  subscription acknowledged past the local position of the last snapshot an
-  update marker was written for (everything past it up to the mark-delete, and
-  the individually acknowledged entries beyond); before the first update since
+  subscription acknowledged past the local position of the snapshot before the
+  last one an update marker was written for (:meth:`AckSync.updated` says why):
+  everything past it up to the mark-delete, and the individually acknowledged
+  entries beyond; before the first two updates since
   the controller started, from ``STREAMTX_RESCAN_ENTRIES`` entries before the
   mark-delete (what update markers moved elsewhere is named again: harmless). Only message
   entries count, so markers that the dispatcher deletes as it passes them are
@@ -77,7 +78,8 @@ class AckSync:
         # (subscription, writer) -> (first applied, marker) of markers naming entries not here yet
         self.incomplete: dict[tuple[str, str], tuple[float, dict[str, Any]]] = {}
         self._arrived = False  # messages arrived since the last retry
-        self.synced_to: dict[str, Position] = {}  # subscription -> local position of its last update
+        self.synced_to: dict[str, Position] = {}  # subscription -> where exports start (see updated)
+        self._update_at: dict[str, Position] = {}  # subscription -> local position of its last update
         self.known: dict[str, AckSet] = {}  # what this cluster already wrote or received, per subscription
         self.tokens: dict[str, str] = {}  # the broker's token of the last export
         self.markers = 0  # acks markers written
@@ -86,8 +88,19 @@ class AckSync:
         self._applied: set[str] = set()  # subscriptions acks were applied to since the last sync
 
     def updated(self, subscription: str, local: Position) -> None:
-        """An update marker was written for the snapshot at ``local``: exports start past it."""
-        self.synced_to[subscription] = local
+        """An update marker was written for the snapshot at ``local``.
+
+        Exports start past the *previous* update's snapshot, not this one: a remote's
+        position in a snapshot is where the first round's request reached it, and
+        messages written here between that request and ``local`` (the last response)
+        may be past it there, so the update does not cover them. The previous
+        snapshot completed before this one's request was written, so nothing is
+        missed; naming messages an update already covered again is harmless.
+        """
+        self.synced_to.pop(subscription, None)
+        if subscription in self._update_at:
+            self.synced_to[subscription] = self._update_at[subscription]
+        self._update_at[subscription] = local
 
     async def sync(self, subscriptions: list[str], arrived: bool) -> None:
         """Export each subscription's acks (once per period) and write a marker for what is new;
@@ -108,6 +121,7 @@ class AckSync:
             self.known.pop(name, None)  # gone here (one just created by apply is not in this scan yet)
             self.tokens.pop(name, None)
             self.synced_to.pop(name, None)
+            self._update_at.pop(name, None)
         self._applied.clear()
         for name in subscriptions:
             after = self.synced_to.get(name)
