@@ -27,9 +27,10 @@ of each), both with four coordinator ids and four processes on file ledgers:
 ``redis_vs_inprocess``: the ``redis`` throughput (requests/s, creates and
 aborts) over the ``in-process`` one.
 
-``broker_x2``: produce+fetch(+ack) throughput of two broker replicas sharing
-eight topics through leases over one broker owning all eight, same run, rounds
-interleaved, best of each (:mod:`scale_broker` says how).
+``broker_x2``: produce+fetch(+ack) throughput of two broker replicas sharing the
+eight partitions of ONE topic through leases (four and four) over one broker
+owning all eight, same run, rounds interleaved, best of each (:mod:`scale_broker`
+says how).
 
 Last line:
 ``bench scale: tc_x2=<…> broker_x2=<…> redis_records_per_entry=<…> redis_vs_inprocess=<…>``

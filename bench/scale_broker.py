@@ -1,15 +1,17 @@
 """``broker_x2`` of ``make bench-scale``: produce+fetch throughput of two broker replicas over one.
 
-Eight single-partition topics, each with a Shared subscription, on file ledgers
-(fsync before every answer); the brokers lease the topics in one Redis (even
-the single one, so both cases pay the same). The load is wrk, closed loop per
-connection: produce 10 messages of 100 bytes to a topic, fetch up to 10 from its
-subscription (no wait), acknowledge what came, next topic, ... (wrk's Lua state
-is per thread: the acks of a fetch go out on the thread's next request). Each connection
-talks to the owner of its topics, as the SDK does once it has cached the owner:
-64 connections to the one broker over the eight topics, or 32 to each of the two
-over the four topics each owns. Throughput is requests per second (produces,
-fetches and acks).
+ONE hot topic of eight partitions with a Shared subscription, on file ledgers
+(fsync before every answer); the brokers lease its PARTITIONS in one Redis (even
+the single one, so both cases pay the same), so the one topic spreads four and
+four over two brokers. The load is wrk, closed loop per connection: produce 10
+messages of 100 bytes to a partition (its own name, ``bench-partition-N``, as the
+SDK sends), fetch up to 10 from the subscription on that partition (no wait),
+acknowledge what came, next partition, ... (wrk's Lua state is per thread: the
+acks of a fetch go out on the thread's next request). Each connection talks to
+the owner of its partitions, as the SDK does once it has cached the owners: 64
+connections to the one broker over the eight partitions, or 32 to each of the
+two over the four partitions each owns. Throughput is requests per second
+(produces, fetches and acks).
 """
 
 from __future__ import annotations
@@ -33,10 +35,12 @@ from streamtx.ledger import ledger_id_for
 from streamtx.service.readiness import wait_ready
 
 ROOT = Path(__file__).resolve().parents[1]
-TOPICS = [f"t/n/bench{i}" for i in range(8)]
+TOPIC = "t/n/bench"
+PARTITIONS = 8
+TOPICS = [f"{TOPIC}-partition-{i}" for i in range(PARTITIONS)]  # each partition's own name
 
-# {TOPICS}: a Lua list of the topic paths this wrk process loads; {LEDGERS}: a table of
-# their partition ledger ids (a message id's first part) to the path. wrk keeps
+# {TOPICS}: a Lua list of the partition paths this wrk process loads; {LEDGERS}: a table of
+# their ledger ids (a message id's first part) to the path. wrk keeps
 # one Lua state per thread, shared by its connections, so what a fetch answered is
 # queued (its acks go out on the next request of any connection), not kept per connection.
 _PRODUCE_FETCH_LUA = """
@@ -76,9 +80,9 @@ end
 """
 
 
-def ledger_of(topic: str) -> int:
-    """The ledger id in the message ids of ``topic``'s (only) partition."""
-    return ledger_id_for(partition_ledger_name(f"persistent://{topic}-partition-0"))
+def ledger_of(partition: str) -> int:
+    """The ledger id in the message ids of ``partition`` (``t/n/x-partition-N``)."""
+    return ledger_id_for(partition_ledger_name(f"persistent://{partition}"))
 
 
 def start_broker(data: Path, redis_url: str, name: str) -> tuple[subprocess.Popen[bytes], str]:
@@ -97,21 +101,22 @@ def start_broker(data: Path, redis_url: str, name: str) -> tuple[subprocess.Pope
 
 
 def owned(urls: list[str]) -> dict[str, list[str]]:
-    """Each broker's topics, once every topic is open at its owner and each broker has its share."""
+    """Each broker's partitions, once every partition and its subscription is open at its owner
+    and each broker has its share."""
     deadline = time.monotonic() + 60
     while time.monotonic() < deadline:
         out: dict[str, list[str]] = {u: [] for u in urls}
         for t in TOPICS:
-            r = httpx.get(f"{urls[0]}/lookup/v2/topic/persistent/{t}-partition-0")
+            r = httpx.get(f"{urls[0]}/lookup/v2/topic/persistent/{t}")
             if r.status_code == 200 and r.json()["httpUrl"] in out:
                 out[r.json()["httpUrl"]].append(t)
-        opened = all(httpx.get(f"{u}/admin/v2/persistent/{t}/stats").status_code == 200
+        opened = all(httpx.get(f"{u}/v1/topics/{t}/subscriptions/bench/stats").status_code == 200
                      for u, ts in out.items() for t in ts)
         if sum(map(len, out.values())) == len(TOPICS) and opened and \
                 all(len(ts) == len(TOPICS) // len(urls) for ts in out.values()):
             return out
         time.sleep(0.2)
-    raise TimeoutError(f"the topics did not spread over {urls}")
+    raise TimeoutError(f"the partitions did not spread over {urls}")
 
 
 Start = Callable[[str], tuple[subprocess.Popen[bytes], str]]
@@ -146,15 +151,14 @@ def measure_brokers(replicas: int, work: Path, redis_url: str, duration: int, ru
     data.mkdir()
     names = [f"b{i}" for i in range(replicas)]
     with started(lambda name: start_broker(data, redis_url, name), names) as urls:
-        for t in TOPICS:
-            r = httpx.put(f"{urls[0]}/admin/v2/persistent/{t}/partitions", json={"partitions": 1}, timeout=30)
-            r.raise_for_status()
+        r = httpx.put(f"{urls[0]}/admin/v2/persistent/{TOPIC}/partitions", json={"partitions": PARTITIONS},
+                      timeout=30)
+        r.raise_for_status()
+        # Recorded by whichever broker receives it; each owner opens it on its partitions.
+        r = httpx.put(f"{urls[0]}/v1/topics/{TOPIC}/subscriptions/bench",
+                      json={"initial_position": "earliest", "type": "Shared"}, timeout=30)
+        r.raise_for_status()
         placed = owned(urls)
-        for u, ts in placed.items():
-            for t in ts:
-                r = httpx.put(f"{u}/v1/topics/{t}/subscriptions/bench",
-                              json={"initial_position": "earliest", "type": "Shared"}, timeout=30)
-                r.raise_for_status()
         name = f"{replicas} broker{'s' if replicas > 1 else ''}"
         per = 64 // replicas
 

@@ -1,14 +1,15 @@
 """Broker replicas over Redis leases and the Kafka backend, all as real processes.
 
-Two brokers share the topics through leases in a real redis-server (each
-topic, all its partitions, served by one broker); one pending-ack store, one
-coordinator (leased too); every ledger on the tansu Kafka-protocol broker.
-Every peer and client knows only the first broker's URL and is redirected to
-each topic's owner. The failures: kill -9 the other broker during a
-transactional workload through the SDK (its topics move within the lease time,
-every transaction commits, every committed message is read once, nothing else)
-and SIGSTOP it past its lease (on SIGCONT none of its appends lands: the new
-owner fenced the partition ledgers).
+Two brokers share the PARTITIONS through leases in a real redis-server (each
+partition served by one broker, so one partitioned topic spreads over both); one
+pending-ack store, one coordinator (leased too); every ledger on the tansu
+Kafka-protocol broker. Every peer and client knows only the first broker's URL
+and is redirected to each partition's owner. The failures: kill -9 the other
+broker during a transactional workload through the SDK over one topic whose
+partitions both own (its partitions move within the lease time, every
+transaction commits, every committed message is read once, nothing else) and
+SIGSTOP it past its lease (on SIGCONT none of its appends lands: the new owner
+fenced the partition ledgers).
 """
 
 from __future__ import annotations
@@ -22,7 +23,7 @@ from typing import Any
 import httpx
 import pytest
 
-from streamtx.client import StreamtxClient
+from streamtx.client import OutMessage, StreamtxClient
 from streamtx.client.names import path_of
 from streamtx.errors import StreamtxError
 from tests.conftest import kafka_url
@@ -89,46 +90,78 @@ async def topics_by_owner(http: httpx.AsyncClient, replicas: Replicas, topics: l
     return out
 
 
-async def test_topics_spread_over_the_brokers_and_a_non_owner_redirects(
-        replicas: Replicas, http: httpx.AsyncClient) -> None:
-    urls = [b.url for b in replicas.brokers]
-    topics = await make_topics(replicas, "spread", 4)
+async def owners_of(http: httpx.AsyncClient, via: str, topic: str, partitions: int) -> list[str | None]:
+    return [await topic_owner(http, via, topic, p) for p in range(partitions)]
+
+
+async def spread_topic(http: httpx.AsyncClient, replicas: Replicas, stem: str, partitions: int = 4) -> str:
+    """A new topic once its partitions are shared out over both brokers, half each."""
+    await eventually(lambda: _broker_spread(http, replicas, []), timeout_s=20, what="both brokers up")
+    [topic] = await make_topics(replicas, stem, 1, partitions)
+    urls = sorted(b.url for b in replicas.brokers)
 
     async def spread() -> bool:
-        placed = await topics_by_owner(http, replicas, topics)
-        return sorted(len(placed.get(u, [])) for u in urls) == [2, 2] and None not in placed
+        owners = await owners_of(http, urls[0], topic, partitions)
+        return None not in owners and sorted(set(owners)) == urls and \
+            owners.count(urls[0]) == partitions // 2  # type: ignore[arg-type]
 
-    await eventually(spread, timeout_s=20, what="four topics spread two by two over two brokers")
+    await eventually(spread, timeout_s=20, what=f"the partitions of {topic} spread half and half")
+    return topic
+
+
+async def test_one_topics_partitions_spread_over_the_brokers_and_a_non_owner_redirects(
+        replicas: Replicas, http: httpx.AsyncClient) -> None:
+    urls = [b.url for b in replicas.brokers]
+    topic = await spread_topic(http, replicas, "spread")
 
     async def agreed() -> bool:  # every broker answers the same owner, for every partition
-        views = [{await topic_owner(http, u, t, p) for u in urls for p in (0, 1)} for t in topics]
-        return all(len(v) == 1 and None not in v for v in views)
+        views = [await owners_of(http, u, topic, 4) for u in urls]
+        return views[0] == views[1] and None not in views[0]
 
-    await eventually(agreed, what="every broker to answer the owner (once it opened the topic)")
+    await eventually(agreed, what="every broker to answer the owner (once it opened the partition)")
     r = await http.get(f"{urls[0]}/lookup/v2/topic/persistent/t/n/nope-{uuid.uuid4().hex[:6]}")
     assert r.status_code == 404, r.text
-    owner = await topic_owner(http, urls[0], topics[0])
-    other = next(u for u in urls if u != owner)
-    path = f"/v1/topics/{topics[0].removeprefix('persistent://')}/messages"
+    owners = await owners_of(http, urls[0], topic, 4)
+    index = owners.index(urls[1])
+    name = topic.removeprefix("persistent://")
+    path = f"/v1/topics/{name}-partition-{index}/messages"
     # The other broker redirects there once its owner map (refreshed every lease third) has
     # it; until then it answers 503 not_owner, which callers retry.
     got: list[httpx.Response] = []
 
     async def redirected() -> bool:
-        got.append(await http.post(other + path, json={"messages": [{"value": "aGk="}]}))
+        got.append(await http.post(urls[0] + path, json={"messages": [{"value": "aGk="}]}))
         assert got[-1].status_code in (307, 503), got[-1].text
         return got[-1].status_code == 307
 
-    await eventually(redirected, what="a 307 from the broker that does not own the topic")
-    assert got[-1].headers["location"] == f"{owner}{path}" and got[-1].json()["owner"] == owner
+    await eventually(redirected, what="a 307 from the broker that does not own the partition")
+    assert got[-1].headers["location"] == f"{urls[1]}{path}" and got[-1].json()["owner"] == urls[1]
+    # The topic's own name spans both owners: neither broker can serve it alone (503, address
+    # the partitions); the SDK does, each partition at its owner, without the caller knowing.
+    r = await http.post(f"{urls[0]}/v1/topics/{name}/messages", json={"messages": [{"value": "aGk="}]})
+    assert r.status_code == 503 and r.json()["owner"] is None, r.text
+    async with StreamtxClient(replicas.tcs[0].url) as client:
+        producer = await client.producer(topic)
+        sent = [f"m{i}".encode() for i in range(8)]
+        await producer.send_many([OutMessage(v, partition=i % 4) for i, v in enumerate(sent)])
+        consumer = await client.consumer(topic, "all", "earliest", "Shared")
+        assert consumer.spread
+        got_msgs = await receive(consumer, 8, timeout_s=5)
+        assert sorted(m.value for m in got_msgs) == sorted(sent)
+        assert {m.partition for m in got_msgs} == {0, 1, 2, 3}
+        await consumer.ack(got_msgs)
+        for u in urls:  # each broker acked its own partitions' messages
+            stats = (await http.get(f"{u}/v1/topics/{name}-partition-{owners.index(u)}"
+                                    "/subscriptions/all/stats")).json()
+            assert stats["msgBacklog"] == 0, stats
+        await consumer.close()
 
 
-async def _transfer(client: StreamtxClient, producers: dict[str, Any], i: int) -> tuple[str, bool]:
-    """One transaction writing ``v<i>`` to every topic; (txn id, whether the SDK saw it commit)."""
+async def _transfer(client: StreamtxClient, producer: Any, i: int) -> tuple[str, bool]:
+    """One transaction writing ``v<i>`` to every partition; (txn id, whether the SDK saw it commit)."""
     txn = await client.new_transaction(timeout_ms=60_000)
     try:
-        for p in producers.values():
-            await p.send(f"v{i}".encode(), key=f"k{i}", txn=txn)
+        await producer.send_many([OutMessage(f"v{i}".encode(), partition=p) for p in range(4)], txn=txn)
         await txn.commit()
         return txn.txn_id, True
     except StreamtxError:
@@ -137,49 +170,51 @@ async def _transfer(client: StreamtxClient, producers: dict[str, Any], i: int) -
         return txn.txn_id, False
 
 
-async def test_a_killed_brokers_topics_move_and_a_transactional_workload_goes_on(
+async def test_a_killed_brokers_partitions_move_and_a_transactional_workload_goes_on(
         replicas: Replicas, http: httpx.AsyncClient) -> None:
-    victim = replicas.brokers[1]
-    topics = await topics_on_both(http, replicas, "kill", 2)
-    victims = (await topics_by_owner(http, replicas, topics))[victim.url]
+    victim, first = replicas.brokers[1], replicas.brokers[0]
+    topic = await spread_topic(http, replicas, "kill")
     outcomes: list[tuple[int, str, bool]] = []
     async with StreamtxClient(replicas.tcs[0].url) as client:
-        producers = {t: await client.producer(t, name=f"w-{uuid.uuid4().hex[:6]}") for t in topics}
+        producer = await client.producer(topic, name=f"w-{uuid.uuid4().hex[:6]}")
         for i in range(6):
-            outcomes.append((i, *await _transfer(client, producers, i)))
-        # One transaction straddles the kill: it produced to every topic and acked on a
-        # subscription of the victim's before, and commits after. The coordinator's end
-        # calls and the pending-ack store's are redirected to the new owner.
-        worker = await client.consumer(victims[0], "work", "earliest", "Shared")
-        got = await receive(worker, 6)
+            outcomes.append((i, *await _transfer(client, producer, i)))
+        # One transaction straddles the kill: it produced to every partition and acked on
+        # partitions of both brokers before, and commits after. The coordinator's end calls
+        # and the pending-ack store's are redirected to the new owner.
+        worker = await client.consumer(topic, "work", "earliest", "Shared")
+        assert worker.spread
+        got = await receive(worker, 24)
+        assert len({m.partition for m in got}) == 4, got
         straddle = await client.new_transaction(timeout_ms=60_000)
-        for p in producers.values():
-            await p.send(b"vS", key="kS", txn=straddle)
+        await producer.send_many([OutMessage(b"vS", partition=p) for p in range(4)], txn=straddle)
         await worker.ack(got, txn=straddle)
         victim.kill9()
         await straddle.commit()
         outcomes.append((14, straddle.txn_id, True))
         # The SDK sees the move as latency: the next transactions wait for the new owner.
         for i in range(6, 14):
-            outcomes.append((i, *await _transfer(client, producers, i)))
+            outcomes.append((i, *await _transfer(client, producer, i)))
 
         async def moved() -> bool:
-            return [await topic_owner(http, replicas.brokers[0].url, t) for t in topics] == \
-                [replicas.brokers[0].url] * len(topics)
+            return await owners_of(http, first.url, topic, 4) == [first.url] * 4
 
-        await eventually(moved, timeout_s=20, what="the killed broker's topics to move")
+        await eventually(moved, timeout_s=20, what="the killed broker's partitions to move")
         committed = {(f"v{i}" if i < 14 else "vS").encode() for i, txn, _ in outcomes
                      if await _state(client, txn) == "COMMITTED"}
         # Every transaction committed: the kill was only latency to the client.
         assert all(ok for _, _, ok in outcomes) and len(committed) == len(outcomes), outcomes
-        for t in topics:  # every committed write exactly once, nothing else
-            assert sorted(await everything(client, t)) == sorted(committed), t
-        # The straddling acks were committed on the new owner: the six messages are gone.
-        stats = await client.broker.call("GET", f"/v1/topics/{path_of(victims[0])}/subscriptions/work/stats")
-        assert (stats["heldByTransactions"], stats["msgBacklog"]) == (0, len(committed) - 6), stats
-    victim.start()  # it rejoins and takes its share back by handover
-    await eventually(lambda: _broker_spread(http, replicas, topics), timeout_s=20,
-                     what="the restarted broker to get a topic back")
+        # Every committed write exactly once on every partition, nothing else.
+        assert sorted(await everything(client, topic)) == sorted(list(committed) * 4)
+        # The straddling acks were committed on the new owner: the 24 messages are gone.
+        stats = await client.broker.call("GET", f"/v1/topics/{path_of(topic)}/subscriptions/work/stats")
+        assert (stats["heldByTransactions"], stats["msgBacklog"]) == (0, 4 * len(committed) - 24), stats
+    victim.start()  # it rejoins and takes its share of the partitions back by handover
+
+    async def back() -> bool:
+        return set(await owners_of(http, first.url, topic, 4)) == {first.url, victim.url}
+
+    await eventually(back, timeout_s=20, what="the restarted broker to get partitions back")
 
 
 async def _broker_spread(http: httpx.AsyncClient, replicas: Replicas, topics: list[str]) -> bool:

@@ -1,11 +1,19 @@
 """The broker's registry of open topics and subscriptions.
 
 What exists is the catalog's (:mod:`.catalog`, the ``broker/<cluster>/topics``
-ledger). A broker alone opens every topic at start. Broker replicas
-(``STREAMTX_REDIS_URL``, :mod:`.replicas`) each open only the topics whose lease
-they hold (:meth:`Broker.acquire`, :meth:`Broker.release`); a request for a
-topic another replica owns raises :class:`~streamtx.errors.NotOwnerError`
-(307 to the owner, or 503 while it moves).
+ledger). A broker alone opens every partition at start. Broker replicas
+(``STREAMTX_REDIS_URL``, :mod:`.replicas`) each open only the PARTITIONS whose
+lease they hold (:meth:`Broker.acquire`, :meth:`Broker.release`): as in Pulsar,
+``x-partition-N`` is a topic of its own with its own owner, so a hot partitioned
+topic spreads over the replicas. A replica's :class:`Topic` holds its partitions
+of the topic and its subscriptions' dispatch and cursors on them.
+
+A request names the topic (``x``) or one partition (``x-partition-N``,
+:meth:`Broker.target`). The partition's name is served by the partition's owner;
+the topic's name by a replica owning every partition (a broker alone, or
+replicas between which the topic did not spread); anything else raises
+:class:`~streamtx.errors.NotOwnerError` (307 to the owner, or 503 while it
+moves or when the partitions are spread: address the partitions, as the SDK does).
 """
 
 from __future__ import annotations
@@ -31,9 +39,30 @@ from streamtx.errors import ConflictError, MalformedError, NotFoundError, NotOwn
 from streamtx.ledger import LedgerFactory
 from streamtx.names import check_name, check_topic
 
+__all__ = ["Broker", "partition_item", "split_item", "split_partition"]
+
 log = logging.getLogger(__name__)
 
 max_partitions = 1024
+
+
+def split_partition(name: str) -> tuple[str, int | None]:
+    """``persistent://t/n/x-partition-3`` -> (``persistent://t/n/x``, 3); else (name, None)."""
+    base, sep, index = name.rpartition("-partition-")
+    if sep and index.isdigit():
+        return base, int(index)
+    return name, None
+
+
+def partition_item(topic: str, index: int) -> str:
+    """The lease item (and the name) of partition ``index`` of ``topic``."""
+    return f"{topic}-partition-{index}"
+
+
+def split_item(item: str) -> tuple[str, int]:
+    base, index = split_partition(item)
+    assert index is not None, item
+    return base, index
 
 
 class Broker:
@@ -46,12 +75,13 @@ class Broker:
         self.pendingack = pendingack
         self.replicas = replicas
         self.catalog = Catalog(store, settings.cluster, shared=replicas)
-        self.topics: dict[str, Topic] = {}  # the open ones
-        self.owners: dict[str, str | None] = {}  # replicas: the owner URL of each topic not ours
+        self.topics: dict[str, Topic] = {}  # the open ones (replicas: with some partitions)
+        self.owners: dict[str, str | None] = {}  # replicas: the owner URL of each partition not ours
         # replicas: returns once the topic created here has an owner (replicas.py)
         self.on_created: Callable[[str], Awaitable[None]] | None = None
-        self.on_fenced: Callable[[str], None] | None = None  # replicas: a topic's ledger was fenced
+        self.on_fenced: Callable[[str], None] | None = None  # replicas: a partition's ledger was fenced
         self._lock = asyncio.Lock()
+        self._topic_locks: dict[str, asyncio.Lock] = {}
         self._tasks: list[asyncio.Task[None]] = []
         self._checker: StuckTxnChecker | None = None
         self.replication = Replication(store, settings.cluster)
@@ -61,9 +91,10 @@ class Broker:
 
     async def start(self) -> None:
         await self.catalog.open()
-        if not self.replicas:  # alone: every topic is ours
+        if not self.replicas:  # alone: every partition is ours
             for name in list(self.catalog.topics):
-                await self.acquire(name)
+                for item in self.items_of(name):
+                    await self.acquire(item)
         self._tasks.append(asyncio.create_task(self._snapshot_timer()))
         self._tasks.append(asyncio.create_task(self._replication_timer()))
         if self.settings.coordinator_url:
@@ -73,8 +104,8 @@ class Broker:
             self._tasks.append(asyncio.create_task(self._checker.run(self._partitions)))
 
     def _open_partitions(self, topic: str) -> list[Partition]:
-        """A topic's partitions if it is open here (replicas: another may own it)."""
-        return t.partitions if (t := self.topics.get(topic)) is not None else []
+        """A topic's partitions if all are open here (replication links span every partition)."""
+        return t.partitions if (t := self.topics.get(topic)) is not None and t.owns_all() else []
 
     def _partitions(self) -> list[Partition]:
         return [p for t in self.topics.values() for p in t.partitions]
@@ -87,8 +118,8 @@ class Broker:
                 await t
             except (asyncio.CancelledError, Exception):  # shutting down: errors were logged
                 pass
-        for name in list(self.topics):
-            await self.release(name, lost=False)
+        for item in self.open_items():
+            await self.release(item, lost=False)
         await self.replication.close()
         await self.catalog.close()
         await self.pendingack.aclose()
@@ -115,31 +146,70 @@ class Broker:
 
     # --- ownership (replicas.py calls these) -------------------------------------
 
-    async def acquire(self, name: str) -> None:
-        """Open a topic the catalog names: its partitions (as the ledgers' writer, which fences
-        any previous owner, then recovered from snapshot and ledger) and its subscriptions."""
-        if name in self.topics:
+    def items_of(self, topic: str) -> list[str]:
+        """The lease items of a topic: its partitions' names."""
+        return [partition_item(topic, i) for i in range(self.catalog.topics[topic].partitions)]
+
+    def all_items(self) -> list[str]:
+        return [item for name in self.catalog.topics for item in self.items_of(name)]
+
+    def open_items(self) -> list[str]:
+        return [partition_item(name, i) for name, t in self.topics.items() for i in t.owned]
+
+    def is_open(self, item: str) -> bool:
+        base, index = split_item(item)
+        return (t := self.topics.get(base)) is not None and index in t.owned
+
+    async def acquire(self, item: str) -> None:
+        """Open a partition the catalog names (``x-partition-N``): its ledger as writer, which
+        fences any previous owner, then recovered from snapshot and ledger; and its dispatch
+        and cursor in every subscription of the topic."""
+        if self.is_open(item):
             return
         if self.replicas:  # what the previous owner recorded until it let go
             await self.catch_up()
+        name, index = split_item(item)
+        # Partitions of one topic are taken concurrently: one at a time joins its Topic.
+        async with self._topic_locks.setdefault(name, asyncio.Lock()):
+            await self._acquire(name, index, item)
+
+    async def _acquire(self, name: str, index: int, item: str) -> None:
         record = self.catalog.topics[name]
-        notifier = Notifier()
-        parts: list[Partition] = []
+        topic = self.topics.get(name)
+        new_topic = topic is None
+        if topic is None:
+            topic = Topic(name, [], Notifier(), self.replication.first_unreplicated, count=record.partitions,
+                          indexes=[], owner_of=self._owner_of(name))
+        part = await Partition.open(self.store, item, name, self.settings, topic.notifier)
+        part.on_fenced = self._fenced
+        added: list[Subscription] = []
         try:
-            for i in range(record.partitions):
-                parts.append(await Partition.open(self.store, f"{name}-partition-{i}", name, self.settings,
-                                                  notifier))
-                parts[-1].on_fenced = self._fenced
-            topic = Topic(name, parts, notifier, self.replication.first_unreplicated)
-            for sub_name, sub in list(record.subscriptions.items()):
-                opened = await self._open_subscription(topic, sub_name, SubscriptionType(sub.type),
-                                                       sub.initial_position, new=False)
-                opened.replicated = sub.replicated
+            topic.add(index, part)
+            if new_topic:
+                for sub_name, rec in list(record.subscriptions.items()):
+                    opened = await self._open_subscription(topic, sub_name, SubscriptionType(rec.type),
+                                                           rec.initial_position, new=False, only=[index])
+                    opened.replicated = rec.replicated
+            else:
+                for sub in list(topic.subscriptions.values()):
+                    sub.add_part(await self._dispatch(topic, index, sub.name, new=False, initial="earliest"))
+                    added.append(sub)
+                    self._restore_part_held(sub, index)
         except BaseException:
-            for p in parts:
-                await p.close()
+            topic.remove(index)
+            for joined in added:
+                if (d := joined.remove_part(index)) is not None:
+                    await d.cursor.close()
+            if new_topic:
+                for opened_sub in topic.subscriptions.values():
+                    await opened_sub.close()
+            await part.close()
             raise
         self.topics[name] = topic
+        topic.notifier.changed()
+
+    def _owner_of(self, name: str) -> Callable[[int], str | None]:
+        return lambda index: self.owners.get(partition_item(name, index))
 
     async def catch_up(self) -> None:
         """Replicas: fold in what other replicas recorded since the last tick; a subscription
@@ -154,44 +224,86 @@ class Broker:
                 sub = self.catalog.topics[r["topic"]].subscriptions.get(r["subscription"])
                 if sub is not None and r["subscription"] not in topic.subscriptions:
                     opened = await self._open_subscription(
-                        topic, r["subscription"], SubscriptionType(sub.type), sub.initial_position, new=False)
+                        topic, r["subscription"], SubscriptionType(sub.type), sub.initial_position, new=False,
+                        fresh=True)
                     opened.replicated = sub.replicated
 
-    async def release(self, name: str, *, lost: bool) -> None:
-        """Close a topic: with a final snapshot and flushed cursors when handed over; at once when
-        ``lost`` (another replica writes its ledgers now: nothing more can be written)."""
-        topic = self.topics.pop(name, None)
-        if topic is None:
+    async def release(self, item: str, *, lost: bool) -> None:
+        """Close a partition: with a final snapshot and flushed cursors when handed over; at once
+        when ``lost`` (another replica writes its ledgers now: nothing more can be written)."""
+        name, index = split_item(item)
+        async with self._topic_locks.setdefault(name, asyncio.Lock()):
+            await self._release(name, index, lost=lost)
+
+    async def _release(self, name: str, index: int, *, lost: bool) -> None:
+        topic = self.topics.get(name)
+        if topic is None or index not in topic.owned:
             return
+        part = topic.remove(index)
+        assert part is not None
         for sub in topic.subscriptions.values():
-            await sub.close()
-        await self.replication.forget(name)
-        for p in topic.partitions:
-            if not lost:
-                try:  # a clean stop leaves a fresh snapshot: the next owner replays nothing
-                    await p.maybe_snapshot_on_timer()
-                except StreamtxError as exc:
-                    log.warning("final snapshot of %s failed: %s", p.name, exc)
-            await p.close()
+            if (d := sub.remove_part(index)) is not None:
+                await d.cursor.close()
+        if not topic.owned:
+            self.topics.pop(name, None)
+            for sub in topic.subscriptions.values():
+                await sub.close()
+        await self.replication.forget(name)  # its links span every partition
+        if not lost:
+            try:  # a clean stop leaves a fresh snapshot: the next owner replays nothing
+                await part.maybe_snapshot_on_timer()
+            except StreamtxError as exc:
+                log.warning("final snapshot of %s failed: %s", part.name, exc)
+        await part.close()
         topic.notifier.changed()  # long polls waiting on it end
 
     def _fenced(self, partition: Partition) -> None:
         if self.on_fenced is not None:
-            self.on_fenced(partition.topic)
+            self.on_fenced(partition.name)
 
     async def _record(self, record: dict[str, Any]) -> None:
         await self.catalog.append(record)
 
     # --- topics ---------------------------------------------------------------
 
-    def topic(self, name: str) -> Topic:
+    def target(self, name: str) -> tuple[Topic, int | None]:
+        """What a request names: the topic (index None), served only where every partition is
+        open; or one partition ``x-partition-N`` (its index), served where it is open."""
         topic = self.topics.get(name)
-        if topic is None:
-            if self.replicas and name in self.catalog.topics:
+        if topic is not None and topic.owns_all():
+            return topic, None
+        base, index = split_partition(name)
+        if index is not None and name not in self.catalog.topics and base in self.catalog.topics:
+            topic = self.topics.get(base)
+            if index >= self.catalog.topics[base].partitions:
+                raise NotFoundError(f"{base} has no partition {index}")
+            if topic is None or index not in topic.owned:
                 owner = self.owners.get(name)
-                raise NotOwnerError(f"topic {name} is owned by {owner or 'nobody yet (moving)'}", owner)
-            raise NotFoundError(f"topic {name} does not exist")
-        return topic
+                raise NotOwnerError(f"partition {name} is owned by {owner or 'nobody yet (moving)'}", owner)
+            return topic, index
+        if self.replicas and name in self.catalog.topics:
+            raise self._not_owner(name)
+        raise NotFoundError(f"topic {name} does not exist")
+
+    def _not_owner(self, name: str) -> NotOwnerError:
+        """The topic's name reached a replica without every partition: 307 when one other
+        replica owns them all, else 503 (moving, or spread: ask for each partition)."""
+        owners = {self.owners.get(item) for item in self.items_of(name) if not self.is_open(item)}
+        if len(owners) == 1 and not self.topics.get(name) and (owner := owners.pop()) is not None:
+            return NotOwnerError(f"topic {name} is owned by {owner}", owner)
+        return NotOwnerError(f"the partitions of {name} are moving or spread over brokers: "
+                             f"address them one by one ({name}-partition-N)", None)
+
+    async def subscription(self, topic: Topic, name: str) -> Subscription:
+        """A subscription of a topic open here; replicas: one recorded by another replica since
+        the last tick is opened first (each owner opens it on its partitions)."""
+        if name not in topic.subscriptions and self.replicas:
+            await self.catch_up()
+        return topic.subscription(name)
+
+    def topic(self, name: str) -> Topic:
+        """The topic a request names, by its name or one of its partitions' (see :meth:`target`)."""
+        return self.target(name)[0]
 
     async def known(self, name: str) -> TopicRecord:
         """What the catalog says of ``name`` (replicas: caught up first if it is not there yet)."""
@@ -204,10 +316,11 @@ class Broker:
 
     def resolve_partition(self, partition_name: str) -> Partition:
         """``persistent://t/n/x-partition-i`` → that partition."""
-        base, sep, index = partition_name.rpartition("-partition-")
-        if not sep or not index.isdigit():
+        _, index = split_partition(partition_name)
+        if index is None:
             raise MalformedError(f"not a partition name: {partition_name!r}")
-        return self.topic(base).partition(int(index))
+        topic, at = self.target(partition_name)
+        return topic.partition(index if at is None else at)
 
     async def create_topic(self, name: str, partitions: int) -> None:
         check_topic(name)  # whoever asks (admin API, replication): no ledger for a name Pulsar refuses
@@ -219,7 +332,8 @@ class Broker:
                 await self._record({"kind": "topic", "topic": name, "partitions": partitions})
                 existing = self.catalog.topics[name]
                 if not self.replicas:
-                    await self.acquire(name)
+                    for item in self.items_of(name):
+                        await self.acquire(item)
             if existing.partitions != partitions:
                 raise ConflictError(f"{name} exists with {existing.partitions} partitions")
         if self.on_created is not None:
@@ -228,57 +342,89 @@ class Broker:
     # --- subscriptions --------------------------------------------------------------
 
     async def create_subscription(self, topic_name: str, name: str, sub_type: SubscriptionType,
-                                  initial_position: str, replicated: bool | None = None) -> Subscription:
-        """Create (or retype) a subscription; ``replicated`` set, its PIP-33 state follows."""
+                                  initial_position: str, replicated: bool | None = None
+                                  ) -> Subscription | None:
+        """Create (or retype) a subscription; ``replicated`` set, its PIP-33 state follows.
+
+        Replicas: recorded for every partition, opened here on the partitions this replica
+        owns (None when it owns none: their owners open it at their next tick)."""
+        check_name("subscription", name)
+        if self.replicas:
+            base, index = split_partition(topic_name)
+            if index is not None and topic_name not in self.catalog.topics and base in self.catalog.topics:
+                topic_name = base  # a subscription of a partition's name is the topic's
+            await self.known(topic_name)
+        else:
+            topic_name = self.topic(topic_name).name
         sub = await self._create_subscription(topic_name, name, sub_type, initial_position)
         if replicated is not None:
-            await self.set_replicated(sub, replicated)
+            await self.set_replicated(topic_name, name, sub, replicated)
         return sub
 
-    async def set_replicated(self, sub: Subscription, replicated: bool) -> None:
+    async def set_replicated(self, topic: str, name: str, sub: Subscription | None, replicated: bool) -> None:
         """Whether the subscription's position follows the consumer to other clusters (durable)."""
         async with self._lock:
-            if sub.replicated is not replicated:
-                await self._record({"kind": "subscription_replicated", "topic": sub.topic,
-                                    "subscription": sub.name, "replicated": replicated})
+            record = self.catalog.topics[topic].subscriptions.get(name)
+            if record is not None and record.replicated is not replicated:
+                await self._record({"kind": "subscription_replicated", "topic": topic,
+                                    "subscription": name, "replicated": replicated})
+            if sub is not None:
                 sub.replicated = replicated
 
     async def _create_subscription(self, topic_name: str, name: str, sub_type: SubscriptionType,
-                                   initial_position: str) -> Subscription:
-        check_name("subscription", name)
-        topic = self.topic(topic_name)
+                                   initial_position: str) -> Subscription | None:
         async with self._lock:
+            topic = self.topics.get(topic_name)
+            record = self.catalog.topics[topic_name].subscriptions.get(name)
+            if record is not None and record.type != sub_type.value:
+                sub = topic.subscriptions.get(name) if topic is not None else None
+                if sub is not None and sub.consumers:
+                    raise ConflictError(f"subscription {name} is {sub.type.value} and has consumers")
+            if record is None or record.type != sub_type.value:
+                await self._record(self._sub_record(topic_name, name, sub_type, initial_position))
+            if topic is None:
+                return None
             sub = topic.subscriptions.get(name)
             if sub is not None:
-                if sub.type is not sub_type:
-                    if sub.consumers:
-                        raise ConflictError(f"subscription {name} is {sub.type.value} and has consumers")
-                    sub.type = sub_type
-                    await self._record(self._sub_record(topic_name, name, sub_type, initial_position))
+                sub.type = sub_type
                 return sub
-            await self._record(self._sub_record(topic_name, name, sub_type, initial_position))
-            return await self._open_subscription(topic, name, sub_type, initial_position, new=True)
+            return await self._open_subscription(topic, name, sub_type, initial_position, new=record is None)
 
     @staticmethod
     def _sub_record(topic: str, name: str, sub_type: SubscriptionType, initial: str) -> dict[str, Any]:
         return {"kind": "subscription", "topic": topic, "subscription": name, "type": sub_type.value,
                 "initial_position": initial}
 
+    async def _dispatch(self, topic: Topic, index: int, name: str, *, new: bool, initial: str,
+                        fresh: bool = False) -> PartitionDispatch:
+        """``fresh``: the subscription was just recorded (by another replica): a ``latest`` one
+        starts at the end here too, unless its cursor was saved already."""
+        p = topic.owned[index]
+        cursor = await Cursor.open(self.store, p.ledger, name)
+        if initial == "latest" and (new or (fresh and not cursor.saved)):
+            last = p.ledger.last_position()
+            if last is not None:
+                await cursor.mark_delete(last)
+        return PartitionDispatch(index, p, cursor, self.settings.dispatch_read_entries)
+
+    def _restore_part_held(self, sub: Subscription, index: int) -> None:
+        """A partition joined a subscription: what open txns hold on it, from the pending-ack store."""
+        if self.pendingack.configured:
+            sub.held_ready.clear()
+            self._tasks.append(asyncio.create_task(self._restore_held(sub, names=[
+                sub.topic, partition_item(sub.topic, index)])))
+
     async def _open_subscription(self, topic: Topic, name: str, sub_type: SubscriptionType,
-                                 initial_position: str, *, new: bool) -> Subscription:
+                                 initial_position: str, *, new: bool, only: list[int] | None = None,
+                                 fresh: bool = False) -> Subscription:
         existing = topic.subscriptions.get(name)
         if existing is not None:  # a later record changed its type
             existing.type = sub_type
             return existing
-        parts = []
-        for i, p in enumerate(topic.partitions):
-            cursor = await Cursor.open(self.store, p.ledger, name)
-            if new and initial_position == "latest":
-                last = p.ledger.last_position()
-                if last is not None:
-                    await cursor.mark_delete(last)
-            parts.append(PartitionDispatch(i, p, cursor, self.settings.dispatch_read_entries))
-        sub = Subscription(topic.name, name, sub_type, parts, self.settings, topic.notifier)
+        parts = [await self._dispatch(topic, i, name, new=new, initial=initial_position, fresh=fresh)
+                 for i in (sorted(topic.owned) if only is None else only)]
+        sub = Subscription(topic.name, name, sub_type, parts, self.settings, topic.notifier,
+                           count=topic.count)
         topic.subscriptions[name] = sub
         if new or not self.pendingack.configured:
             sub.held_ready.set()
@@ -286,14 +432,18 @@ class Broker:
             self._tasks.append(asyncio.create_task(self._restore_held(sub)))
         return sub
 
-    async def _restore_held(self, sub: Subscription) -> None:
+    async def _restore_held(self, sub: Subscription, names: list[str] | None = None) -> None:
         """Ask the pending-ack store which positions open txns hold; retry until it answers."""
         # Dispatching before it answers could hand a held position to another consumer,
-        # so this subscription's fetches wait (and return empty) until then.
+        # so this subscription's fetches wait (and return empty) until then. Acks sent to
+        # a partition's own name (the SDK's, over spread replicas) are held under that name.
+        if names is None:
+            names = [sub.topic, *(partition_item(sub.topic, p.index) for p in sub.parts)]
         delay = 0.1
         while True:
             try:
-                sub.restore_held(await self.pendingack.held(sub.topic, sub.name))
+                for n in names:
+                    sub.restore_held(await self.pendingack.held(n, sub.name))
                 break
             except StreamtxError as exc:
                 log.warning("pending-ack store did not answer for %s/%s: %s; retrying",

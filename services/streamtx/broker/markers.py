@@ -68,7 +68,7 @@ def mark_deletes(topic: Topic, index: int) -> dict[str, str | None]:
     out: dict[str, str | None] = {}
     for name, sub in topic.subscriptions.items():
         if sub.replicated:
-            md = sub.parts[index].cursor.mark_delete_position
+            md = sub.part(index).cursor.mark_delete_position
             out[name] = str(md) if md is not None else None
     return out
 

@@ -1,15 +1,16 @@
-"""Broker replicas: topics leased over the live broker processes (``STREAMTX_REDIS_URL``).
+"""Broker replicas: partitions leased over the live broker processes (``STREAMTX_REDIS_URL``).
 
-Each replica runs :class:`~streamtx.ownership.Ownership` over the topics the
-catalog names (refreshed at every tick, so topics created on any replica are
-shared out). The lease item is the topic: all its partitions move together,
-because a produce request spreads its messages over the partitions and a
-subscription dispatches from all of them (``-partition-N`` lookups answer the
-topic's owner). Taking a topic opens every partition ledger as writer, which
-fences the previous owner (a paused one can never append again), and recovers
-its transaction buffer and producers from snapshot and ledger, then opens its
-subscriptions; handing it over snapshots, flushes and closes them, then
-releases the lease so the next owner takes it at once. Requests for a topic
+Each replica runs :class:`~streamtx.ownership.Ownership` over the partitions of
+the topics the catalog names (``x-partition-N``, refreshed at every tick, so
+topics created on any replica are shared out). As in Pulsar, the lease item is
+the PARTITION: the partitions of one hot topic spread over the replicas. What a
+partition carries moves with it: its ledger (taking it opens the ledger as
+writer, which fences the previous owner: a paused one can never append again),
+its transaction buffer and producers (dedup, epochs: recovered from snapshot and
+ledger), and the cursor and dispatch state of every subscription on it. Handing
+it over snapshots, flushes and closes them, then releases the lease so the next
+owner takes it at once. What is the topic's (its partition count, its
+subscriptions) is in the catalog every replica reads. Requests for a partition
 another replica owns are redirected there (307), or answered 503 while it moves.
 """
 
@@ -42,41 +43,47 @@ def ownership(settings: BrokerSettings, broker: Broker) -> Ownership:
             log.error("broker: lease of %s lost; no longer serving it", item)
         await broker.release(item, lost=lost)
 
-    async def topics() -> list[str]:
+    async def partitions() -> list[str]:
         await broker.catch_up()
-        return list(broker.catalog.topics)
+        return broker.all_items()
 
     async def refresh_owners() -> None:
-        for name in manager.items:
-            if name in manager.held:  # ours, maybe still opening: 503 meanwhile, never a 307 to us
-                broker.owners.pop(name, None)
-            elif name not in broker.topics:
-                owner = await manager.owner_url(name)
+        for item in manager.items:
+            if item in manager.held:  # ours, maybe still opening: 503 meanwhile, never a 307 to us
+                broker.owners.pop(item, None)
+            elif not broker.is_open(item):
+                owner = await manager.owner_url(item)
                 # Our own URL here: a lease of ours that we lost or released this very tick.
-                broker.owners[name] = owner if owner != manager.url else None
+                broker.owners[item] = owner if owner != manager.url else None
 
     async def created(name: str) -> None:
-        """Return once the new topic has an owner (this replica or another), so the caller's
-        next request finds it served; the owner's next tick opens it."""
+        """Return once every partition of the new topic has an owner (this replica or another),
+        so the caller's next request finds it served; the owners' next tick opens them."""
         manager.nudge()
-        deadline = asyncio.get_running_loop().time() + 2 * settings.lease_ttl_ms / 1000
-        while name not in broker.topics and asyncio.get_running_loop().time() < deadline:
-            # Taken here and still opening: wait for it to open (never a 307 to ourselves).
-            if name not in manager.held:
-                owner = await manager.owner_url(name)
-                if owner is not None and owner != manager.url:
-                    broker.owners[name] = owner
-                    return
-            await asyncio.sleep(_created_poll_s)
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + 2 * settings.lease_ttl_ms / 1000
+        waiting = broker.items_of(name)
+        while waiting and loop.time() < deadline:
+            for item in list(waiting):
+                if broker.is_open(item):
+                    waiting.remove(item)
+                # Taken here and still opening: wait for it to open (never a 307 to ourselves).
+                elif item not in manager.held:
+                    owner = await manager.owner_url(item)
+                    if owner is not None and owner != manager.url:
+                        broker.owners[item] = owner
+                        waiting.remove(item)
+            if waiting:
+                await asyncio.sleep(_created_poll_s)
 
-    def fenced(topic: str) -> None:
-        lease = manager.held.pop(topic, None)
-        log.error("broker: %s was fenced by another replica (lease %s)", topic, lease)
-        task = asyncio.get_running_loop().create_task(broker.release(topic, lost=True))
+    def fenced(item: str) -> None:
+        lease = manager.held.pop(item, None)
+        log.error("broker: %s was fenced by another replica (lease %s)", item, lease)
+        task = asyncio.get_running_loop().create_task(broker.release(item, lost=True))
         _background.add(task)
         task.add_done_callback(_background.discard)
 
-    manager = replica_ownership(settings, service_name, topics, on_acquire=acquire, on_release=release,
+    manager = replica_ownership(settings, service_name, partitions, on_acquire=acquire, on_release=release,
                                 after_balance=refresh_owners)
     broker.on_created = created
     broker.on_fenced = fenced

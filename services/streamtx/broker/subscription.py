@@ -56,11 +56,16 @@ class ConsumerInfo:
 
 class Subscription:
     def __init__(self, topic: str, name: str, sub_type: SubscriptionType,
-                 parts: list[PartitionDispatch], settings: BrokerSettings, notifier: Notifier) -> None:
+                 parts: list[PartitionDispatch], settings: BrokerSettings, notifier: Notifier,
+                 count: int | None = None) -> None:
+        """``parts``: the partitions open here (broker replicas own partitions, not topics:
+        a replica's subscription dispatches from the partitions it owns) of ``count``."""
         self.topic = topic
         self.name = name
         self.type = sub_type
-        self.parts = parts
+        self.parts = sorted(parts, key=lambda p: p.index)
+        self.count = len(parts) if count is None else count
+        self._by_index = {p.index: p for p in parts}
         self.settings = settings
         self.notifier = notifier
         self.consumers: dict[str, ConsumerInfo] = {}
@@ -71,6 +76,26 @@ class Subscription:
         self._rr = 0
         self.active: dict[int, str] = {}  # Failover: partition index → active consumer
         self._labels = (settings.cluster, topic)
+
+    def add_part(self, part: PartitionDispatch) -> None:
+        """A partition this replica took over joins the subscription here."""
+        self._by_index[part.index] = part
+        self._by_ledger[part.partition.ledger.ledger_id] = part
+        self.parts = sorted(self._by_index.values(), key=lambda p: p.index)
+        self.active.pop(part.index, None)  # Failover: assigned afresh at the next fetch
+        self.notifier.changed()
+
+    def part(self, index: int) -> PartitionDispatch:
+        return self._by_index[index]
+
+    def remove_part(self, index: int) -> PartitionDispatch | None:
+        """A partition handed over (or lost) leaves; the caller closes its cursor."""
+        part = self._by_index.pop(index, None)
+        if part is not None:
+            self._by_ledger.pop(part.partition.ledger.ledger_id, None)
+            self.parts = sorted(self._by_index.values(), key=lambda p: p.index)
+            self.active.pop(index, None)
+        return part
 
     # --- resolving message ids -------------------------------------------------
 
@@ -134,12 +159,14 @@ class Subscription:
         names = failover.live(self.consumers, now, idle_s)
         for gone in [n for n in self.consumers if n not in names]:
             del self.consumers[gone]
-        after = failover.assign(len(self.parts), names)
+        after = failover.assign(self.count, names)
         moved = failover.moved(self.active, after)
         self.active = after
         released = 0
         for i in moved:
-            part = self.parts[i]
+            part = self._by_index.get(i)
+            if part is None:  # owned by another replica
+                continue
             released += len(part.pending)
             part.release(sorted(part.pending, key=_unit_order))
             _in_position_order(part)
@@ -188,10 +215,10 @@ class Subscription:
         """
         asked = self.parts
         if partitions is not None:
-            bad = [i for i in partitions if not 0 <= i < len(self.parts)]
+            bad = [i for i in partitions if not 0 <= i < self.count]
             if bad:
                 raise MalformedError(f"{self.topic} has no partition {bad[0]}")
-            asked = [self.parts[i] for i in sorted(set(partitions))]
+            asked = [self._by_index[i] for i in sorted(set(partitions)) if i in self._by_index]
         loop = asyncio.get_running_loop()
         end = loop.time() + wait_ms / 1000
         self._admit(consumer, loop.time())
@@ -246,7 +273,7 @@ class Subscription:
             return out
         for entry, index, _ in out:
             if entry.partition in lost:
-                part = self.parts[entry.partition]
+                part = self._by_index[entry.partition]
                 part.release([(entry.pos, index)])
                 _in_position_order(part)
         return [h for h in out if h[0].partition not in lost]
@@ -351,7 +378,7 @@ class Subscription:
             if unit in part.pending:
                 by_part.setdefault(part.index, []).append(unit)
         for index, units in by_part.items():
-            self.parts[index].release(units)
+            self._by_index[index].release(units)
         metrics.redeliveries.labels(*self._labels).inc(sum(len(u) for u in by_part.values()))
         self.notifier.changed()
 
@@ -440,9 +467,16 @@ class Subscription:
     def restore_held(self, ids: list[str]) -> None:
         # A unit already gone was deleted by a commit's end that overtook this answer (the
         # store listed it while the commit was on its way): holding it would be stale.
-        for part, unit in self._resolve_all(ids):
+        # Broker replicas: the store lists the holds of every partition; only ours matter here.
+        for part, unit in self._resolve_all([i for i in ids if self._owns_id(i)]):
             if not part.is_gone(unit):
                 part.held.setdefault(unit, _unknown_txn)
+
+    def _owns_id(self, message_id: str) -> bool:
+        try:
+            return codec.parse_message_id(message_id)[0] in self._by_ledger
+        except ValueError:
+            return True  # resolving it raises the error
 
     # --- stats -----------------------------------------------------------------------
 

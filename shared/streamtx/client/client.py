@@ -107,8 +107,26 @@ class StreamtxClient:
         Shared/Exclusive/Failover)."""
         path = f"/v1/topics/{path_of(topic)}/subscriptions/{subscription}"
         await self.broker.call("PUT", path, json={"initial_position": initial_position, "type": type})
+        partitions = await self.partitions(topic)
         return Consumer(self.broker, topic, subscription, name or f"c-{uuid.uuid4().hex[:12]}",
-                        binary=self.binary)
+                        binary=self.binary, partitions=partitions,
+                        spread=partitions > 1 and len(await self._owners(topic, partitions)) > 1)
+
+    async def _owners(self, topic: str, partitions: int) -> set[str]:
+        """The brokers owning ``topic``'s partitions (Pulsar's lookup of each); more than one:
+        broker replicas spread it, and a consumer polls each partition at its owner."""
+        out: set[str] = set()
+        for i in range(partitions):
+            try:
+                body = await self.broker.call(
+                    "GET", f"/lookup/v2/topic/persistent/{path_of(topic)}-partition-{i}")
+            except NotFoundError:  # a broker without lookup: no replicas
+                return {"?"}
+            except UnavailableError:  # moving: counted apart (polling each partition works anyway)
+                out.add(f"?{i}")
+                continue
+            out.add(str(body.get("httpUrl")))
+        return out
 
     # --- transactions ----------------------------------------------------------
 

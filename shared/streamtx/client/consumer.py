@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import asyncio
 import base64
+import contextlib
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any
@@ -10,7 +12,7 @@ from typing import Any
 import orjson
 
 from streamtx.client.http import Endpoint
-from streamtx.client.names import full_name, path_of
+from streamtx.client.names import full_name, partition_name, path_of
 from streamtx.client.transaction import Transaction
 from streamtx.wire import batch as wire
 
@@ -60,30 +62,90 @@ class Consumer:
 
     ``binary`` (the default): fetches accept, and acks send, the binary batch
     format (``application/x-streamtx-batch``); else JSON.
+
+    ``spread`` (the client sets it when the topic's partitions have several owners,
+    broker replicas): as Pulsar's consumer of a partitioned topic, one long poll per
+    partition, each to the partition's own name (its owner), kept in flight between
+    calls (what one brings beyond ``max`` waits for the next :meth:`receive`); acks
+    and nacks go to each message's partition.
     """
 
     def __init__(self, broker: Endpoint, topic: str, subscription: str, name: str, *,
-                 binary: bool = True) -> None:
+                 binary: bool = True, partitions: int = 1, spread: bool = False) -> None:
         self.binary = binary
         self._broker = broker
         self.topic = full_name(topic)
         self.subscription = subscription
         self.name = name
         self._path = f"/v1/topics/{path_of(self.topic)}/subscriptions/{subscription}"
+        self.partitions = partitions
+        self.spread = spread and partitions > 1
+        self._polls: dict[int, asyncio.Task[list[Message]]] = {}
+        self._ready: list[Message] = []
+        self._partition_of: dict[str, int] = {}  # "ledger:" prefix of a message id -> its partition
+
+    def _partition_path(self, index: int) -> str:
+        return f"/v1/topics/{path_of(partition_name(self.topic, index))}/subscriptions/{self.subscription}"
 
     async def receive(self, max: int = 100, wait_ms: int = 500) -> list[Message]:
         """Up to ``max`` messages, waiting up to ``wait_ms`` for the first."""
+        if self.spread:
+            return await self._receive_spread(max, wait_ms)
+        return await self._fetch(self._path, max, wait_ms)
+
+    async def _receive_spread(self, max: int, wait_ms: int) -> list[Message]:
+        if not self._ready:
+            for i in range(self.partitions):
+                if i not in self._polls:
+                    task = asyncio.create_task(self._fetch(self._partition_path(i), max, wait_ms))
+                    # A poll still out when the client closes must not log "never retrieved".
+                    task.add_done_callback(lambda t: t.cancelled() or t.exception())
+                    self._polls[i] = task
+            # Empty only once every partition's poll came back empty: an idle partition's
+            # answer says nothing of the others.
+            pending: set[asyncio.Task[list[Message]]] = set(self._polls.values())
+            failed: BaseException | None = None
+            while pending and not self._ready and failed is None:
+                done, pending = await asyncio.wait(pending, return_when=asyncio.FIRST_COMPLETED)
+                for i, task in list(self._polls.items()):
+                    if task in done:
+                        del self._polls[i]
+                        if task.exception() is not None:
+                            failed = failed or task.exception()
+                        else:
+                            self._ready += task.result()
+            if failed is not None and not self._ready:
+                raise failed
+        out, self._ready = self._ready[:max], self._ready[max:]
+        return out
+
+    async def _fetch(self, path: str, max: int, wait_ms: int) -> list[Message]:
         params = {"max": max, "wait_ms": wait_ms, "consumer": self.name}
+        got = await self._fetch_raw(path, params)
+        for m in got:
+            if m.partition is not None:
+                self._partition_of[m.message_id.split(":", 1)[0]] = m.partition
+        return got
+
+    async def _fetch_raw(self, path: str, params: dict[str, Any]) -> list[Message]:
         if self.binary:
-            media, raw = await self._broker.call_bytes("GET", f"{self._path}/messages", params=params,
+            media, raw = await self._broker.call_bytes("GET", f"{path}/messages", params=params,
                                                        accept=wire.CONTENT_TYPE)
             if wire.is_batch(media):  # a broker that predates the format answers JSON
                 return [Message.from_wire(m) for m in wire.decode_messages_answer(raw)]
             return [Message.from_json(m) for m in orjson.loads(raw)["messages"]]
-        body = await self._broker.call(
-            "GET", f"{self._path}/messages", params={"max": max, "wait_ms": wait_ms, "consumer": self.name}
-        )
+        body = await self._broker.call("GET", f"{path}/messages", params=params)
         return [Message.from_json(m) for m in body["messages"]]
+
+    def _by_path(self, ids: list[str]) -> dict[tuple[str, str], list[str]]:
+        """(topic or partition name, its subscription path) -> the ids to send there."""
+        out: dict[tuple[str, str], list[str]] = {}
+        for i in ids:
+            index = self._partition_of.get(i.split(":", 1)[0]) if self.spread else None
+            key = ((self.topic, self._path) if index is None
+                   else (partition_name(self.topic, index), self._partition_path(index)))
+            out.setdefault(key, []).append(i)
+        return out
 
     async def ack(
         self, messages: Iterable[MessageRef], txn: Transaction | None = None, cumulative: bool = False,
@@ -96,26 +158,39 @@ class Consumer:
         ids = _ids(messages)
         if not ids:
             return
+        groups = self._by_path(ids)
         if txn is not None:
-            await txn.add_subscription(self.topic, self.subscription)
+            # Spread: acked on each partition's own name, registered (and ended) per partition.
+            for topic, _ in groups:
+                await txn.add_subscription(topic, self.subscription)
+        await asyncio.gather(*(self._ack(path, group, txn, cumulative)
+                               for (_, path), group in groups.items()))
+
+    async def _ack(self, path: str, ids: list[str], txn: Transaction | None, cumulative: bool) -> None:
         if self.binary:
             content = wire.encode_acks(ids, txn=None if txn is None else txn.id,
                                        cumulative=cumulative)
-            await self._broker.call_bytes("POST", f"{self._path}/acks", content=content,
+            await self._broker.call_bytes("POST", f"{path}/acks", content=content,
                                           content_type=wire.CONTENT_TYPE)
             return
         body: dict[str, Any] = {"message_ids": ids, "cumulative": cumulative}
         if txn is not None:
             body["txn_id"] = txn.txn_id
-        await self._broker.call("POST", f"{self._path}/acks", json=body)
+        await self._broker.call("POST", f"{path}/acks", json=body)
 
     async def close(self) -> None:
         """Leave the subscription now: on a Failover subscription its partitions move to
         the other consumers at once instead of after the broker's ``failover_idle_ms``."""
-        await self._broker.call("DELETE", f"{self._path}/consumers/{self.name}")
+        polls, self._polls = list(self._polls.values()), {}
+        for task in polls:
+            task.cancel()
+            with contextlib.suppress(BaseException):
+                await task
+        paths = [self._partition_path(i) for i in range(self.partitions)] if self.spread else [self._path]
+        await asyncio.gather(*(self._broker.call("DELETE", f"{p}/consumers/{self.name}") for p in paths))
 
     async def nack(self, messages: Iterable[MessageRef]) -> None:
         """Ask for redelivery of these messages."""
         ids = _ids(messages)
-        if ids:
-            await self._broker.call("POST", f"{self._path}/nacks", json={"message_ids": ids})
+        for (_, path), group in self._by_path(ids).items():
+            await self._broker.call("POST", f"{path}/nacks", json={"message_ids": group})

@@ -38,6 +38,12 @@ class Producer:
 
     ``binary`` (the default): requests in the binary batch format
     (``application/x-streamtx-batch``), every message routed here; else JSON.
+
+    Every message is routed here, and the messages of a partition go to that
+    partition's own name (``x-partition-N``): broker replicas own partitions (as
+    Pulsar's brokers do), so a send spanning partitions is one request per
+    partition, each to its owner (the client's owner cache remembers where each
+    partition lives). A one-partition topic is addressed by its name.
     """
 
     def __init__(
@@ -71,50 +77,69 @@ class Producer:
             identity = {"name": self.name, "epoch": self.epoch, "sequence": sequence}
             return await self._send(messages, txn, identity)
 
-    async def _send_binary(
-        self, messages: Sequence[OutMessage], txn: Transaction | None, identity: dict[str, Any] | None,
-    ) -> list[str]:
+    def _routes(self, messages: Sequence[OutMessage], identity: dict[str, Any] | None) -> list[int]:
         if identity is not None and not any(m.partition is not None or m.key is not None for m in messages):
             # A named producer's unkeyed request goes where its retry will (the broker's sticky rule).
             sticky = key_partition(f"{identity['name']}:{identity['sequence']}", self.partitions)
-            routed = [sticky] * len(messages)
-        else:
-            routed = [self._route(m) for m in messages]
+            return [sticky] * len(messages)
+        return [self._route(m) for m in messages]
+
+    def _path(self, partition: int) -> str:
+        name = self.topic if self.partitions == 1 else self._partition_topic(partition)
+        return f"/v1/topics/{path_of(name)}/messages"
+
+    async def _send(
+        self, messages: Sequence[OutMessage], txn: Transaction | None, identity: dict[str, Any] | None,
+    ) -> list[str]:
+        routed = self._routes(messages, identity)
         if txn is not None:
+            # Registered before the broker sees a message of the transaction.
             await txn.add_partitions(self._partition_topic(p) for p in set(routed))
+        by_partition: dict[int, list[int]] = {}
+        for i, p in enumerate(routed):
+            by_partition.setdefault(p, []).append(i)
+        if not by_partition:
+            by_partition = {routed[0] if routed else 0: []}
+        send = self._send_binary if self.binary else self._send_json
+        results = await asyncio.gather(*(
+            send(p, [messages[i] for i in indexes], txn, identity) for p, indexes in by_partition.items()))
+        ids = [""] * len(messages)
+        for indexes, got in zip(by_partition.values(), results, strict=True):
+            for i, message_id in zip(indexes, got, strict=True):
+                ids[i] = message_id
+        return ids
+
+    async def _send_binary(
+        self, partition: int, messages: Sequence[OutMessage], txn: Transaction | None,
+        identity: dict[str, Any] | None,
+    ) -> list[str]:
         body, order = wire.encode_produce_routed(
-            [(p, wire.Msg(m.value, m.key, m.properties)) for p, m in zip(routed, messages, strict=True)],
+            [(partition, wire.Msg(m.value, m.key, m.properties)) for m in messages],
             txn=None if txn is None else txn.id,
             producer=(None if identity is None
                       else (identity["name"], identity["epoch"], identity["sequence"])),
         )
         _, reply = await self._broker.call_bytes(
-            "POST", f"/v1/topics/{path_of(self.topic)}/messages", content=body,
+            "POST", self._path(partition), content=body,
             content_type=wire.CONTENT_TYPE, idempotent=identity is not None,
         )
         return wire.ids_in_request_order(order, reply)
 
-    async def _send(
-        self, messages: Sequence[OutMessage], txn: Transaction | None, identity: dict[str, Any] | None,
+    async def _send_json(
+        self, partition: int, messages: Sequence[OutMessage], txn: Transaction | None,
+        identity: dict[str, Any] | None,
     ) -> list[str]:
-        if self.binary:
-            return await self._send_binary(messages, txn, identity)
-        routed = [self._route(m) if txn is not None else m.partition for m in messages]
-        if txn is not None:
-            # Registered before the broker sees a message of the transaction.
-            await txn.add_partitions(self._partition_topic(p) for p in routed if p is not None)
         body: dict[str, Any] = {"messages": [
             {"key": m.key, "value": base64.b64encode(m.value).decode(), "properties": dict(m.properties),
-             **({"partition": p} if p is not None else {})}
-            for m, p in zip(messages, routed, strict=True)
+             "partition": partition}
+            for m in messages
         ]}
         if txn is not None:
             body["txn_id"] = txn.txn_id
         if identity is not None:
             body["producer"] = identity
-        reply = await self._broker.call(
-            "POST", f"/v1/topics/{path_of(self.topic)}/messages", json=body, idempotent=identity is not None
-        )
+        reply = await self._broker.call("POST", self._path(partition), json=body,
+                                        idempotent=identity is not None)
         return [str(i) for i in reply["message_ids"]]
 
     def _route(self, message: OutMessage) -> int:

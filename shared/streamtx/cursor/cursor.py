@@ -133,6 +133,11 @@ class Cursor:
         return self._ledger
 
     @property
+    def saved(self) -> bool:
+        """Whether a snapshot of this cursor was ever written (a new one has none)."""
+        return self._last_snapshot is not None
+
+    @property
     def fenced(self) -> bool:
         """True once another cursor of the same name took over."""
         return self._fenced

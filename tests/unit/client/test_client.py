@@ -40,26 +40,33 @@ async def test_transaction_registers_before_produce_and_ack_then_commits() -> No
         await consumer.ack(["1:2"], txn=txn)
     calls = [(m, u, b) for m, u, b in cluster.calls if u.startswith((COORDINATOR, BROKER))]
     paths = [f"{m} {u.split(':', 2)[2].split('/', 1)[1]}" for m, u, _ in calls]
+    k1 = key_partition("k1", 3)
+    assert k1 != 2
     assert paths == [
         "GET admin/v2/persistent/t/n/x/partitions",
         "PUT v1/topics/t/n/in/subscriptions/sub",
+        "GET admin/v2/persistent/t/n/in/partitions",
+        # Does the topic spread over broker replicas? (here: one broker owns it all)
+        *(f"GET lookup/v2/topic/persistent/t/n/in-partition-{i}" for i in range(3)),
         "POST v1/transactions",
         "POST v1/transactions/0:1/partitions",
-        "POST v1/topics/t/n/x/messages",
-        "POST v1/topics/t/n/x/messages",
+        # Each partition's messages to the partition's own name (its owner, with replicas).
+        f"POST v1/topics/t/n/x-partition-{k1}/messages",
+        "POST v1/topics/t/n/x-partition-2/messages",
+        f"POST v1/topics/t/n/x-partition-{k1}/messages",
         "POST v1/transactions/0:1/subscriptions",
         "POST v1/topics/t/n/in/subscriptions/sub/acks",
         "POST v1/topics/t/n/in/subscriptions/sub/acks",
         "POST v1/transactions/0:1/commit",
     ]
-    k1 = key_partition("k1", 3)
-    assert calls[2][2] == {"timeout_ms": 5000}
-    assert calls[3][2] == {"partitions": sorted({f"{TOPIC}-partition-{k1}", f"{TOPIC}-partition-2"})}
-    produce = calls[4][2]
+    assert calls[6][2] == {"timeout_ms": 5000}
+    assert calls[7][2] == {"partitions": sorted({f"{TOPIC}-partition-{k1}", f"{TOPIC}-partition-2"})}
+    produce = calls[8][2]
     assert produce["txn_id"] == "0:1"
-    assert [m["partition"] for m in produce["messages"]] == [k1, 2]
-    assert calls[6][2] == {"subscriptions": [{"topic": "persistent://t/n/in", "subscription": "sub"}]}
-    assert calls[7][2] == {"message_ids": ["1:1"], "cumulative": False, "txn_id": "0:1"}
+    assert [m["partition"] for m in produce["messages"]] == [k1]
+    assert [m["partition"] for m in calls[9][2]["messages"]] == [2]
+    assert calls[11][2] == {"subscriptions": [{"topic": "persistent://t/n/in", "subscription": "sub"}]}
+    assert calls[12][2] == {"message_ids": ["1:1"], "cumulative": False, "txn_id": "0:1"}
     assert txn.state == "COMMITTED"
     await client.close()
 
@@ -94,7 +101,11 @@ async def test_named_producer_sends_epoch_and_increasing_sequences() -> None:
     bodies = [b for m, u, b in cluster.calls if u.endswith("/messages")]
     assert [b["producer"] for b in bodies] == [
         {"name": "p1", "epoch": 7, "sequence": 0}, {"name": "p1", "epoch": 7, "sequence": 1}]
-    assert "partition" not in bodies[0]["messages"][0]  # outside a txn the broker routes
+    # Routed here as the broker would (sticky by name:sequence), sent to that partition's name.
+    sticky = key_partition("p1:0", 3)
+    assert bodies[0]["messages"][0]["partition"] == sticky
+    assert [u for m, u, b in cluster.calls if u.endswith("/messages")][0].endswith(
+        f"/x-partition-{sticky}/messages")
     await client.close()
 
 
@@ -122,7 +133,8 @@ async def test_receive_decodes_and_ack_nack_send_ids() -> None:
     cluster = FakeCluster()
     client = await connect(cluster)
     consumer = await client.consumer(TOPIC, "s1", "earliest", "Exclusive", name="c1")
-    assert cluster.calls[-1][2] == {"initial_position": "earliest", "type": "Exclusive"}
+    puts = [c[2] for c in cluster.calls if c[0] == "PUT"]
+    assert puts[-1] == {"initial_position": "earliest", "type": "Exclusive"}
     [m] = await consumer.receive(max=10, wait_ms=50)
     assert (m.message_id, m.partition, m.key, m.value, m.properties) == ("5:6", 1, "k", b"hello", {"a": "b"})
     assert cluster.queries[-1] == "max=10&wait_ms=50&consumer=c1"

@@ -1,12 +1,12 @@
 """Pulsar's topic lookup: ``GET /lookup/v2/topic/persistent/{tenant}/{namespace}/{topic}``.
 
 Answers which broker serves a topic, in Pulsar's ``LookupData`` shape. As in
-Pulsar, a partitioned topic is looked up per partition (``x-partition-3``); the
-base name answers too. Here a topic's partitions move together (the lease is
-the topic's, :mod:`streamtx.broker.replicas`), so every partition of a topic
-answers the same owner. Brokers speak HTTP only, so ``brokerUrl`` is the HTTP
-URL as well and the TLS fields are empty. While the topic moves between
-replicas: 503 ``not_owner`` with ``owner: null`` (retry).
+Pulsar, a partitioned topic is looked up per partition (``x-partition-3``), and
+each partition has its own owner (the lease is the partition's,
+:mod:`streamtx.broker.replicas`); the base name answers partition 0's owner.
+Brokers speak HTTP only, so ``brokerUrl`` is the HTTP URL as well and the TLS
+fields are empty. While the partition moves between replicas: 503
+``not_owner`` with ``owner: null`` (retry).
 """
 
 from __future__ import annotations
@@ -14,6 +14,7 @@ from __future__ import annotations
 from fastapi import APIRouter, Request
 from pydantic import BaseModel
 
+from streamtx.broker.broker import partition_item, split_partition
 from streamtx.broker.deps import BrokerDep, topic_name
 from streamtx.errors import NotFoundError, NotOwnerError
 from streamtx.ownership import Ownership
@@ -31,14 +32,6 @@ class LookupData(BaseModel):
     nativeUrl: str
 
 
-def split_partition(name: str) -> tuple[str, int | None]:
-    """``persistent://t/n/x-partition-3`` -> (``persistent://t/n/x``, 3); else (name, None)."""
-    base, sep, index = name.rpartition("-partition-")
-    if sep and index.isdigit():
-        return base, int(index)
-    return name, None
-
-
 @router.get("/persistent/{tenant}/{namespace}/{topic}", response_model=LookupData)
 async def lookup_topic(request: Request, broker: BrokerDep, tenant: str, namespace: str, topic: str
                        ) -> LookupData:
@@ -49,13 +42,14 @@ async def lookup_topic(request: Request, broker: BrokerDep, tenant: str, namespa
     record = await broker.known(base)
     if index is not None and index >= record.partitions:
         raise NotFoundError(f"{base} has no partition {index}")
-    if base in broker.topics:
+    item = partition_item(base, index or 0)
+    if broker.is_open(item):
         url = request.app.state.settings.own_url()
     else:
         # Asked of Redis, not of the owner map (refreshed once a tick): a lookup is rare and
         # should be as fresh as the leases.
         ownership: Ownership | None = request.app.state.ownership
-        url = await ownership.owner_url(base) if ownership is not None else None
+        url = await ownership.owner_url(item) if ownership is not None else None
         if url is None or url == request.app.state.settings.own_url():
-            raise NotOwnerError(f"topic {base} is moving between brokers", None)
+            raise NotOwnerError(f"partition {item} is moving between brokers", None)
     return LookupData(brokerUrl=url, httpUrl=url, nativeUrl=url)

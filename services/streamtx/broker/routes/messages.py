@@ -1,4 +1,10 @@
-"""Produce: ``POST /v1/topics/{tenant}/{namespace}/{topic}/messages``."""
+"""Produce: ``POST /v1/topics/{tenant}/{namespace}/{topic}/messages``.
+
+``{topic}`` is the topic (messages routed over its partitions) or one partition's
+own name ``x-partition-N`` (every message stored there; a message's ``partition``,
+if given, must be N): broker replicas own partitions, and the SDK sends each
+partition's messages to that partition's name, so each request reaches one owner.
+"""
 
 from __future__ import annotations
 
@@ -157,8 +163,8 @@ async def _produce_batch(request: HotRequest) -> bytes:
             raise MalformedError("producer.name: at most 1000 characters")
         producer = codec.ProducerInfo(name, epoch, sequence)
     p = request.params
-    topic = broker_of(request.state).topic(topic_name(p["tenant"], p["namespace"], p["topic"]))
-    rows = await topic.produce_sections(sections, got.txn, producer)
+    topic, only = broker_of(request.state).target(topic_name(p["tenant"], p["namespace"], p["topic"]))
+    rows = await topic.produce_sections(sections, got.txn, producer, only)
     request.response_type = wire.CONTENT_TYPE
     return wire.encode_produced(rows)
 
@@ -180,5 +186,6 @@ async def produce(request: HotRequest) -> bytes:
         raise TooLargeError(f"at most {settings.max_request_messages} messages per request")
     out = [_message(i, m) for i, m in enumerate(messages)]
     p = request.params
-    ids = await broker.topic(topic_name(p["tenant"], p["namespace"], p["topic"])).produce(out, txn, producer)
+    topic, only = broker.target(topic_name(p["tenant"], p["namespace"], p["topic"]))
+    ids = await topic.produce(out, txn, producer, only)
     return orjson.dumps({"message_ids": ids})

@@ -115,8 +115,10 @@ async def _replicated_sub(broker: Broker, topic: str, name: str) -> Subscription
     """The subscription, created at the earliest position if another cluster has it and we do not."""
     sub = broker.topic(topic).subscriptions.get(name)
     if sub is None:
-        sub = await broker.create_subscription(topic, name, SubscriptionType.SHARED, "earliest",
-                                               replicated=True)
+        created = await broker.create_subscription(topic, name, SubscriptionType.SHARED, "earliest",
+                                                   replicated=True)
+        assert created is not None  # the topic is open here
+        sub = created
     return sub
 
 
@@ -124,7 +126,7 @@ async def _replicated_sub(broker: Broker, topic: str, name: str) -> Subscription
 async def export_acks(body: AckExport, broker: BrokerDep) -> dict[str, Any]:
     t = broker.topic(body.topic)
     part = t.partition(body.partition)
-    dispatch = t.subscription(body.subscription).parts[body.partition]
+    dispatch = t.subscription(body.subscription).part(body.partition)
     after = markers.parse_position(part, body.after) if body.after else None
     token = f"{_boot}:{id(dispatch.cursor)}:{dispatch.cursor.version}:{after}:{body.back}"
     if token == body.known:
@@ -143,7 +145,7 @@ async def apply_acks(body: AckApply, broker: BrokerDep) -> dict[str, Any]:
     except ValueError as exc:
         raise MalformedError(f"bad acks: {exc}") from None
     sub = await _replicated_sub(broker, t.name, body.subscription)
-    dispatch = sub.parts[body.partition]
+    dispatch = sub.part(body.partition)
     units, complete = await markers.acked_here(part, dispatch, broker.settings.cluster, acks,
                                                ACK_SYNC_MAX_ENTRIES)
     return {"subscription": sub.name, "acked": await sub.ack_synced(dispatch, units), "complete": complete}
@@ -156,7 +158,7 @@ async def update(body: UpdateRequest, broker: BrokerDep) -> dict[str, Any]:
     part = t.partition(body.partition)
     pos = markers.parse_position(part, body.position)
     sub = await _replicated_sub(broker, t.name, body.subscription)
-    dispatch = sub.parts[body.partition]
+    dispatch = sub.part(body.partition)
     mark = dispatch.cursor.mark_delete_position
     if mark is None or pos > mark:
         await dispatch.cursor.mark_delete(pos)
@@ -171,7 +173,7 @@ async def set_status(tenant: str, namespace: str, topic: str, sub: str, broker: 
                      enabled: Annotated[bool, Body()]) -> dict[str, bool]:
     """Pulsar's switch: ``true`` makes the subscription replicated, ``false`` stops it."""
     s = broker.topic(topic_name(tenant, namespace, topic)).subscription(sub)
-    await broker.set_replicated(s, enabled)
+    await broker.set_replicated(s.topic, s.name, s, enabled)
     return {s.topic: s.replicated}
 
 

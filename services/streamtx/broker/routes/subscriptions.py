@@ -8,11 +8,10 @@ import orjson
 from fastapi import APIRouter
 from pydantic import BaseModel, Field
 
-from streamtx.broker.broker import Broker
 from streamtx.broker.deps import BrokerDep, broker_of, topic_name
 from streamtx.broker.dispatch import render_batch, render_json
 from streamtx.broker.settings import BrokerSettings
-from streamtx.broker.subscription import Subscription, SubscriptionType
+from streamtx.broker.subscription import SubscriptionType
 from streamtx.contracts.txnid import TxnId, TxnIdField
 from streamtx.errors import MalformedError
 from streamtx.service import HotRequest, HotRoutes
@@ -69,6 +68,9 @@ async def create_subscription(tenant: str, namespace: str, topic: str, sub: str,
     sub_type = type or body.type or SubscriptionType.SHARED
     name = topic_name(tenant, namespace, topic)
     created = await broker.create_subscription(name, sub, sub_type, body.initial_position, body.replicated)
+    if created is None:  # replicas: none of its partitions is here; recorded for their owners
+        return SubscriptionPublic(topic=name, subscription=sub, type=sub_type,
+                                  initial_position=body.initial_position, replicated=bool(body.replicated))
     return SubscriptionPublic(topic=name, subscription=sub, type=created.type,
                               initial_position=body.initial_position, replicated=created.replicated)
 
@@ -92,8 +94,14 @@ async def fetch(request: HotRequest) -> bytes:
     broker = broker_of(request.state)
     settings: BrokerSettings = request.state.settings
     q = request.query(FetchQuery)
-    s = _subscription(broker, request.params)
+    p = request.params
+    topic, index = broker.target(topic_name(p["tenant"], p["namespace"], p["topic"]))
+    s = await broker.subscription(topic, p["sub"])
     only = None if q.partitions is None else [int(p) for p in q.partitions.split(",")]
+    if index is not None:  # the partition's own name: that partition only
+        if only is not None and only != [index]:
+            raise MalformedError(f"partitions={q.partitions} asked of partition {index}")
+        only = [index]
     got = await s.fetch_raw(q.consumer, min(q.max, settings.max_fetch_messages),
                             min(q.wait_ms, settings.max_wait_ms), only, request.poll)
     if wire.is_batch(request.header("accept")):
@@ -123,7 +131,7 @@ async def ack(request: HotRequest) -> bytes:
     message_ids, txn, cumulative = _ack_body(request)
     p = request.params
     name = topic_name(p["tenant"], p["namespace"], p["topic"])
-    s = broker.topic(name).subscription(p["sub"])
+    s = await broker.subscription(broker.topic(name), p["sub"])
     if txn is None:
         await s.ack(message_ids, cumulative)
     else:
@@ -139,14 +147,10 @@ async def ack(request: HotRequest) -> bytes:
     return b'{"acked":%d}' % len(message_ids)
 
 
-def _subscription(broker: Broker, p: dict[str, str]) -> Subscription:
-    return broker.topic(topic_name(p["tenant"], p["namespace"], p["topic"])).subscription(p["sub"])
-
-
 @router.post("/nacks")
 async def nack(tenant: str, namespace: str, topic: str, sub: str, body: NackRequest,
                broker: BrokerDep) -> dict[str, int]:
-    s = broker.topic(topic_name(tenant, namespace, topic)).subscription(sub)
+    s = await broker.subscription(broker.topic(topic_name(tenant, namespace, topic)), sub)
     await s.nack(body.message_ids)
     return {"nacked": len(body.message_ids)}
 
@@ -155,7 +159,7 @@ async def nack(tenant: str, namespace: str, topic: str, sub: str, body: NackRequ
 async def consumer_partitions(tenant: str, namespace: str, topic: str, sub: str, consumer: str,
                               broker: BrokerDep) -> dict[str, Any]:
     """The partitions this consumer is active on now (Failover; all of them otherwise)."""
-    s = broker.topic(topic_name(tenant, namespace, topic)).subscription(sub)
+    s = await broker.subscription(broker.topic(topic_name(tenant, namespace, topic)), sub)
     return {"consumer": consumer, "partitions": s.partitions_of(consumer)}
 
 
@@ -163,11 +167,11 @@ async def consumer_partitions(tenant: str, namespace: str, topic: str, sub: str,
 async def close_consumer(tenant: str, namespace: str, topic: str, sub: str, consumer: str,
                          broker: BrokerDep) -> dict[str, Any]:
     """The consumer leaves: on a Failover subscription its partitions move at once."""
-    s = broker.topic(topic_name(tenant, namespace, topic)).subscription(sub)
+    s = await broker.subscription(broker.topic(topic_name(tenant, namespace, topic)), sub)
     return {"consumer": consumer, "closed": s.close_consumer(consumer)}
 
 
 @router.get("/stats")
 async def subscription_stats(tenant: str, namespace: str, topic: str, sub: str,
                              broker: BrokerDep) -> dict[str, Any]:
-    return await broker.topic(topic_name(tenant, namespace, topic)).subscription(sub).stats()
+    return await (await broker.subscription(broker.topic(topic_name(tenant, namespace, topic)), sub)).stats()

@@ -31,7 +31,7 @@ async def end_subscription(request: HotRequest) -> bytes:
     broker = broker_of(request.state)
     body = request.json(SubscriptionAcksEnd)
     txn = body.txn_id
-    sub = broker.topic(body.topic).subscription(body.subscription)
+    sub = await broker.subscription(broker.topic(body.topic), body.subscription)
     cumulative = [*body.cumulative_message_ids,
                   *([body.cumulative_message_id] if body.cumulative_message_id else [])]
     await sub.end_txn(body.message_ids, txn, body.action is Action.COMMIT, cumulative)

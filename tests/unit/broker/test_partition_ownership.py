@@ -1,0 +1,83 @@
+"""Broker replicas own partitions: the lease items, their spread, and a topic holding some of them."""
+
+from __future__ import annotations
+
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+
+from streamtx.broker.broker import partition_item, split_item, split_partition
+from streamtx.broker.codec import Message
+from streamtx.broker.notify import Notifier
+from streamtx.broker.topic import Outgoing, Topic
+from streamtx.errors import MalformedError, NotFoundError, NotOwnerError
+from streamtx.ownership import assign
+
+TOPIC = "persistent://t/n/hot"
+
+
+def items(topic: str, partitions: int) -> list[str]:
+    return [partition_item(topic, i) for i in range(partitions)]
+
+
+def test_one_hot_topic_spreads_its_partitions_evenly_over_the_replicas() -> None:
+    shares = assign(items(TOPIC, 8), ["b0", "b1"])
+    assert sorted(len(s) for s in shares.values()) == [4, 4]
+    assert sorted(shares["b0"] + shares["b1"]) == sorted(items(TOPIC, 8))
+    # A third replica takes a share of the same topic: nobody holds more than one extra.
+    assert sorted(len(s) for s in assign(items(TOPIC, 8), ["b0", "b1", "b2"]).values()) == [2, 3, 3]
+
+
+@given(st.lists(st.integers(1, 16), min_size=1, max_size=6), st.integers(1, 5))
+def test_every_partition_of_every_topic_has_one_owner_and_shares_differ_by_at_most_one(
+        counts: list[int], replicas: int) -> None:
+    all_items = [it for n, c in enumerate(counts) for it in items(f"persistent://t/n/x{n}", c)]
+    shares = assign(all_items, [f"b{i}" for i in range(replicas)])
+    owned = [i for s in shares.values() for i in s]
+    assert sorted(owned) == sorted(all_items)
+    sizes = [len(s) for s in shares.values()]
+    assert max(sizes) - min(sizes) <= 1
+
+
+def test_partition_names_split_back_into_topic_and_index() -> None:
+    assert split_partition(f"{TOPIC}-partition-12") == (TOPIC, 12)
+    assert split_partition(TOPIC) == (TOPIC, None)
+    assert split_partition(f"{TOPIC}-partition-x") == (f"{TOPIC}-partition-x", None)
+    # A topic whose own name ends in -partition-N: its partitions' names still split right.
+    odd = f"{TOPIC}-partition-3"
+    assert split_item(partition_item(odd, 1)) == (odd, 1)
+
+
+def _topic_owning(indexes: list[int], count: int, owners: dict[int, str]) -> Topic:
+    # No partition object is needed to route: routing refuses before anything is stored.
+    topic = Topic(TOPIC, [], Notifier(), count=count, indexes=[], owner_of=owners.get)
+    for i in indexes:
+        topic.owned[i] = object()  # type: ignore[assignment]
+    return topic
+
+
+def _msg(partition: int | None = None, key: str | None = None) -> Outgoing:
+    return Outgoing(Message(b"v", key, {}, 0), partition)
+
+
+def test_a_message_routed_to_another_replicas_partition_is_refused_with_its_owner() -> None:
+    topic = _topic_owning([0, 2], 4, {1: "http://b1", 3: "http://b1"})
+    assert topic.route([_msg(0), _msg(2)]) == {0: [_msg(0).message], 2: [_msg(2).message]}
+    with pytest.raises(NotOwnerError) as refused:
+        topic.route([_msg(0), _msg(1)])
+    assert refused.value.owner == "http://b1"
+    with pytest.raises(NotOwnerError) as moving:
+        _topic_owning([0], 2, {}).route([_msg(1)])
+    assert moving.value.owner is None  # moving: 503, retry
+    assert not topic.owns_all() and _topic_owning([0, 1], 2, {}).owns_all()
+
+
+def test_a_request_on_a_partitions_own_name_stores_only_there() -> None:
+    topic = _topic_owning([1], 4, {})
+    assert list(topic.route([_msg(), _msg(key="k"), _msg(1)], only=1)) == [1]
+    with pytest.raises(MalformedError):
+        topic.route([_msg(2)], only=1)
+    with pytest.raises(NotFoundError):
+        topic.partition(4)
+    with pytest.raises(NotOwnerError):
+        topic.partition(0)
