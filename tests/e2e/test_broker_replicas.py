@@ -209,12 +209,18 @@ async def test_a_killed_brokers_partitions_move_and_a_transactional_workload_goe
         # The straddling acks were committed on the new owner: the 24 messages are gone.
         stats = await client.broker.call("GET", f"/v1/topics/{path_of(topic)}/subscriptions/work/stats")
         assert (stats["heldByTransactions"], stats["msgBacklog"]) == (0, 4 * len(committed) - 24), stats
-    victim.start()  # it rejoins and takes its share of the partitions back by handover
+        # A consumer made while one broker owns it all polls the topic's name ...
+        late = await client.consumer(topic, "late", "earliest", "Shared")
+        assert not late.spread
+        victim.start()  # it rejoins and takes its share of the partitions back by handover
 
-    async def back() -> bool:
-        return set(await owners_of(http, first.url, topic, 4)) == {first.url, victim.url}
+        async def back() -> bool:
+            return set(await owners_of(http, first.url, topic, 4)) == {first.url, victim.url}
 
-    await eventually(back, timeout_s=20, what="the restarted broker to get partitions back")
+        await eventually(back, timeout_s=20, what="the restarted broker to get partitions back")
+        # ... and turns to polling each partition at its owner once they spread.
+        seen = await receive(late, 4 * len(committed), timeout_s=20)
+        assert late.spread and sorted(m.value for m in seen) == sorted(list(committed) * 4)
 
 
 async def _broker_spread(http: httpx.AsyncClient, replicas: Replicas, topics: list[str]) -> bool:

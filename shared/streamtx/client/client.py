@@ -108,9 +108,13 @@ class StreamtxClient:
         path = f"/v1/topics/{path_of(topic)}/subscriptions/{subscription}"
         await self.broker.call("PUT", path, json={"initial_position": initial_position, "type": type})
         partitions = await self.partitions(topic)
+
+        async def is_spread() -> bool:
+            return len(await self._owners(topic, partitions)) > 1
+
         return Consumer(self.broker, topic, subscription, name or f"c-{uuid.uuid4().hex[:12]}",
                         binary=self.binary, partitions=partitions,
-                        spread=partitions > 1 and len(await self._owners(topic, partitions)) > 1)
+                        spread=partitions > 1 and await is_spread(), is_spread=is_spread)
 
     async def _owners(self, topic: str, partitions: int) -> set[str]:
         """The brokers owning ``topic``'s partitions (Pulsar's lookup of each); more than one:

@@ -5,7 +5,7 @@ from __future__ import annotations
 import asyncio
 import base64
 import contextlib
-from collections.abc import Iterable, Mapping
+from collections.abc import Awaitable, Callable, Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -14,6 +14,7 @@ import orjson
 from streamtx.client.http import Endpoint
 from streamtx.client.names import full_name, partition_name, path_of
 from streamtx.client.transaction import Transaction
+from streamtx.errors import NotOwnerError
 from streamtx.wire import batch as wire
 
 
@@ -67,11 +68,14 @@ class Consumer:
     broker replicas): as Pulsar's consumer of a partitioned topic, one long poll per
     partition, each to the partition's own name (its owner), kept in flight between
     calls (what one brings beyond ``max`` waits for the next :meth:`receive`); acks
-    and nacks go to each message's partition.
+    and nacks go to each message's partition. A consumer that polls the topic's
+    name turns to this when the topic's partitions spread later (its poll there is
+    answered 503 ``not_owner`` and ``is_spread`` says so).
     """
 
     def __init__(self, broker: Endpoint, topic: str, subscription: str, name: str, *,
-                 binary: bool = True, partitions: int = 1, spread: bool = False) -> None:
+                 binary: bool = True, partitions: int = 1, spread: bool = False,
+                 is_spread: Callable[[], Awaitable[bool]] | None = None) -> None:
         self.binary = binary
         self._broker = broker
         self.topic = full_name(topic)
@@ -83,6 +87,7 @@ class Consumer:
         self._polls: dict[int, asyncio.Task[list[Message]]] = {}
         self._ready: list[Message] = []
         self._partition_of: dict[str, int] = {}  # "ledger:" prefix of a message id -> its partition
+        self._is_spread = is_spread
 
     def _partition_path(self, index: int) -> str:
         return f"/v1/topics/{path_of(partition_name(self.topic, index))}/subscriptions/{self.subscription}"
@@ -91,7 +96,16 @@ class Consumer:
         """Up to ``max`` messages, waiting up to ``wait_ms`` for the first."""
         if self.spread:
             return await self._receive_spread(max, wait_ms)
-        return await self._fetch(self._path, max, wait_ms)
+        if self.partitions == 1 or self._is_spread is None:
+            return await self._fetch(self._path, max, wait_ms)
+        try:  # a partitioned topic's name: no waiting out a move here, it may have spread
+            return await self._fetch(self._path, max, wait_ms, moving_wait_s=0.0)
+        except NotOwnerError:
+            if await self._is_spread():
+                self.spread = True
+                return await self._receive_spread(max, wait_ms)
+            await asyncio.sleep(min(wait_ms, 500) / 1000)  # moving: as if nothing came
+            return []
 
     async def _receive_spread(self, max: int, wait_ms: int) -> list[Message]:
         if not self._ready:
@@ -119,23 +133,23 @@ class Consumer:
         out, self._ready = self._ready[:max], self._ready[max:]
         return out
 
-    async def _fetch(self, path: str, max: int, wait_ms: int) -> list[Message]:
+    async def _fetch(self, path: str, max: int, wait_ms: int, moving_wait_s: float | None = None
+                     ) -> list[Message]:
         params = {"max": max, "wait_ms": wait_ms, "consumer": self.name}
-        got = await self._fetch_raw(path, params)
+        got = await self._fetch_raw(path, params, moving_wait_s)
         for m in got:
             if m.partition is not None:
                 self._partition_of[m.message_id.split(":", 1)[0]] = m.partition
         return got
 
-    async def _fetch_raw(self, path: str, params: dict[str, Any]) -> list[Message]:
-        if self.binary:
-            media, raw = await self._broker.call_bytes("GET", f"{path}/messages", params=params,
-                                                       accept=wire.CONTENT_TYPE)
-            if wire.is_batch(media):  # a broker that predates the format answers JSON
-                return [Message.from_wire(m) for m in wire.decode_messages_answer(raw)]
-            return [Message.from_json(m) for m in orjson.loads(raw)["messages"]]
-        body = await self._broker.call("GET", f"{path}/messages", params=params)
-        return [Message.from_json(m) for m in body["messages"]]
+    async def _fetch_raw(self, path: str, params: dict[str, Any], moving_wait_s: float | None
+                         ) -> list[Message]:
+        media, raw = await self._broker.call_bytes("GET", f"{path}/messages", params=params,
+                                                   accept=wire.CONTENT_TYPE if self.binary else None,
+                                                   moving_wait_s=moving_wait_s)
+        if wire.is_batch(media):  # JSON asked, or a broker that predates the format
+            return [Message.from_wire(m) for m in wire.decode_messages_answer(raw)]
+        return [Message.from_json(m) for m in orjson.loads(raw)["messages"]]
 
     def _by_path(self, ids: list[str]) -> dict[tuple[str, str], list[str]]:
         """(topic or partition name, its subscription path) -> the ids to send there."""

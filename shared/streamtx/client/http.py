@@ -44,6 +44,7 @@ class Endpoint:
     async def call_bytes(
         self, method: str, path: str, *, content: bytes | None = None, content_type: str | None = None,
         accept: str | None = None, params: Any = None, idempotent: bool = True,
+        moving_wait_s: float | None = None,
     ) -> tuple[str, bytes]:
         """Send a raw body (the binary batch format); the answer's content type and bytes."""
         headers = {}
@@ -52,5 +53,5 @@ class Endpoint:
         if accept is not None:
             headers["accept"] = accept
         response = await self._http.send(method, path, content=content, headers=headers, params=params,
-                                         retry=None if idempotent else ONCE)
+                                         retry=None if idempotent else ONCE, moving_wait_s=moving_wait_s)
         return response.headers.get("content-type", ""), response.content

@@ -109,16 +109,18 @@ class HttpClient:
     async def send(
         self, method: str, path: str, *, content: bytes | None = None, headers: dict[str, str] | None = None,
         params: Any = None, retry: RetryPolicy | None = None, timeout_s: float | None = None,
-        on_retry: OnRetry | None = None,
+        on_retry: OnRetry | None = None, moving_wait_s: float | None = None,
     ) -> httpx.Response:
-        """Send raw bytes (the binary batch format, say); the 2xx response, or the reply's error raised."""
+        """Send raw bytes (the binary batch format, say); the 2xx response, or the reply's error raised.
+
+        ``moving_wait_s``: this call's wait for a moving log, instead of the client's."""
         if not self.configured:
             raise UnavailableError(self._missing)
         url = self.base_url + path
         timeout: Any = httpx.USE_CLIENT_DEFAULT if timeout_s is None else timeout_s
 
         async def once() -> httpx.Response:
-            until = time.monotonic() + self._moving_wait_s
+            until = time.monotonic() + (self._moving_wait_s if moving_wait_s is None else moving_wait_s)
             while True:
                 try:
                     # send_to_owner follows a replica's 307 to the owner with our own headers.
