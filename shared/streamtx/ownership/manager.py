@@ -1,11 +1,15 @@
 """The ownership loop of one replica: join, take, renew, hand over, give up.
 
-Every ``ttl / 3`` the replica
+Every ``ttl / 3`` the replica (steps 1-2 and 3-4 are two loops, so that renewing
+never waits behind a long recovery)
 
 1. heartbeats its membership (with its URL, for redirects and lookups);
-2. renews the leases it holds; a lease it could not renew is *lost* (it expired
-   while the process was paused or cut off from Redis): the service is told to
-   stop serving that item at once (``on_release(item, lost=True)``);
+2. renews the leases it holds, all in one Redis round trip, at a fixed rate (a
+   slow round does not push the next one later; a late one is logged); a lease it
+   could not renew is *lost* (it expired while the process was paused or cut off
+   from Redis): the service is told to stop serving that item at once
+   (``on_release(item, lost=True)``, in a task of its own, so that closing it
+   never delays the renewal of the others; it is taken again only once closed);
 3. computes its share (:func:`~streamtx.ownership.assign.share_of`) over the live
    members and hands over what is no longer its share: the service stops, flushes
    and closes the item (``on_release(item, lost=False)``), then the lease is
@@ -59,6 +63,7 @@ class Ownership:
         self._after_balance = after_balance
         self.held: dict[str, Lease] = {}
         self._tasks: list[asyncio.Task[None]] = []
+        self._releasing: dict[str, asyncio.Task[None]] = {}  # lost items being closed
         self.ticks = 0
         self.balanced = asyncio.Event()  # set once the first share was taken
         self._wake = asyncio.Event()
@@ -73,6 +78,8 @@ class Ownership:
 
     async def _every(self, step: Callable[[], Awaitable[None]]) -> None:
         # Two loops: renewing never waits behind a long recovery in ``balance``.
+        loop = asyncio.get_running_loop()
+        due = loop.time()
         while True:
             try:
                 await step()
@@ -82,8 +89,16 @@ class Ownership:
                 with contextlib.suppress(TimeoutError):
                     await asyncio.wait_for(self._wake.wait(), self.interval_s)
                 self._wake.clear()
-            else:
-                await asyncio.sleep(self.interval_s)
+                continue
+            # At a fixed rate, not a fixed pause after each round: a slow round (Redis or the
+            # event loop lagging under load) must not push the next renewal towards the TTL.
+            due += self.interval_s
+            now = loop.time()
+            if now > due:
+                log.warning("ownership %s: lease renewal %.0f ms late (event loop or Redis lagging; "
+                            "the leases last %d ms)", self.member, (now - due) * 1000, self.ttl_ms)
+                due = now
+            await asyncio.sleep(due - now)
 
     def nudge(self) -> None:
         """Balance now rather than at the next tick (an item was created here)."""
@@ -92,20 +107,45 @@ class Ownership:
     async def tick(self) -> None:
         """One round of both loops (tests drive it by hand)."""
         await self.keepalive()
+        await self.settled()
         await self.balance()
 
     async def keepalive(self) -> None:
         await self.leases.heartbeat(self.member, self.url, self.ttl_ms)
-        for item, lease in list(self.held.items()):
-            if not await self.leases.renew(lease, self.ttl_ms) and self.held.get(item) is lease:
+        held = list(self.held.items())
+        renewed = await self.leases.renew_all([lease for _, lease in held], self.ttl_ms)
+        for (item, lease), ok in zip(held, renewed, strict=True):
+            if not ok and self.held.get(item) is lease:
                 log.error("ownership %s: lease of %s lost (token %d)", self.member, item, lease.token)
                 del self.held[item]
-                await self.on_release(item, True)
+                # Closing the item flushes its logs, which may take a while: not on this loop,
+                # or the next renewal of every other lease waits behind it.
+                self._releasing[item] = asyncio.get_running_loop().create_task(self._lost(item))
+
+    async def _lost(self, item: str) -> None:
+        try:
+            await self.on_release(item, True)
+        except Exception as exc:
+            log.warning("ownership %s: closing lost %s failed: %r", self.member, item, exc)
+        finally:
+            self._releasing.pop(item, None)
+
+    async def settled(self) -> None:
+        """Until every item found lost is closed."""
+        if self._releasing:
+            await asyncio.gather(*self._releasing.values(), return_exceptions=True)
 
     async def balance(self) -> None:
         if callable(self._items):
             self.items = sorted(await self._items())
-        share = set(share_of(self.member, self.items, await self.leases.members()))
+        members = await self.leases.members()
+        if self.member not in members:
+            # The keepalive loop, started beside this one, may not have written our heartbeat
+            # yet: without it our share is empty and the first balance would declare the
+            # replica balanced (ready) owning nothing.
+            await self.leases.heartbeat(self.member, self.url, self.ttl_ms)
+            members = await self.leases.members()
+        share = set(share_of(self.member, self.items, members))
         for item in [i for i in self.held if i not in share]:
             lease = self.held.pop(item, None)
             if lease is None:  # keepalive found it lost meanwhile, and released it
@@ -113,7 +153,9 @@ class Ownership:
             log.info("ownership %s: handing %s over", self.member, item)
             await self.on_release(item, False)
             await self.leases.release(lease)
-        await asyncio.gather(*(self._take(item) for item in sorted(share - self.held.keys())))
+        # An item found lost is taken again only once it is closed.
+        free = share - self.held.keys() - self._releasing.keys()
+        await asyncio.gather(*(self._take(item) for item in sorted(free)))
         if self._after_balance is not None:
             await self._after_balance()
         self.ticks += 1
@@ -145,6 +187,7 @@ class Ownership:
             task.cancel()
             with contextlib.suppress(asyncio.CancelledError):
                 await task
+        await self.settled()
         for item, lease in list(self.held.items()):
             del self.held[item]
             try:

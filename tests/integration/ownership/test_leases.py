@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import uuid
 from collections.abc import AsyncIterator
 
@@ -104,6 +105,7 @@ async def test_a_dead_replicas_items_move_after_its_lease_and_a_paused_one_finds
     await eventually(b_has_all, what="b to take a's items after a's lease ran out")
     # a wakes: its renewals fail, so it drops what it held (lost, not handed over).
     await a.keepalive()
+    await a.settled()
     assert a_open.open == set() and set(a_open.lost) == a_had
     assert set(b.held) == set(items)
 
@@ -138,3 +140,56 @@ async def test_items_asked_for_at_every_balance_are_shared_out_as_they_appear(le
     await b.tick()
     assert len(a_open.open) == len(b_open.open) == 2 and not a_open.open & b_open.open
     assert a.items == b.items == catalog
+
+
+async def test_a_started_replica_is_balanced_only_once_it_took_its_share(leases: LeaseStore) -> None:
+    # The keepalive and balance loops start together: the first balance must count this replica
+    # among the members even if its first heartbeat is not written yet (it used to find an empty
+    # share, so the service said ready while owning nothing, and its first callers got 503s).
+    for _ in range(5):
+        opened = Opened()
+        a = replica(leases, f"a{uuid.uuid4().hex[:4]}", ["0", "1", "2"], opened)
+        a.start()
+        try:
+            await a.balanced.wait()
+            assert opened.open == {"0", "1", "2"}
+        finally:
+            await a.stop()
+
+
+async def test_renewals_go_in_one_round_and_name_each_lease_lost(leases: LeaseStore) -> None:
+    held = [await leases.acquire(str(i), "a", 10_000) for i in range(3)]
+    assert all(lease is not None for lease in held)
+    ours = [lease for lease in held if lease is not None]
+    assert await leases.release(ours[1])
+    assert await leases.renew_all(ours, 10_000) == [True, False, True]
+    assert await leases.renew_all([], 10_000) == []
+
+
+async def test_closing_a_lost_item_does_not_hold_back_the_renewal_of_the_others(leases: LeaseStore) -> None:
+    closing = asyncio.Event()
+    released: list[str] = []
+
+    async def slow_release(item: str, lost: bool) -> None:  # a store flushing to a slow ledger
+        released.append(item)
+        await closing.wait()
+
+    async def acquire(item: str, lease: Lease) -> None:
+        pass
+
+    a = Ownership(leases, member="a", url="http://a", items=["0", "1"], ttl_ms=60_000,
+                  on_acquire=acquire, on_release=slow_release)
+    await a.tick()
+    assert set(a.held) == {"0", "1"}
+    assert await leases.release(a.held["0"])  # as if it had expired while we were paused
+    await asyncio.wait_for(a.keepalive(), 10)  # returns while "0" is still being closed
+    assert released == ["0"] and set(a.held) == {"1"}
+    await asyncio.wait_for(a.balance(), 10)  # not taken again while it closes
+    assert set(a.held) == {"1"}
+    await asyncio.wait_for(a.keepalive(), 10)  # "1" is still renewed
+    assert (await leases.holder("1")) == a.held["1"]
+    closing.set()
+    await a.settled()
+    await a.balance()
+    assert set(a.held) == {"0", "1"}
+    await a.stop()
