@@ -19,7 +19,9 @@ from typing import NoReturn
 class Children:
     """Named child processes of one launcher, stopped together."""
 
-    def __init__(self, prog: str, *, grace_s: float = 10.0) -> None:
+    def __init__(self, prog: str, *, grace_s: float = 25.0) -> None:
+        """``grace_s``: past a service's own bounded shutdown (about 20 s at most,
+        :mod:`streamtx.service.shutdown`), so SIGKILL is only for a child that is truly stuck."""
         self.prog = prog
         self.grace_s = grace_s
         self.procs: list[tuple[str, subprocess.Popen[bytes]]] = []
@@ -44,10 +46,13 @@ class Children:
         for _, proc in reversed(self.procs):
             if proc.poll() is None:
                 proc.send_signal(signal.SIGTERM)
-        for _, proc in self.procs:
+        # One grace for all: N stuck children cost one grace, not N.
+        deadline = time.monotonic() + self.grace_s
+        for name, proc in self.procs:
             try:
-                proc.wait(self.grace_s)
+                proc.wait(max(0.0, deadline - time.monotonic()))
             except subprocess.TimeoutExpired:
+                self.say(f"{name} still running {self.grace_s:g} s after SIGTERM; killing it")
                 proc.kill()
                 proc.wait()
         self.say("stopped")

@@ -38,4 +38,5 @@ def test_a_child_deaf_to_sigterm_is_killed_after_the_grace(tmp_path: Path,
     with pytest.raises(SystemExit):
         children.fail("giving up")
     assert deaf.returncode == -9
-    assert capsys.readouterr().out.splitlines() == ["t: giving up", "t: stopped"]
+    assert capsys.readouterr().out.splitlines() == [
+        "t: giving up", "t: deaf still running 0.3 s after SIGTERM; killing it", "t: stopped"]

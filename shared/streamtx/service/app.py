@@ -22,6 +22,7 @@ from streamtx.service.errors import error_response, install_error_handlers
 from streamtx.service.fastlane import FastLane, HotRoutes, LaneTable, observer
 from streamtx.service.longpoll import LongPolls
 from streamtx.service.settings import ServiceSettings
+from streamtx.service.shutdown import bounded_exit
 from streamtx.workermetrics import track
 
 
@@ -47,7 +48,7 @@ def create_app(
     async def lifespan_ending_polls(app: FastAPI) -> AsyncIterator[None]:
         # Workers: this one's callback gauges reach its metrics file every second.
         syncing = asyncio.create_task(workermetrics.sync_forever()) if workermetrics.enabled() else None
-        async with lifespan(app):
+        async with bounded_exit(lifespan(app), settings.shutdown_timeout_s, title):
             try:
                 yield
             finally:  # (serve() ends them earlier, as soon as the stop signal arrives)

@@ -23,11 +23,16 @@ from pydantic import ValidationError
 
 from streamtx.service.longpoll import LongPolls
 from streamtx.service.settings import ServiceSettings
+from streamtx.service.shutdown import Watchdog
 
 S = TypeVar("S", bound=ServiceSettings)
 
 #: The services' log lines (the pid tells workers of one port apart).
 LOG_FORMAT = "%(asctime)s %(process)d %(name)s %(levelname)s %(message)s"
+
+#: How long uvicorn lets open requests finish after a stop signal.
+GRACEFUL_S = 5
+_WATCHDOG_MARGIN_S = 5.0
 
 #: gc thresholds of every service (CPython's default is 700, 10, 10).
 GC_THRESHOLDS = (20_000, 20, 50)
@@ -57,9 +62,10 @@ class _Server(uvicorn.Server):
     a fetch waiting 30 s kept Ctrl-C waiting, then was cancelled with a traceback.
     """
 
-    def __init__(self, config: uvicorn.Config, polls: LongPolls) -> None:
+    def __init__(self, config: uvicorn.Config, polls: LongPolls, watchdog: Watchdog) -> None:
         super().__init__(config)
         self._polls = polls
+        self._watchdog = watchdog
         self._loop: asyncio.AbstractEventLoop | None = None
 
     async def startup(self, sockets: list[socket.socket] | None = None) -> None:
@@ -67,6 +73,7 @@ class _Server(uvicorn.Server):
         await super().startup(sockets)
 
     def handle_exit(self, sig: int, frame: FrameType | None) -> None:
+        self._watchdog.arm()
         if self._loop is not None:  # a signal handler: hand it to the loop
             self._loop.call_soon_threadsafe(self._polls.end_all)
         super().handle_exit(sig, frame)
@@ -81,13 +88,18 @@ def serve(app: FastAPI, host: str, port: int, sock: socket.socket | None = None,
     logging.basicConfig(level=logging.INFO, format=LOG_FORMAT)
     # No proxy-header rewriting: no service reads the client address.
     config = uvicorn.Config(app, host=host, port=port, log_level="warning", access_log=False,
-                            proxy_headers=False, server_header=False, timeout_graceful_shutdown=5,
-                            loop=loop, http=http)
+                            proxy_headers=False, server_header=False,
+                            timeout_graceful_shutdown=GRACEFUL_S, loop=loop, http=http)
+    settings = getattr(app.state, "settings", None)
+    # Open requests get GRACEFUL_S, then the app's shutdown its own bound (create_app): past
+    # both and a margin, the process is ended whatever it is stuck in.
+    shutdown_s = settings.shutdown_timeout_s if isinstance(settings, ServiceSettings) else 10.0
+    watchdog = Watchdog(GRACEFUL_S + shutdown_s + _WATCHDOG_MARGIN_S)
     try:
         polls = getattr(app.state, "long_polls", None)
         if polls is None:  # a bare FastAPI app (bench-tc's baseline) has none to end
             polls = LongPolls()
-        _Server(config, polls).run(sockets=None if sock is None else [sock])
+        _Server(config, polls, watchdog).run(sockets=None if sock is None else [sock])
     except KeyboardInterrupt:
         # uvicorn re-raises a Ctrl-C once it has stopped cleanly; asyncio's runner
         # turns that into KeyboardInterrupt. Nothing is left to do: exit quietly.

@@ -36,6 +36,9 @@ class ServiceSettings(BaseSettings):
     max_body_bytes: int = Field(
         16 << 20, ge=1024, description="a larger request body is refused with 413 before it is read",
     )
+    shutdown_timeout_s: float = Field(
+        10.0, gt=0, description="a stopping service's shutdown (flushing and closing its logs) is cut short "
+        "after this long, so that a service whose ledger backend is gone still exits (service/shutdown.py)")
     fast_lane: bool = Field(True, description="serve the hot routes ahead of FastAPI's stack (fastlane.py)")
     # uvicorn's "auto" picks uvloop and httptools (both come with uvicorn[standard]);
     # bench/stack.py measures the alternatives on the demo's job (README of the demo).

@@ -15,7 +15,8 @@ app and serves it here. ``N > 1``: this process becomes a supervisor that
   kernel spreads new connections over the listening workers, and a worker that
   dies stops receiving them at once;
 - forwards SIGTERM/SIGINT to the workers (each in a process group of its own, so
-  a terminal's Ctrl-C reaches them once, through here) and waits for them;
+  a terminal's Ctrl-C reaches them once, through here) and waits for them, then
+  SIGKILLs one still running well past its own shutdown bound;
 - restarts a worker that died while it was not asked to stop (after a second:
   a crash loop does not spin). The dead worker's logs move to its siblings when
   its leases run out, as with any dead replica; the restarted one joins as a new
@@ -49,7 +50,7 @@ from typing import Any, TypeVar
 from fastapi import FastAPI
 
 from streamtx import workermetrics
-from streamtx.service.run import LOG_FORMAT, serve
+from streamtx.service.run import GRACEFUL_S, LOG_FORMAT, serve
 from streamtx.service.settings import ServiceSettings
 
 __all__ = ["member_of", "reuseport_socket", "run_service"]
@@ -58,6 +59,7 @@ log = logging.getLogger(__name__)
 
 S = TypeVar("S", bound=ServiceSettings)
 _restart_delay_s = 1.0
+_kill_after_s = 10.0  # past a worker's own shutdown bound and its watchdog's margin
 _PR_SET_PDEATHSIG = 1
 
 
@@ -148,8 +150,16 @@ class _Supervisor:
                     self._generation[index] += 1
                     if not self.stopping:
                         self.start(index)
+        # Each worker's own watchdog ends it if its shutdown hangs (service/shutdown.py); this
+        # is for one that cannot even do that.
+        deadline = time.monotonic() + GRACEFUL_S + self._settings.shutdown_timeout_s + _kill_after_s
         for proc in self.workers.values():
-            proc.join()
+            proc.join(max(0.0, deadline - time.monotonic()))
+            if proc.exitcode is None:
+                log.error("worker %s (pid %s) still running after its shutdown's time; killing it",
+                          proc.name, proc.pid)
+                proc.kill()
+                proc.join()
         # uvicorn re-raises the stop signal once it has shut down cleanly: dying of the
         # signal we forwarded is a clean exit.
         codes = [p.exitcode or 0 for p in self.workers.values()]
