@@ -49,6 +49,10 @@ def create_app(
         # Workers: this one's callback gauges reach its metrics file every second.
         syncing = asyncio.create_task(workermetrics.sync_forever()) if workermetrics.enabled() else None
         async with bounded_exit(lifespan(app), settings.shutdown_timeout_s, title):
+            if syncing is not None:
+                # A worker listens once started (ready, for the coordinator's): its gauges reach
+                # its file now, not at the next tick, or a scrape in between saw it not ready.
+                workermetrics.sync()
             try:
                 yield
             finally:  # (serve() ends them earlier, as soon as the stop signal arrives)
