@@ -27,6 +27,7 @@ Marker bodies, by ``type``:
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import Any
 
 import orjson
@@ -36,7 +37,7 @@ from streamtx.broker.codec import EntryHeader, EntryKind
 from streamtx.broker.dispatch import PartitionDispatch, Unit
 from streamtx.broker.partition import Partition
 from streamtx.broker.topic import Topic
-from streamtx.contracts.ackset import AckSet, Ref
+from streamtx.contracts.ackset import AckSet, Origin, Ref
 from streamtx.errors import MalformedError
 from streamtx.ledger import Entry, Ledger, Position
 
@@ -84,6 +85,16 @@ def parse_position(part: Partition, text: str) -> Position:
 
 
 # --- acknowledgements synced between clusters (beyond PIP-33) ----------------------
+
+
+@dataclass(frozen=True, slots=True)
+class AckedHere:
+    """What applying an ``acks`` marker here does (:func:`acked_here`)."""
+
+    units: list[Unit]  # messages to acknowledge
+    fillers: list[Position]  # non-message entries to delete along
+    missing: list[Origin]  # origins whose last named entry is not here yet (on their way)
+    next: Position  # where the walk ended: a retry reads on from there
 
 
 def origin_of(h: EntryHeader, pos: Position, cluster: str) -> Ref:
@@ -140,18 +151,34 @@ async def export_acks(part: Partition, dispatch: PartitionDispatch, cluster: str
 
 
 async def acked_here(part: Partition, dispatch: PartitionDispatch, cluster: str, acks: AckSet,
-                     max_entries: int) -> tuple[list[Unit], bool]:
+                     max_entries: int, start: Position | None = None) -> AckedHere:
     """This partition's messages that ``acks`` names and the subscription has not acknowledged
-    yet, and whether every one named can be here already.
+    yet, the entries to delete with them, and whether every one named can be here already.
 
-    Reads from the subscription's first undeleted entry until every origin's last
-    named id is passed (or the partition's end, or ``max_entries``); an origin whose
-    last named id is not reached has entries still on their way here.
+    Reads from the subscription's first undeleted entry (or ``start``, if later: a
+    retry reads only what arrived since) until every origin's last named id is
+    passed (or the partition's end, or ``max_entries``); an origin whose last named
+    id is not reached has entries still on their way here.
+
+    Entries that are not messages (markers, aborted batches) are deleted along, as the
+    dispatcher deletes them when it passes them, where they follow a deleted entry or
+    one acknowledged now: a cluster with no consumer on the subscription has no
+    dispatcher passing them, and the markers between the messages (snapshot rounds,
+    other clusters' acks) held its mark-delete position back before the first of them
+    although every message was acknowledged. Never one after a message still
+    unacknowledged, so no new hole is made in the cursor; past ``maxReadPosition``
+    too (where the dispatcher does not read yet): a marker is never delivered, and
+    the last entries appended (the ``acks`` marker itself, often) are past it for a
+    moment, which would leave the mark-delete before them until the next apply.
     """
     cursor = dispatch.cursor
     todo = acks.last()
     units: list[Unit] = []
-    pos, read = cursor.first_undeleted(), 0
+    fillers: list[Position] = []
+    first = cursor.first_undeleted()
+    pos = first if start is None or start < first else start
+    gone = start is None or pos == first  # the entry before ``pos`` is deleted (or about to be)
+    read = 0
     while todo and read < max_entries:
         entries = await part.ledger.read(pos, min(1000, max_entries - read))
         if not entries:
@@ -162,13 +189,23 @@ async def acked_here(part: Partition, dispatch: PartitionDispatch, cluster: str,
             ref = origin_of(h, e.position, cluster)
             if todo.get(ref[:2], -1) <= ref[2]:
                 todo.pop(ref[:2], None)
-            if h.kind is not EntryKind.BATCH or cursor.is_deleted(e.position):
+            if cursor.is_deleted(e.position):
+                gone = True
+                continue
+            if h.kind is not EntryKind.BATCH or (h.txn is not None and part.tb.is_aborted(h.txn)):
+                if gone:
+                    fillers.append(e.position)
                 continue
             got = acks.lookup(ref)
             if got is True:
                 units.append((e.position, None))
+                gone = True
             elif got:
-                units += [(e.position, i) for i in range(min(got[0], h.count))
-                          if got[1] >> i & 1 and not cursor.is_deleted(e.position, i)]
+                size, bits = got
+                units += [(e.position, i) for i in range(min(size, h.count))
+                          if bits >> i & 1 and not cursor.is_deleted(e.position, i)]
+                gone = all(bits >> i & 1 or cursor.is_deleted(e.position, i) for i in range(h.count))
+            else:
+                gone = False
         pos = Position(pos.ledger_id, part.ledger.next_entry_id(entries[-1].position.entry_id))
-    return units, not todo
+    return AckedHere(units, fillers, sorted(todo), pos)

@@ -24,6 +24,7 @@ import asyncio
 import enum
 import math
 from collections import OrderedDict
+from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -357,16 +358,20 @@ class Subscription:
                 ops.mark(Position(pos.ledger_id, pos.entry_id - 1))
             ops.records += [(pos, i, size) for i in range(bi + 1)]
 
-    async def ack_synced(self, part: PartitionDispatch, units: list[Unit]) -> int:
+    async def ack_synced(self, part: PartitionDispatch, units: list[Unit],
+                         fillers: Iterable[Position] = ()) -> int:
         """Acknowledge what another cluster's consumer acknowledged (beyond PIP-33): how many.
 
-        A unit an open transaction holds here is left to that transaction.
+        A unit an open transaction holds here is left to that transaction. ``fillers``
+        (markers, aborted entries: no message) are deleted along, uncounted.
         """
         held = part.held
         free = [(part, u) for u in units if u not in held and (u[1] is None or (u[0], None) not in held)]
-        if free:
+        skips = [p for p in fillers if not part.cursor.is_deleted(p)]
+        if free or skips:
             batch = _CursorBatch()
             await self._add_deletes(batch, free)
+            batch.of(part).entries.extend(skips)
             await batch.apply()
             part.forget([u for _, u in free])
             self.notifier.changed()

@@ -40,11 +40,16 @@ the rest travels too, as ``acks`` markers (:mod:`streamtx.broker.markers`):
   once if not empty.
 * **Late entries.** A marker can name messages of a third cluster that have not
   reached this one yet (that cluster replicates here more slowly than to the
-  writer). The broker says when an apply could not find every origin's last
-  named entry; the controller applies that marker again whenever new messages
-  arrived, until it is complete, superseded by the writer's next marker, or
-  ``..._snapshot_timeout_s`` old (then those messages may come again after a
-  failover: duplicates, never a loss).
+  writer, or not at all for a while). The broker says which origins' last named
+  entries it did not find and where its walk ended; the controller keeps what the
+  marker names of those origins and, whenever new messages arrived, applies it
+  again from where the last walk ended (so a retry reads only what arrived
+  since), until it is complete or the subscription is gone here. The writer's
+  next marker is applied together with what is still missing of its earlier ones:
+  it may not name them again (its exports start past its last updates, and an
+  update marker positions this cluster only up to where its request arrived, not
+  up to the third cluster's late messages). Dropped after a while, those messages
+  would stay unacknowledged here for good once they came: duplicates after a failover.
 * **Bounds.** An export or apply reads at most 50,000 entries; acks further on
   wait until the mark-delete moves.
 """
@@ -67,16 +72,16 @@ class AckSync:
     """The ack sync of one partition of one replicated topic, for each of its replicated subscriptions."""
 
     def __init__(self, *, local: HttpClient, cluster: str, topic: str, partition: int, period_s: float,
-                 back: int, retry_s: float) -> None:
+                 back: int) -> None:
         self.local = local
         self.cluster = cluster
         self.topic = topic
         self.partition = partition
         self.period_s = period_s
         self.back = back
-        self.retry_s = retry_s
-        # (subscription, writer) -> (first applied, marker) of markers naming entries not here yet
-        self.incomplete: dict[tuple[str, str], tuple[float, dict[str, Any]]] = {}
+        # (subscription, writer) -> (what its markers named of entries not here yet, where the
+        # last walk ended)
+        self.incomplete: dict[tuple[str, str], tuple[AckSet, str | None]] = {}
         self._arrived = False  # messages arrived since the last retry
         self.synced_to: dict[str, Position] = {}  # subscription -> where exports start (see updated)
         self._update_at: dict[str, Position] = {}  # subscription -> local position of its last update
@@ -112,16 +117,15 @@ class AckSync:
         self._last = now
         if self._arrived:
             self._arrived = False
-            for key, (since, marker) in list(self.incomplete.items()):
-                if now - since > self.retry_s:
-                    del self.incomplete[key]
-                else:
-                    await self.apply(marker, key[1], since)
+            for (name, writer), (missing, start) in list(self.incomplete.items()):
+                await self._apply(name, writer, missing, start)
         for name in [n for n in self.known if n not in subscriptions and n not in self._applied]:
             self.known.pop(name, None)  # gone here (one just created by apply is not in this scan yet)
             self.tokens.pop(name, None)
             self.synced_to.pop(name, None)
             self._update_at.pop(name, None)
+            for key in [k for k in self.incomplete if k[0] == name]:
+                del self.incomplete[key]
         self._applied.clear()
         for name in subscriptions:
             after = self.synced_to.get(name)
@@ -141,7 +145,7 @@ class AckSync:
             self.known[name] = acks
             self.markers += 1
 
-    async def apply(self, marker: dict[str, Any], writer: str, since: float | None = None) -> None:
+    async def apply(self, marker: dict[str, Any], writer: str) -> None:
         """``writer``'s ``acks`` marker: acknowledge the same messages here."""
         name = str(marker.get("subscription"))
         try:
@@ -149,20 +153,31 @@ class AckSync:
         except ValueError as exc:
             log.warning("acks marker of %s[%d] skipped: %s", self.topic, self.partition, exc)
             return
-        got = await self.local.request("POST", "/v1/replication/acks/apply", json={
-            "topic": self.topic, "partition": self.partition, "subscription": name,
-            "origins": marker.get("origins")})
         known = self.known.get(name)
         self.known[name] = acks if known is None else known.union(acks)
         self._applied.add(name)
+        late = self.incomplete.get((name, writer))
+        await self._apply(name, writer, acks if late is None else acks.union(late[0]), None)
+
+    async def _apply(self, name: str, writer: str, acks: AckSet, start: str | None) -> None:
+        """Apply ``acks`` (from ``start`` on, for a retry); keep what is still on its way."""
+        got = await self.local.request("POST", "/v1/replication/acks/apply", json={
+            "topic": self.topic, "partition": self.partition, "subscription": name,
+            "origins": acks.to_wire(), "start": start})
         key = (name, writer)
-        if got.get("complete", True):
-            self.incomplete.pop(key, None)
-        else:
-            self.incomplete[key] = (time.monotonic() if since is None else since, marker)
+        missing = [(str(c), int(lid)) for c, lid in got.get("missing", ())]
+        if missing:
+            if key not in self.incomplete:
+                log.info("acks of %s on %s[%d] from %s: entries of %s not here yet; applied again as "
+                         "they arrive", name, self.topic, self.partition, writer, missing)
+            self.incomplete[key] = (acks.only(missing), got.get("next"))
+        elif self.incomplete.pop(key, None) is not None:
+            log.info("acks of %s on %s[%d] from %s: late entries applied", name, self.topic, self.partition,
+                     writer)
         n = int(got["acked"])
         self.applied += n
         metrics.synced_acks.labels(self.cluster).inc(n)
 
     def status(self) -> dict[str, Any]:
-        return {"ackMarkers": self.markers, "syncedAcks": self.applied}
+        return {"ackMarkers": self.markers, "syncedAcks": self.applied,
+                "lateAckMarkers": len(self.incomplete)}  # markers waiting for entries still on their way

@@ -37,7 +37,7 @@ import time
 from collections.abc import Callable
 from typing import Any
 
-from streamtx.errors import StreamtxError
+from streamtx.errors import ConflictError, MalformedError, StreamtxError
 from streamtx.ledger import Position
 from streamtx.replication import metrics
 from streamtx.replication.acksync import AckSync
@@ -71,8 +71,7 @@ class PartitionSnapshots:
         self._last_start = 0.0
         self._marks: dict[str, str | None] | None = None  # the mark-deletes the last scan gave
         self.acks = AckSync(local=local, cluster=cluster, topic=topic, partition=partition,
-                            period_s=self.frequency_s, back=settings.rescan_entries,
-                            retry_s=settings.replicated_subscriptions_snapshot_timeout_s)
+                            period_s=self.frequency_s, back=settings.rescan_entries)
 
     async def run(self) -> None:
         delay = 0.05
@@ -86,6 +85,11 @@ class PartitionSnapshots:
                 log.info("snapshots of %s[%d]: %s; retrying", self.topic, self.partition, exc)
                 await asyncio.sleep(delay)
                 delay = min(delay * 2, self.settings.retry_max_s)
+            except Exception:
+                # A bug, but the loop is this partition's only one: it dying would stop its
+                # snapshots and marker handling for good, with nothing said until exit.
+                log.exception("snapshots of %s[%d] failed; retrying", self.topic, self.partition)
+                await asyncio.sleep(self.settings.retry_max_s)
 
     async def step(self) -> None:
         got = await self.local.request("POST", "/v1/replication/scan", json={
@@ -93,8 +97,6 @@ class PartitionSnapshots:
             "wait_ms": self._wait_ms(), "back": self.settings.rescan_entries,
             "mark_deletes": self._marks,
         })
-        if got["last"] is not None:
-            self._after = got["last"]
         self.scans += 1
         self._dirty = self._dirty or bool(got["data"])
         subs: dict[str, str | None] = got["subscriptions"]
@@ -105,7 +107,12 @@ class PartitionSnapshots:
             self.caches.setdefault(name, SnapshotCache(
                 self.settings.replicated_subscriptions_snapshot_max_cached_per_subscription))
         for m in got["markers"]:
-            await self._on_marker(m, subs)
+            await self._handle(m, subs)
+            # Past it only once handled: after a failure (the broker busy or restarting) the
+            # next scan starts at it, so no update or acks marker is passed over unapplied.
+            self._after = m["position"]
+        if got["last"] is not None:
+            self._after = got["last"]
         for name, md in subs.items():
             snap = self.caches[name].advance(Position.parse(md)) if md else None
             if snap is not None:
@@ -157,6 +164,14 @@ class PartitionSnapshots:
         self.pending = pending
         if before != (pending is not None):
             metrics.pending_snapshots.labels(self.cluster).inc(1 if pending is not None else -1)
+
+    async def _handle(self, m: dict[str, Any], subs: dict[str, str | None]) -> None:
+        """Handle one marker; one the broker refuses for good is skipped, said in the log."""
+        try:
+            await self._on_marker(m, subs)
+        except (MalformedError, ConflictError, KeyError, TypeError, ValueError) as exc:
+            log.warning("%s marker at %s of %s[%d] skipped: %r", m["marker"].get("type"), m["position"],
+                        self.topic, self.partition, exc)
 
     async def _on_marker(self, m: dict[str, Any], subs: dict[str, str | None]) -> None:
         body: dict[str, Any] = m["marker"]

@@ -123,6 +123,12 @@ class AckSet:
                         out.batches.setdefault(key, {})[entry] = (size, bits | (got[1] if got else 0))
         return out
 
+    def only(self, origins: Iterable[Origin]) -> AckSet:
+        """What is named of these origins alone."""
+        keys = set(origins)
+        return AckSet({k: list(v) for k, v in self.ranges.items() if k in keys},
+                      {k: dict(v) for k, v in self.batches.items() if k in keys})
+
     def to_wire(self) -> list[dict[str, Any]]:
         keys = sorted({*self.ranges, *self.batches})
         return [{"cluster": c, "ledger": lid, "ranges": [list(r) for r in self.ranges.get((c, lid), [])],

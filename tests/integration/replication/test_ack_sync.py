@@ -12,6 +12,7 @@ of a batch, acknowledged by its batch index.
 
 from __future__ import annotations
 
+import asyncio
 import re
 
 import httpx
@@ -116,3 +117,55 @@ async def test_individual_acks_beyond_the_mark_delete_follow_the_consumer(cluste
     got = await t.consume("c", 20, ack=False, until=lambda values: len(values) >= 2)
     got += await t.consume("c", 20, ack=False, timeout_s=1)
     assert [decoded(m) for m in got] == ["p0", "p2"]
+
+
+async def test_acks_of_a_third_clusters_messages_that_reach_b_late_are_applied_when_they_come(
+        clusters: Geo) -> None:
+    # c's messages reach a, are consumed and acknowledged there, and only then reach b
+    # (c -> b paused meanwhile, longer than a snapshot timeout): b's subscription must
+    # skip them when they come, and its mark-delete follow - b has no consumer to move
+    # it over the markers between the messages.
+    t = Topic(clusters, "t/late", ["a", "b", "c"])
+    replication = f"/admin/v2/persistent/{t.path}/replication"
+
+    async def replicators_to_b(running: bool) -> bool:
+        body = (await get(f"{clusters['c'].replication.url}/admin/v2/replication/status")).json()
+        to_b = [r for r in body["replicators"]
+                if r["topic"] == f"persistent://{t.path}" and r["remote"] == "b"]
+        return bool(to_b) == running and (not running or all(r["connected"] for r in to_b))
+
+    await eventually(lambda: replicators_to_b(True), timeout_s=60, what="c replicating to b")
+    first = [f"a{i}" for i in range(5)]
+    await t.produce(first)
+    async with httpx.AsyncClient(base_url=clusters.url("c"), timeout=30) as http:
+        r = await http.post(replication, json=["a", "c"])  # c -> b paused, c -> a goes on
+        assert r.status_code == 200, r.text
+    await eventually(lambda: replicators_to_b(False), timeout_s=60, what="c's replicator to b stopped")
+    late = [f"c{i}" for i in range(10)]
+    await t.produce(late, cluster="c")
+    got = await t.consume("a", 15, until=lambda values: set(first + late) <= set(values))  # acked in order
+    assert sorted(decoded(m) for m in got) == sorted(first + late)
+
+    async def waiting_in_b() -> bool:
+        return int((await t.status("b"))["lateAckMarkers"]) > 0
+
+    await eventually(waiting_in_b, timeout_s=60, what="a's acks marker in b, naming c's messages not there")
+    await asyncio.sleep(4)  # longer than the snapshot timeout (3 s), after which a marker used to be dropped
+    async with httpx.AsyncClient(base_url=clusters.url("c"), timeout=30) as http:
+        r = await http.post(replication, json=["a", "b", "c"])  # c -> b resumes from its cursor
+        assert r.status_code == 200, r.text
+    probe = await t.consume("b", 15, ack=False, sub="probe", until=lambda values: set(late) <= set(values))
+    where_b = {decoded(m): tuple(int(x) for x in m["message_id"].split(":")[:2]) for m in probe}
+    assert set(where_b) == set(first + late)
+
+    async def skipped_in_b() -> bool:
+        r = await get(f"{clusters.url('b')}/v1/topics/{t.path}/subscriptions/s/stats")
+        if r.status_code != 200 or r.json()["msgBacklog"] != 0:
+            return False
+        md = r.json()["markDeletePositions"][0]
+        return md is not None and tuple(int(x) for x in md.split(":")) >= where_b["c9"]
+
+    await eventually(skipped_in_b, timeout_s=60,
+                     what="c's late messages acknowledged in b, its mark-delete past them")
+    assert (await t.status("b"))["lateAckMarkers"] == 0
+    assert await t.consume("b", 15, timeout_s=1) == []  # a failover to b gets none of them again

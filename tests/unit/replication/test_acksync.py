@@ -21,7 +21,7 @@ class Broker:
     def __init__(self) -> None:
         self.export: list[dict[str, Any]] | None = []
         self.token = 0
-        self.complete = True
+        self.missing: list[list[Any]] = []  # origins the next apply does not find all of
         self.calls: list[tuple[str, dict[str, Any]]] = []
 
     async def request(self, method: str, path: str, json: dict[str, Any]) -> dict[str, Any]:
@@ -30,7 +30,7 @@ class Broker:
             token = f"t{self.token}"
             return {"token": token, "origins": None if json["known"] == token else self.export}
         if path.endswith("/acks/apply"):
-            return {"acked": 2, "complete": self.complete}
+            return {"acked": 2, "complete": not self.missing, "missing": self.missing, "next": "1:50"}
         return {}
 
     def paths(self) -> list[str]:
@@ -42,7 +42,7 @@ class Broker:
 
 def make(broker: Broker, period_s: float = 0.0) -> AckSync:
     return AckSync(local=broker, cluster="b", topic="persistent://t/n/x", partition=0,  # type: ignore[arg-type]
-                   period_s=period_s, back=100, retry_s=30)
+                   period_s=period_s, back=100)
 
 
 async def test_a_marker_only_for_news_and_never_for_an_idle_subscription() -> None:
@@ -95,30 +95,52 @@ async def test_acks_applied_from_elsewhere_are_not_echoed() -> None:
     assert broker.markers() == [] and sync.applied == 2
 
 
+def applies(broker: Broker) -> list[dict[str, Any]]:
+    return [j for p, j in broker.calls if p.endswith("/acks/apply")]
+
+
 async def test_a_marker_naming_entries_still_on_their_way_is_applied_again_when_messages_arrive() -> None:
     broker = Broker()
     sync = make(broker)
-    broker.complete = False
-    marker = {"type": "acks", "subscription": "s", "origins": wire(("c", 1, 9))}
+    broker.missing = [["c", 1]]
+    marker = {"type": "acks", "subscription": "s", "origins": wire(("a", 1, 4), ("c", 1, 9))}
     await sync.apply(marker, "a")
     await sync.sync(["s"], False)  # nothing arrived: not again
-    assert broker.paths().count("acks/apply") == 1
+    assert len(applies(broker)) == 1 and sync.status()["lateAckMarkers"] == 1
     await sync.sync(["s"], True)
-    assert broker.paths().count("acks/apply") == 2
-    broker.complete = True
+    # Again, only what is missing, from where the last walk ended (only what arrived since).
+    assert applies(broker)[1]["origins"] == wire(("c", 1, 9)) and applies(broker)[1]["start"] == "1:50"
+    broker.missing = []
     await sync.sync(["s"], True)
     await sync.sync(["s"], True)  # complete now: done with it
-    assert broker.paths().count("acks/apply") == 3 and sync.incomplete == {}
+    assert len(applies(broker)) == 3 and sync.incomplete == {}
 
 
-async def test_an_incomplete_marker_is_given_up_after_the_retry_time() -> None:
+async def test_late_entries_are_waited_for_as_long_as_it_takes() -> None:
+    # However long the third cluster's messages take, they are acknowledged once here:
+    # given up, they would come again after a failover.
     broker = Broker()
     sync = make(broker)
-    sync.retry_s = 0.0
-    broker.complete = False
+    broker.missing = [["c", 1]]
     await sync.apply({"type": "acks", "subscription": "s", "origins": wire(("c", 1, 9))}, "a")
-    await sync.sync(["s"], True)
-    assert broker.paths().count("acks/apply") == 1 and sync.incomplete == {}
+    for _ in range(5):
+        await sync.sync(["s"], True)
+    assert len(applies(broker)) == 6 and sync.incomplete
+    await sync.sync([], True)  # the subscription is gone here: nothing to wait for
+    assert sync.incomplete == {}
+
+
+async def test_the_writers_next_marker_is_applied_with_what_its_earlier_ones_still_miss() -> None:
+    # The next marker need not name them again (its export starts past the last updates).
+    broker = Broker()
+    sync = make(broker)
+    broker.missing = [["c", 1]]
+    await sync.apply({"type": "acks", "subscription": "s", "origins": wire(("c", 1, 9))}, "a")
+    broker.missing = []
+    await sync.apply({"type": "acks", "subscription": "s", "origins": wire(("a", 20, 30))}, "a")
+    last = applies(broker)[-1]
+    assert last["origins"] == wire(("a", 20, 30), ("c", 1, 9)) and last["start"] is None
+    assert sync.incomplete == {}
 
 
 @pytest.mark.parametrize("origins", [None, [{"cluster": ""}], "x"])

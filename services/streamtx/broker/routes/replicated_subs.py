@@ -103,12 +103,19 @@ class AckExport(BaseModel):
 
 
 class AckApply(BaseModel):
-    """Acknowledge on one partition of ``subscription`` the messages ``origins`` names."""
+    """Acknowledge on one partition of ``subscription`` the messages ``origins`` names.
+
+    ``start`` (the ``next`` of an earlier answer): look only from there on, for a retry
+    of a marker whose entries were not all here yet. The answer's ``complete`` says
+    whether every origin's last named entry was found (``missing``: the origins not,
+    as ``[cluster, ledger]``) and ``next`` where a retry starts.
+    """
 
     topic: str
     partition: int = Field(ge=0)
     subscription: str = Field(min_length=1)
     origins: list[dict[str, Any]]
+    start: str | None = None
 
 
 async def _replicated_sub(broker: Broker, topic: str, name: str) -> Subscription:
@@ -146,9 +153,11 @@ async def apply_acks(body: AckApply, broker: BrokerDep) -> dict[str, Any]:
         raise MalformedError(f"bad acks: {exc}") from None
     sub = await _replicated_sub(broker, t.name, body.subscription)
     dispatch = sub.part(body.partition)
-    units, complete = await markers.acked_here(part, dispatch, broker.settings.cluster, acks,
-                                               ACK_SYNC_MAX_ENTRIES)
-    return {"subscription": sub.name, "acked": await sub.ack_synced(dispatch, units), "complete": complete}
+    start = markers.parse_position(part, body.start) if body.start else None
+    got = await markers.acked_here(part, dispatch, broker.settings.cluster, acks, ACK_SYNC_MAX_ENTRIES, start)
+    acked = await sub.ack_synced(dispatch, got.units, got.fillers)
+    return {"subscription": sub.name, "acked": acked, "complete": not got.missing,
+            "missing": [list(o) for o in got.missing], "next": str(got.next)}
 
 
 @router.post("/subscriptions/update")
