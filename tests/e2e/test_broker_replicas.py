@@ -154,6 +154,12 @@ async def test_one_topics_partitions_spread_over_the_brokers_and_a_non_owner_red
             stats = (await http.get(f"{u}/v1/topics/{name}-partition-{owners.index(u)}"
                                     "/subscriptions/all/stats")).json()
             assert stats["msgBacklog"] == 0, stats
+        # The topic's stats on either broker: each owner asked for its partitions, merged.
+        for u in urls:
+            whole = (await http.get(f"{u}/admin/v2/persistent/{name}/stats")).json()
+            listed = [p["partition"] for p in whole["partitions"]]
+            assert listed == [f"{topic}-partition-{i}" for i in range(4)], whole
+            assert whole["subscriptions"]["all"]["msgBacklog"] == 0 and whole["storageSize"] > 0, whole
         await consumer.close()
 
 

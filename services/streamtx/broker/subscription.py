@@ -485,19 +485,21 @@ class Subscription:
 
     # --- stats -----------------------------------------------------------------------
 
-    async def stats(self) -> dict[str, Any]:
+    async def stats(self, only: list[int] | None = None) -> dict[str, Any]:
+        """Pulsar's subscription stats, of partitions ``only`` (all open here when None)."""
+        parts = self.parts if only is None else [p for p in self.parts if p.index in only]
         backlog = 0
-        for p in self.parts:
+        for p in parts:
             backlog += await p.backlog()
         return {
             "type": self.type.value,
             "msgBacklog": backlog,
-            "unackedMessages": sum(len(p.pending) for p in self.parts),
-            "pendingRedelivery": sum(len(p.redeliver) for p in self.parts),
-            "heldByTransactions": sum(len(p.held) for p in self.parts),
-            "msgOutCounter": sum(p.delivered for p in self.parts),
+            "unackedMessages": sum(len(p.pending) for p in parts),
+            "pendingRedelivery": sum(len(p.redeliver) for p in parts),
+            "heldByTransactions": sum(len(p.held) for p in parts),
+            "msgOutCounter": sum(p.delivered for p in parts),
             "markDeletePositions": [str(p.cursor.mark_delete_position) if p.cursor.mark_delete_position
-                                    else None for p in self.parts],
+                                    else None for p in parts],
             "consumers": [{"consumerName": c.name, "msgOutCounter": c.delivered} for c in
                           self.consumers.values()],
             "activeConsumerName": self.owner if self.type is SubscriptionType.EXCLUSIVE else None,

@@ -8,6 +8,7 @@ from hypothesis import strategies as st
 
 from streamtx.broker.broker import partition_item, split_item, split_partition
 from streamtx.broker.codec import Message
+from streamtx.broker.fanout import merge
 from streamtx.broker.notify import Notifier
 from streamtx.broker.topic import Outgoing, Topic
 from streamtx.errors import MalformedError, NotFoundError, NotOwnerError
@@ -81,3 +82,26 @@ def test_a_request_on_a_partitions_own_name_stores_only_there() -> None:
         topic.partition(4)
     with pytest.raises(NotOwnerError):
         topic.partition(0)
+
+
+def _sub(backlog: int, mark: str | None, consumers: dict[str, int]) -> dict[str, object]:
+    return {"type": "Shared", "msgBacklog": backlog, "unackedMessages": 1, "pendingRedelivery": 0,
+            "heldByTransactions": 2, "msgOutCounter": sum(consumers.values()), "markDeletePositions": [mark],
+            "consumers": [{"consumerName": n, "msgOutCounter": v} for n, v in consumers.items()],
+            "activeConsumerName": None, "activeConsumers": None}
+
+
+def test_a_spread_topics_stats_merge_its_partitions_answers_as_one_broker_would() -> None:
+    parts = [{"topic": TOPIC, "storageSize": 10 * (i + 1), "replication": {},
+              "partitions": [{"partition": partition_item(TOPIC, i), "storageSize": 10 * (i + 1)}],
+              "subscriptions": {"s": _sub(i, f"{i}:5", {"c1": 1, f"only{i}": 2})}}
+             for i in range(3)]
+    del parts[2]["subscriptions"]["s"]  # its owner has not opened it yet
+    got = merge(TOPIC, parts)
+    assert got["storageSize"] == 60
+    assert [p["partition"] for p in got["partitions"]] == items(TOPIC, 3)
+    s = got["subscriptions"]["s"]
+    assert (s["msgBacklog"], s["unackedMessages"], s["heldByTransactions"]) == (1, 2, 4)
+    assert s["markDeletePositions"] == ["0:5", "1:5"]
+    consumers = {c["consumerName"]: c["msgOutCounter"] for c in s["consumers"]}
+    assert consumers == {"c1": 2, "only0": 2, "only1": 2}

@@ -2,10 +2,16 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 from fastapi import APIRouter
 from pydantic import BaseModel, Field
 
+from streamtx.broker import fanout
+from streamtx.broker.broker import Broker, partition_item
 from streamtx.broker.deps import BrokerDep, topic_name
+from streamtx.broker.topic import Topic
+from streamtx.errors import NotOwnerError
 from streamtx.names import check_new_topic
 
 router = APIRouter(prefix="/admin/v2/persistent/{tenant}/{namespace}/{topic}", tags=["topics"])
@@ -39,10 +45,37 @@ async def get_partitions(tenant: str, namespace: str, topic: str, broker: Broker
 
 @router.get("/stats")
 async def topic_stats(tenant: str, namespace: str, topic: str, broker: BrokerDep) -> dict[str, object]:
-    t = broker.topic(topic_name(tenant, namespace, topic))
-    subs = {name: await s.stats() for name, s in t.subscriptions.items()}
-    parts = []
-    for p in t.partitions:
+    """The topic's stats; of one partition asked by its name (``x-partition-N``). A topic whose
+    partitions are spread over broker replicas: every owner is asked for its partitions
+    (:mod:`streamtx.broker.fanout`)."""
+    name = topic_name(tenant, namespace, topic)
+    try:
+        t, index = broker.target(name)
+    except NotOwnerError as exc:
+        if exc.owner is not None or name not in broker.catalog.topics:
+            raise
+        return await _spread_stats(broker, name)
+    return await _local_stats(broker, t, None if index is None else [index])
+
+
+async def _spread_stats(broker: Broker, name: str) -> dict[str, Any]:
+    async def local(i: int) -> dict[str, Any] | None:
+        t = broker.topics.get(name)
+        return await _local_stats(broker, t, [i]) if t is not None and i in t.owned else None
+
+    return await fanout.gather(
+        name, broker.catalog.topics[name].partitions, local,
+        lambda i: broker.owners.get(partition_item(name, i)),
+        lambda i: f"/admin/v2/{partition_item(name, i).replace('://', '/', 1)}/stats",
+        broker.settings.outgoing_token(), broker.settings.pendingack_timeout_s)
+
+
+async def _local_stats(broker: Broker, t: Topic, only: list[int] | None) -> dict[str, Any]:
+    subs = {name: await s.stats(only) for name, s in t.subscriptions.items()}
+    parts: list[dict[str, Any]] = []
+    for i, p in sorted(t.owned.items()):
+        if only is not None and i not in only:
+            continue
         last = p.ledger.last_position()
         parts.append({"partition": p.name, "lastPosition": str(last) if last else None,
                       "maxReadPosition": str(mrp) if (mrp := p.max_read_position()) else None,
@@ -51,9 +84,10 @@ async def topic_stats(tenant: str, namespace: str, topic: str, broker: BrokerDep
     return {
         "topic": t.name,
         "partitions": parts,
-        "storageSize": sum(p["storageSize"] for p in parts),  # type: ignore[misc]
+        "storageSize": sum(p["storageSize"] for p in parts),
         "subscriptions": subs,
-        "replication": await broker.replication.stats(t.name, t.partitions),
+        # Replication links span every partition: on the topic's name only.
+        "replication": await broker.replication.stats(t.name, t.partitions) if only is None else {},
     }
 
 
