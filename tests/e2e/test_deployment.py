@@ -139,7 +139,7 @@ async def test_kill_an_owner_of_each_kind_under_load(
     # New transactions are made on the replica that receives them: the entry coordinator's ids.
     ids = [f"coordinator/{cid}" for cid in COORDINATOR_IDS
            if await _lookup(http, r.tcs[1].url, f"coordinator/{cid}") == r.tcs[0].url]
-    topic = f"topic/{source}-partition-0"  # a partition's lookup answers its topic's owner
+    topic = f"topic/{source}-partition-0"  # a partition is leased (and looked up) on its own
     sub = f"subscription/{source}/{job.cfg.subscription}-failover"
     # One kind after the other: with every kind's entry replica down at once, a move waits on
     # the others' (a broker taking a topic asks the pending-ack store what its subscriptions hold).

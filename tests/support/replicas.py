@@ -3,7 +3,7 @@
     with Replicas(kafka_url, redis_url, log_dir, coordinators=3, pendingacks=2) as r:
         ... r.tcs[1].kill9(); r.pendingacks[1].proc.send_signal(signal.SIGSTOP) ...
 
-Coordinators always lease their ids; brokers lease their topics and pending-ack
+Coordinators always lease their ids; brokers lease their partitions and pending-ack
 stores their subscription slots when there are several (one runs alone, unleased). Every
 caller is given the *first* replica's URL (as a Kubernetes Service would give
 any): the replicas redirect to the owner, so tests kill or pause the others.

@@ -7,7 +7,7 @@ from contextlib import asynccontextmanager
 
 from fastapi import FastAPI
 
-from streamtx.broker import replicas
+from streamtx.broker import replicas, spread
 from streamtx.broker.broker import Broker
 from streamtx.broker.pendingack_client import PendingAckClient
 from streamtx.broker.routes import (
@@ -37,6 +37,7 @@ def build_app(settings: BrokerSettings) -> FastAPI:
         broker = Broker(store, settings, pendingack, replicas=bool(settings.redis_url))
         await broker.start()
         app.state.broker = broker
+        app.state.forwarder = spread.Forwarder(settings.outgoing_token(), settings.pendingack_timeout_s)
         ownership = replicas.ownership(settings, broker) if settings.redis_url else None
         app.state.ownership = ownership
         if ownership is not None:
@@ -49,9 +50,10 @@ def build_app(settings: BrokerSettings) -> FastAPI:
         finally:
             state.ready, state.reason = False, "stopping"
             if ownership is not None:
-                await ownership.stop()  # hand every topic over at once, not after the lease runs out
+                await ownership.stop()  # hand every partition over at once, not after the lease runs out
                 await ownership.leases.aclose()
             await broker.close()
+            await app.state.forwarder.aclose()
             await store.close()
             if (client := getattr(app.state, "replication_client", None)) is not None:
                 await client.aclose()

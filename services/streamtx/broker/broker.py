@@ -21,13 +21,14 @@ from __future__ import annotations
 import asyncio
 import logging
 from collections.abc import Awaitable, Callable
+from dataclasses import dataclass
 from typing import Any
 
 from streamtx.broker import replication_metrics
 from streamtx.broker.catalog import Catalog, TopicRecord
 from streamtx.broker.dispatch import PartitionDispatch
 from streamtx.broker.notify import Notifier
-from streamtx.broker.partition import Partition
+from streamtx.broker.partition import Partition, partition_ledger_name
 from streamtx.broker.pendingack_client import PendingAckClient
 from streamtx.broker.replication import Replication
 from streamtx.broker.settings import BrokerSettings
@@ -36,10 +37,10 @@ from streamtx.broker.topic import Topic
 from streamtx.broker.txnchecker import StuckTxnChecker
 from streamtx.cursor import Cursor
 from streamtx.errors import ConflictError, MalformedError, NotFoundError, NotOwnerError, StreamtxError
-from streamtx.ledger import LedgerFactory
+from streamtx.ledger import LedgerFactory, ledger_id_for
 from streamtx.names import check_name, check_topic
 
-__all__ = ["Broker", "partition_item", "split_item", "split_partition"]
+__all__ = ["Broker", "SpreadPlan", "partition_item", "split_item", "split_partition"]
 
 log = logging.getLogger(__name__)
 
@@ -59,6 +60,27 @@ def partition_item(topic: str, index: int) -> str:
     return f"{topic}-partition-{index}"
 
 
+@dataclass(slots=True)
+class SpreadPlan:
+    """A spread topic as one request sees it: the partitions open here, those of each owner."""
+
+    name: str
+    count: int
+    topic: Topic | None  # this replica's part of it, if any
+    local: list[int]
+    remote: dict[str, list[int]]  # owner URL -> its partitions
+    router: Topic  # routes produced messages over all ``count`` partitions
+    ledgers: dict[int, int]  # partition ledger id -> partition index
+
+    def partition_of(self, message_id: str) -> int | None:
+        head = message_id.split(":", 1)[0]
+        return self.ledgers.get(int(head)) if head.isdigit() else None
+
+    def owner_of(self, index: int) -> str | None:
+        """The URL of a remote partition's owner; None for one open here."""
+        return next((u for u, idx in self.remote.items() if index in idx), None)
+
+
 def split_item(item: str) -> tuple[str, int]:
     base, index = split_partition(item)
     assert index is not None, item
@@ -66,7 +88,7 @@ def split_item(item: str) -> tuple[str, int]:
 
 
 class Broker:
-    """The topics this process serves; with ``replicas`` only those it holds the lease of."""
+    """The topics this process serves; with ``replicas`` only the partitions it holds the lease of."""
 
     def __init__(self, store: LedgerFactory, settings: BrokerSettings, pendingack: PendingAckClient,
                  *, replicas: bool = False) -> None:
@@ -82,6 +104,7 @@ class Broker:
         self.on_fenced: Callable[[str], None] | None = None  # replicas: a partition's ledger was fenced
         self._lock = asyncio.Lock()
         self._topic_locks: dict[str, asyncio.Lock] = {}
+        self._ledger_partitions: dict[str, dict[int, int]] = {}
         self._tasks: list[asyncio.Task[None]] = []
         self._checker: StuckTxnChecker | None = None
         self.replication = Replication(store, settings.cluster)
@@ -266,11 +289,13 @@ class Broker:
 
     # --- topics ---------------------------------------------------------------
 
-    def target(self, name: str) -> tuple[Topic, int | None]:
+    def target(self, name: str, *, here: bool = False) -> tuple[Topic, int | None]:
         """What a request names: the topic (index None), served only where every partition is
-        open; or one partition ``x-partition-N`` (its index), served where it is open."""
+        open; or one partition ``x-partition-N`` (its index), served where it is open.
+        ``here``: a replica forwarding a request on a spread topic's name (:mod:`.spread`) asks
+        for the partitions open here only."""
         topic = self.topics.get(name)
-        if topic is not None and topic.owns_all():
+        if topic is not None and (here or topic.owns_all()):
             return topic, None
         base, index = split_partition(name)
         if index is not None and name not in self.catalog.topics and base in self.catalog.topics:
@@ -284,6 +309,35 @@ class Broker:
         if self.replicas and name in self.catalog.topics:
             raise self._not_owner(name)
         raise NotFoundError(f"topic {name} does not exist")
+
+    def spread_plan(self, name: str, refused: NotOwnerError) -> SpreadPlan:
+        """Where each partition of the topic named by a request this replica cannot serve alone
+        is (:mod:`.spread` forwards to the owners); ``refused`` again when that is no answer
+        (one other broker owns it all: its 307; a partition moving: 503)."""
+        record = self.catalog.topics.get(name)
+        if not self.replicas or record is None or refused.owner is not None:
+            raise refused
+        topic = self.topics.get(name)
+        remote: dict[str, list[int]] = {}
+        for i in range(record.partitions):
+            if topic is not None and i in topic.owned:
+                continue
+            owner = self.owners.get(partition_item(name, i))
+            if owner is None:
+                raise refused
+            remote.setdefault(owner, []).append(i)
+        local = sorted(topic.owned) if topic is not None else []
+        router = topic or Topic(name, [], Notifier(), count=record.partitions, indexes=[])
+        return SpreadPlan(name, record.partitions, topic, local, remote, router, self.ledger_partitions(name))
+
+    def ledger_partitions(self, name: str) -> dict[int, int]:
+        """Partition ledger id (a message id's first part) -> partition index, for ``name``."""
+        got = self._ledger_partitions.get(name)
+        if got is None:
+            got = self._ledger_partitions[name] = {
+                ledger_id_for(partition_ledger_name(partition_item(name, i))): i
+                for i in range(self.catalog.topics[name].partitions)}
+        return got
 
     def _not_owner(self, name: str) -> NotOwnerError:
         """The topic's name reached a replica without every partition: 307 when one other

@@ -48,13 +48,12 @@ def ownership(settings: BrokerSettings, broker: Broker) -> Ownership:
         return broker.all_items()
 
     async def refresh_owners() -> None:
-        for item in manager.items:
-            if item in manager.held:  # ours, maybe still opening: 503 meanwhile, never a 307 to us
-                broker.owners.pop(item, None)
-            elif not broker.is_open(item):
-                owner = await manager.owner_url(item)
-                # Our own URL here: a lease of ours that we lost or released this very tick.
-                broker.owners[item] = owner if owner != manager.url else None
+        for item in manager.held:  # ours, maybe still opening: 503 meanwhile, never a 307 to us
+            broker.owners.pop(item, None)
+        others = [item for item in manager.items if item not in manager.held and not broker.is_open(item)]
+        for item, owner in (await manager.owner_urls(others)).items():  # one round trip for all
+            # Our own URL here: a lease of ours that we lost or released this very tick.
+            broker.owners[item] = owner if owner != manager.url else None
 
     async def created(name: str) -> None:
         """Return once every partition of the new topic has an owner (this replica or another),

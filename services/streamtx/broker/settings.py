@@ -8,7 +8,7 @@ from streamtx.ownership.replica import ReplicaSettings
 
 
 class BrokerSettings(ReplicaSettings):
-    """Settings of the partition broker; with ``redis_url`` its topics are leased over the replicas."""
+    """Settings of the partition broker; with ``redis_url`` its partitions are leased over the replicas."""
 
     # Shared subscriptions redeliver what is unacked this long.
     ack_timeout_ms: int = Field(default=30_000, ge=1)

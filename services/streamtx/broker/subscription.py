@@ -192,7 +192,7 @@ class Subscription:
         if self.type is not SubscriptionType.FAILOVER:
             return [p.index for p in self.parts]
         self._reassign(asyncio.get_running_loop().time())
-        return sorted(i for i, name in self.active.items() if name == consumer)
+        return sorted(i for i, name in self.active.items() if name == consumer and i in self._by_index)
 
     def _assigned(self, consumer: str, only: list[PartitionDispatch]) -> list[PartitionDispatch]:
         if self.type is not SubscriptionType.FAILOVER:
@@ -476,6 +476,10 @@ class Subscription:
         for part, unit in self._resolve_all([i for i in ids if self._owns_id(i)]):
             if not part.is_gone(unit):
                 part.held.setdefault(unit, _unknown_txn)
+
+    def owned_ids(self, ids: list[str]) -> list[str]:
+        """Those of ``ids`` on partitions open here (a spread topic's fanned-out end)."""
+        return [i for i in ids if self._owns_id(i)]
 
     def _owns_id(self, message_id: str) -> bool:
         try:

@@ -153,5 +153,18 @@ class LeaseStore:
         return Lease(item, member, int(token))
 
 
+    async def holders(self, items: list[str]) -> dict[str, str | None]:
+        """Who holds each of ``items`` now (member name, None if nobody): one MGET for all."""
+        if not items:
+            return {}
+        raws = await self._r.mget([self._key(f"lease:{item}") for item in items])
+        return {item: str(raw).rpartition("|")[0] if raw is not None else None
+                for item, raw in zip(items, raws, strict=True)}
+
+    async def urls(self) -> dict[str, str]:
+        """Every member's URL."""
+        return {str(k): str(v) for k, v in (await self._r.hgetall(self._key("urls"))).items()}
+
+
 def _now_ms() -> int:
     return int(time.time() * 1000)

@@ -181,6 +181,12 @@ class Ownership:
         lease = await self.leases.holder(item)
         return await self.leases.url_of(lease.member) if lease is not None else None
 
+    async def owner_urls(self, items: list[str]) -> dict[str, str | None]:
+        """:meth:`owner_url` of many items in two Redis calls (a broker has an item per partition)."""
+        holders = await self.leases.holders(items)
+        urls = await self.leases.urls() if any(holders.values()) else {}
+        return {item: urls.get(member) if member is not None else None for item, member in holders.items()}
+
     async def stop(self) -> None:
         """Graceful: close every item, release every lease, leave the membership."""
         for task in self._tasks:

@@ -154,6 +154,17 @@ def encode_produced(sections: Iterable[tuple[int, int, int]]) -> bytes:
     return b"".join([prelude_of(PRODUCED), U32.pack(len(rows)), *(_produced.pack(*r) for r in rows)])
 
 
+def decode_produced_rows(data: bytes) -> list[tuple[int, int, int]]:
+    """The ``(ledger_id, entry_id, count)`` rows of a *produced* answer, in request order."""
+    off = check_prelude(data, PRODUCED)
+    try:
+        (n,) = U32.unpack_from(data, off)
+        off += 4
+        return [_produced.unpack_from(data, off + k * _produced.size) for k in range(n)]
+    except struct.error:
+        raise MalformedError("produced answer ends early") from None
+
+
 def decode_produced(data: bytes) -> list[str]:
     """The message ids of a *produced* answer, in request order."""
     off = check_prelude(data, PRODUCED)

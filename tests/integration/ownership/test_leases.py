@@ -42,6 +42,23 @@ async def test_an_unrenewed_lease_expires_and_another_member_takes_it(leases: Le
     assert not await leases.renew(first, 10_000)
 
 
+async def test_many_items_holders_and_urls_in_one_go(leases: LeaseStore) -> None:
+    await leases.heartbeat("a", "http://a:1", 10_000)
+    assert await leases.acquire("t-partition-0", "a", 10_000) is not None
+    assert await leases.acquire("t-partition|1", "b", 10_000) is not None  # b has no URL yet
+    assert await leases.holders(["t-partition-0", "t-partition|1", "t-partition-2"]) == {
+        "t-partition-0": "a", "t-partition|1": "b", "t-partition-2": None}
+    assert await leases.urls() == {"a": "http://a:1"}
+    own = Ownership(leases, member="a", url="http://a:1", items=[], ttl_ms=10_000,
+                    on_acquire=_nothing, on_release=_nothing)
+    assert await own.owner_urls(["t-partition-0", "t-partition|1", "t-partition-2"]) == {
+        "t-partition-0": "http://a:1", "t-partition|1": None, "t-partition-2": None}
+
+
+async def _nothing(*_: object) -> None:
+    return None
+
+
 async def _expired(leases: LeaseStore, item: str) -> bool:
     return await leases.holder(item) is None
 

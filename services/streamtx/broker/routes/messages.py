@@ -15,13 +15,13 @@ import orjson
 from fastapi import APIRouter
 from pydantic import AfterValidator, BaseModel, ConfigDict, Field, ValidationError
 
-from streamtx.broker import codec
+from streamtx.broker import codec, spread
 from streamtx.broker.deps import broker_of, topic_name
 from streamtx.broker.partition import RawBatch
 from streamtx.broker.settings import BrokerSettings
 from streamtx.broker.topic import Outgoing
 from streamtx.contracts.txnid import TxnId, TxnIdField
-from streamtx.errors import MalformedError, TooLargeError
+from streamtx.errors import MalformedError, NotOwnerError, TooLargeError
 from streamtx.service import HotRequest, HotRoutes
 from streamtx.service.fastlane import first_error
 from streamtx.wire import batch as wire
@@ -139,6 +139,10 @@ def _message(i: int, m: Any) -> Outgoing:
     return Outgoing(codec.Message(data, key, props, i), partition)
 
 
+def _path(p: dict[str, str]) -> str:
+    return f"/v1/topics/{p['tenant']}/{p['namespace']}/{p['topic']}/messages"
+
+
 _min_message_bytes = 14  # request index, key length, property count, value length
 
 
@@ -163,7 +167,25 @@ async def _produce_batch(request: HotRequest) -> bytes:
             raise MalformedError("producer.name: at most 1000 characters")
         producer = codec.ProducerInfo(name, epoch, sequence)
     p = request.params
-    topic, only = broker_of(request.state).target(topic_name(p["tenant"], p["namespace"], p["topic"]))
+    broker = broker_of(request.state)
+    name = topic_name(p["tenant"], p["namespace"], p["topic"])
+    try:
+        topic, only = broker.target(name, here=request.header(spread.HERE) is not None)
+    except NotOwnerError as exc:
+        if request.header(spread.HERE) is not None:
+            raise
+        plan = broker.spread_plan(name, exc)
+
+        async def local(mine: list[wire.Section]) -> list[tuple[int, int, int]]:
+            assert plan.topic is not None
+            return await plan.topic.produce_sections([(s.partition, by_index[s.partition]) for s in mine],
+                                                     got.txn, producer)
+
+        by_index = {i: b for i, b in sections}
+        rows = await spread.produce_sections(request.state.forwarder, plan, _path(p), list(got.sections),
+                                             local, got.txn, producer)
+        request.response_type = wire.CONTENT_TYPE
+        return wire.encode_produced(rows)
     rows = await topic.produce_sections(sections, got.txn, producer, only)
     request.response_type = wire.CONTENT_TYPE
     return wire.encode_produced(rows)
@@ -186,6 +208,14 @@ async def produce(request: HotRequest) -> bytes:
         raise TooLargeError(f"at most {settings.max_request_messages} messages per request")
     out = [_message(i, m) for i, m in enumerate(messages)]
     p = request.params
-    topic, only = broker.target(topic_name(p["tenant"], p["namespace"], p["topic"]))
+    name = topic_name(p["tenant"], p["namespace"], p["topic"])
+    try:
+        topic, only = broker.target(name, here=request.header(spread.HERE) is not None)
+    except NotOwnerError as exc:
+        if request.header(spread.HERE) is not None:
+            raise
+        ids = await spread.produce_json(request.state.forwarder, broker.spread_plan(name, exc), _path(p),
+                                        messages, out, txn, producer)
+        return orjson.dumps({"message_ids": ids})
     ids = await topic.produce(out, txn, producer, only)
     return orjson.dumps({"message_ids": ids})

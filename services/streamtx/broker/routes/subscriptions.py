@@ -2,18 +2,23 @@
 
 from __future__ import annotations
 
+from collections.abc import Awaitable, Callable
 from typing import Any
 
 import orjson
-from fastapi import APIRouter
+from fastapi import APIRouter, Request
 from pydantic import BaseModel, Field
 
+from streamtx.broker import spread
+from streamtx.broker.broker import Broker, SpreadPlan
 from streamtx.broker.deps import BrokerDep, broker_of, topic_name
-from streamtx.broker.dispatch import render_batch, render_json
+from streamtx.broker.dispatch import Handed, render_batch, render_json
+from streamtx.broker.fanout import merge_subscription
 from streamtx.broker.settings import BrokerSettings
-from streamtx.broker.subscription import SubscriptionType
+from streamtx.broker.subscription import Subscription, SubscriptionType
+from streamtx.broker.topic import Topic
 from streamtx.contracts.txnid import TxnId, TxnIdField
-from streamtx.errors import MalformedError
+from streamtx.errors import MalformedError, NotOwnerError
 from streamtx.service import HotRequest, HotRoutes
 from streamtx.wire import batch as wire
 
@@ -95,20 +100,61 @@ async def fetch(request: HotRequest) -> bytes:
     settings: BrokerSettings = request.state.settings
     q = request.query(FetchQuery)
     p = request.params
-    topic, index = broker.target(topic_name(p["tenant"], p["namespace"], p["topic"]))
-    s = await broker.subscription(topic, p["sub"])
+    name = topic_name(p["tenant"], p["namespace"], p["topic"])
     only = None if q.partitions is None else [int(p) for p in q.partitions.split(",")]
+    binary = wire.is_batch(request.header("accept"))
+    if binary:
+        request.response_type = wire.CONTENT_TYPE
+    max_messages, wait_ms = min(q.max, settings.max_fetch_messages), min(q.wait_ms, settings.max_wait_ms)
+    try:
+        topic, index = broker.target(name, here=_here(request))
+    except NotOwnerError as exc:
+        if _here(request):
+            raise
+        plan = broker.spread_plan(name, exc)
+        sub = await broker.subscription(plan.topic, p["sub"]) if plan.topic is not None else None
+
+        async def local(idx: list[int], n: int, wait: int) -> bytes:
+            assert sub is not None
+            return _render(await sub.fetch_raw(q.consumer, n, wait, idx, request.poll), binary)
+
+        return await spread.fetch(request.state.forwarder, plan, _path(p, "messages"),
+                                  {"consumer": q.consumer}, only, max_messages, wait_ms, binary, local)
+    s = await broker.subscription(topic, p["sub"])
     if index is not None:  # the partition's own name: that partition only
         if only is not None and only != [index]:
             raise MalformedError(f"partitions={q.partitions} asked of partition {index}")
         only = [index]
-    got = await s.fetch_raw(q.consumer, min(q.max, settings.max_fetch_messages),
-                            min(q.wait_ms, settings.max_wait_ms), only, request.poll)
-    if wire.is_batch(request.header("accept")):
-        request.response_type = wire.CONTENT_TYPE
+    return _render(await s.fetch_raw(q.consumer, max_messages, wait_ms, only, request.poll), binary)
+
+
+def _render(got: list[Handed], binary: bool) -> bytes:
+    if binary:
         return render_batch(got)
     # Bytes straight from orjson: pydantic serializing list[dict[str, Any]] cost more.
     return orjson.dumps({"messages": render_json(got)})
+
+
+def _here(request: HotRequest | Request) -> bool:
+    """A replica forwarded this request on a spread topic's name: the partitions here only."""
+    if isinstance(request, Request):
+        return request.headers.get(spread.HERE) is not None
+    return request.header(spread.HERE) is not None
+
+
+def _path(p: dict[str, str], tail: str) -> str:
+    return f"/v1/topics/{p['tenant']}/{p['namespace']}/{p['topic']}/subscriptions/{p['sub']}/{tail}"
+
+
+async def _spread(broker: Broker, request: HotRequest | Request, name: str
+                  ) -> tuple[Topic | None, SpreadPlan | None]:
+    """The topic a request names, or (None, plan) when its partitions are spread over replicas."""
+    try:
+        return broker.target(name, here=_here(request))[0], None
+    except NotOwnerError as exc:
+        if _here(request):
+            raise
+        return None, broker.spread_plan(name, exc)
 
 
 def _ack_body(request: HotRequest) -> tuple[list[str], TxnId | None, bool]:
@@ -131,47 +177,105 @@ async def ack(request: HotRequest) -> bytes:
     message_ids, txn, cumulative = _ack_body(request)
     p = request.params
     name = topic_name(p["tenant"], p["namespace"], p["topic"])
-    s = await broker.subscription(broker.topic(name), p["sub"])
-    if txn is None:
-        await s.ack(message_ids, cumulative)
+    topic, plan = await _spread(broker, request, name)
+
+    async def local(ids: list[str]) -> None:
+        t = topic or (plan.topic if plan is not None else None)
+        assert t is not None
+        # The store records them under the name the caller registered (a spread topic's too).
+        await _ack(broker, await broker.subscription(t, p["sub"]), name, p["sub"], ids, txn, cumulative)
+
+    if plan is None:
+        await local(message_ids)
     else:
-        await s.until_ready()
-        resolved = s.check_txn_ack(message_ids, txn)
-        # Held before the call, so no redelivery hands them out meanwhile.
-        newly = s.hold(resolved, txn, cumulative)
-        try:
-            await broker.pendingack.ack(name, p["sub"], txn, message_ids, cumulative)
-        except BaseException:
-            s.unhold(newly, txn)
-            raise
+        await spread.acks(request.state.forwarder, plan, _path(p, "acks"), message_ids, txn, cumulative,
+                          wire.is_batch(request.header("content-type")), local)
     return b'{"acked":%d}' % len(message_ids)
 
 
+async def _ack(broker: Broker, s: Subscription, name: str, sub: str, message_ids: list[str],
+               txn: TxnId | None, cumulative: bool) -> None:
+    if txn is None:
+        await s.ack(message_ids, cumulative)
+        return
+    await s.until_ready()
+    resolved = s.check_txn_ack(message_ids, txn)
+    # Held before the call, so no redelivery hands them out meanwhile.
+    newly = s.hold(resolved, txn, cumulative)
+    try:
+        await broker.pendingack.ack(name, sub, txn, message_ids, cumulative)
+    except BaseException:
+        s.unhold(newly, txn)
+        raise
+
+
 @router.post("/nacks")
-async def nack(tenant: str, namespace: str, topic: str, sub: str, body: NackRequest,
+async def nack(request: Request, tenant: str, namespace: str, topic: str, sub: str, body: NackRequest,
                broker: BrokerDep) -> dict[str, int]:
-    s = await broker.subscription(broker.topic(topic_name(tenant, namespace, topic)), sub)
-    await s.nack(body.message_ids)
+    t, plan = await _spread(broker, request, topic_name(tenant, namespace, topic))
+    if plan is None:
+        assert t is not None
+        await (await broker.subscription(t, sub)).nack(body.message_ids)
+        return {"nacked": len(body.message_ids)}
+    path = _path({"tenant": tenant, "namespace": namespace, "topic": topic, "sub": sub}, "nacks")
+    for owner, ids in spread.by_owner(plan, body.message_ids).items():
+        if owner:
+            await request.app.state.forwarder.send(
+                owner, "POST", path, content=orjson.dumps({"message_ids": ids}),
+                headers={"content-type": "application/json"})
+        else:
+            assert plan.topic is not None
+            await (await broker.subscription(plan.topic, sub)).nack(ids)
     return {"nacked": len(body.message_ids)}
 
 
+async def _on_every_owner(request: Request, broker: Broker, names: tuple[str, str, str, str], tail: str,
+                          here: Callable[[Subscription], Awaitable[Any]]) -> list[Any]:
+    """``here(subscription)`` on this replica's partitions, and the same request on every other
+    owner when the topic is spread: every answer."""
+    tenant, namespace, topic, sub = names
+    t, plan = await _spread(broker, request, topic_name(tenant, namespace, topic))
+    if plan is None:
+        assert t is not None
+        return [await here(await broker.subscription(t, sub))]
+    path = _path({"tenant": tenant, "namespace": namespace, "topic": topic, "sub": sub}, tail)
+
+    async def local() -> Any:
+        assert plan.topic is not None
+        return await here(await broker.subscription(plan.topic, sub))
+
+    return await spread.everywhere(request.app.state.forwarder, plan, request.method, path, None, local)
+
+
 @router.get("/consumers/{consumer}")
-async def consumer_partitions(tenant: str, namespace: str, topic: str, sub: str, consumer: str,
-                              broker: BrokerDep) -> dict[str, Any]:
+async def consumer_partitions(request: Request, tenant: str, namespace: str, topic: str, sub: str,
+                              consumer: str, broker: BrokerDep) -> dict[str, Any]:
     """The partitions this consumer is active on now (Failover; all of them otherwise)."""
-    s = await broker.subscription(broker.topic(topic_name(tenant, namespace, topic)), sub)
-    return {"consumer": consumer, "partitions": s.partitions_of(consumer)}
+    async def here(s: Subscription) -> dict[str, Any]:
+        return {"partitions": s.partitions_of(consumer)}
+
+    answers = await _on_every_owner(request, broker, (tenant, namespace, topic, sub), f"consumers/{consumer}",
+                                    here)
+    return {"consumer": consumer, "partitions": sorted({int(i) for a in answers for i in a["partitions"]})}
 
 
 @router.delete("/consumers/{consumer}")
-async def close_consumer(tenant: str, namespace: str, topic: str, sub: str, consumer: str,
-                         broker: BrokerDep) -> dict[str, Any]:
+async def close_consumer(request: Request, tenant: str, namespace: str, topic: str, sub: str,
+                         consumer: str, broker: BrokerDep) -> dict[str, Any]:
     """The consumer leaves: on a Failover subscription its partitions move at once."""
-    s = await broker.subscription(broker.topic(topic_name(tenant, namespace, topic)), sub)
-    return {"consumer": consumer, "closed": s.close_consumer(consumer)}
+    async def here(s: Subscription) -> dict[str, Any]:
+        return {"closed": s.close_consumer(consumer)}
+
+    answers = await _on_every_owner(request, broker, (tenant, namespace, topic, sub), f"consumers/{consumer}",
+                                    here)
+    return {"consumer": consumer, "closed": any(a["closed"] for a in answers)}
 
 
 @router.get("/stats")
-async def subscription_stats(tenant: str, namespace: str, topic: str, sub: str,
+async def subscription_stats(request: Request, tenant: str, namespace: str, topic: str, sub: str,
                              broker: BrokerDep) -> dict[str, Any]:
-    return await (await broker.subscription(broker.topic(topic_name(tenant, namespace, topic)), sub)).stats()
+    async def here(s: Subscription) -> dict[str, Any]:
+        return await s.stats()
+
+    answers = await _on_every_owner(request, broker, (tenant, namespace, topic, sub), "stats", here)
+    return dict(answers[0]) if len(answers) == 1 else merge_subscription(answers)

@@ -5,9 +5,13 @@ from __future__ import annotations
 import orjson
 from fastapi import APIRouter
 
+from streamtx.broker import spread
 from streamtx.broker.deps import broker_of
+from streamtx.broker.subscription import Subscription
 from streamtx.contracts.models import PartitionEnd, PartitionEnded, SubscriptionAcksEnd
 from streamtx.contracts.states import Action
+from streamtx.contracts.txnid import TxnId
+from streamtx.errors import NotOwnerError
 from streamtx.service import HotRequest, HotRoutes
 
 router = APIRouter(prefix="/v1/txn", tags=["transactions"])
@@ -31,10 +35,36 @@ async def end_subscription(request: HotRequest) -> bytes:
     broker = broker_of(request.state)
     body = request.json(SubscriptionAcksEnd)
     txn = body.txn_id
-    sub = await broker.subscription(broker.topic(body.topic), body.subscription)
     cumulative = [*body.cumulative_message_ids,
                   *([body.cumulative_message_id] if body.cumulative_message_id else [])]
-    await sub.end_txn(body.message_ids, txn, body.action is Action.COMMIT, cumulative)
+    here = request.header(spread.HERE) is not None
+    try:
+        topic = broker.target(body.topic, here=here)[0]
+    except NotOwnerError as exc:
+        if here:
+            raise
+        # A spread topic's name (the caller acked on it): every owner ends its partitions' part.
+        plan = broker.spread_plan(body.topic, exc)
+
+        async def local() -> None:
+            assert plan.topic is not None
+            await _end(await broker.subscription(plan.topic, body.subscription), body.message_ids, txn,
+                       body.action is Action.COMMIT, cumulative, partial=True)
+
+        await spread.everywhere(request.state.forwarder, plan, "POST", "/v1/txn/subscriptions/end",
+                                request.body, local)
+    else:
+        await _end(await broker.subscription(topic, body.subscription), body.message_ids, txn,
+                   body.action is Action.COMMIT, cumulative, partial=here)
     # The count, not the ids back: an end carries thousands of them.
     return orjson.dumps({"topic": body.topic, "subscription": body.subscription, "txn_id": str(txn),
                          "action": body.action.value, "ended": len(body.message_ids)})
+
+
+async def _end(sub: Subscription, ids: list[str], txn: TxnId, commit: bool, cumulative: list[str], *,
+               partial: bool) -> None:
+    """``partial``: this replica holds some of the topic's partitions; the ids of the others are
+    their owners' to end."""
+    if partial:
+        ids, cumulative = sub.owned_ids(ids), sub.owned_ids(cumulative)
+    await sub.end_txn(ids, txn, commit, cumulative)

@@ -1,0 +1,263 @@
+"""Requests on the name of a topic whose partitions are spread over broker replicas: fanned out.
+
+Broker replicas own partitions (:mod:`.replicas`). The SDK addresses each
+partition by its own name, but the REST contract also takes the topic's name
+(curl, the demo's jobs, the services' own clients), and on a spread topic no
+replica holds every partition. The replica that receives such a request splits
+it by partition: what concerns the partitions open here it serves itself, and
+it forwards the rest, under the topic's name, to each other owner with the
+header ``streamtx-partitions-here: 1`` (serve the partitions open here only;
+never forwarded again), then puts the answers together:
+
+- produce: messages routed here over all partitions (key, explicit, sticky,
+  round robin, as one broker would), each owner stores its partitions' share;
+  the ids come back in request order;
+- fetch: every owner is asked with no wait first; if nobody has anything, all
+  are long-polled together (the answer comes when every poll has: a poll
+  abandoned half-way could leave messages handed to nobody); ``max`` is split
+  over the owners; the answers are concatenated (binary or JSON);
+- acks, nacks: each message id goes to its partition's owner (the partition
+  is known from the id's ledger); transactional acks are recorded in the
+  pending-ack store under the topic's name by each owner, as the caller
+  registered it, and the store's end (``/v1/txn/subscriptions/end``, by the
+  topic's name) fans out the same way;
+- a consumer's partitions (Failover) are the union of the owners' answers
+  (each owner sees the consumer, whose fetches reach every owner); closing it
+  closes it everywhere; subscription stats are merged (:mod:`.fanout`).
+
+A partition that moves meanwhile makes its owner refuse its share (a 307 to
+the forwarder): the whole request answers 503 ``not_owner``, and the caller
+retries (a named producer's retry is deduplicated per partition).
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Awaitable, Callable, Coroutine, Sequence
+from typing import Any
+
+import httpx
+import orjson
+
+from streamtx.broker.broker import SpreadPlan
+from streamtx.broker.codec import Message, ProducerInfo
+from streamtx.broker.topic import Outgoing
+from streamtx.contracts.txnid import TxnId
+from streamtx.errors import MalformedError, NotOwnerError, UnavailableError
+from streamtx.transport.http import reply_error
+from streamtx.wire import batch as wire
+from streamtx.wire.frame import MESSAGES, U32, prelude_of
+from streamtx.wire.produce import Section, decode_produced_rows
+
+__all__ = ["HERE", "Forwarder"]
+
+#: The header of a forwarded request: serve the topic's name from the partitions open here.
+HERE = "streamtx-partitions-here"
+
+_messages_prelude = prelude_of(MESSAGES)
+
+
+class Forwarder:
+    """The HTTP client a replica forwards spread topics' shares with (the service token)."""
+
+    def __init__(self, token: str | None, timeout_s: float) -> None:
+        self._headers = {HERE: "1", **({"authorization": f"Bearer {token}"} if token else {})}
+        self._timeout_s = timeout_s
+        self._http: httpx.AsyncClient | None = None
+
+    async def send(self, owner: str, method: str, path: str, *, params: dict[str, Any] | None = None,
+                   content: bytes | None = None, headers: dict[str, str] | None = None,
+                   wait_s: float = 0.0) -> httpx.Response:
+        if self._http is None:
+            self._http = httpx.AsyncClient(headers=self._headers, timeout=self._timeout_s,
+                                           limits=httpx.Limits(max_connections=100))
+        try:
+            response = await self._http.request(method, owner + path, params=params, content=content,
+                                                headers=headers, timeout=self._timeout_s + wait_s)
+        except httpx.HTTPError as exc:
+            raise UnavailableError(f"forwarding {method} {path} to {owner}: {exc!r}") from exc
+        if response.status_code == 307:  # the partitions it was asked for moved meanwhile
+            raise NotOwnerError(f"{path}: partitions of it moved while forwarded (retry)", None)
+        if response.status_code >= 400:
+            raise reply_error(response)
+        return response
+
+    async def aclose(self) -> None:
+        if self._http is not None:
+            await self._http.aclose()
+
+
+def _group(plan: SpreadPlan, indexes: Sequence[int]) -> dict[str, list[int]]:
+    """Positions in ``indexes`` (partition per item) by owner URL ("" for here)."""
+    out: dict[str, list[int]] = {}
+    for k, i in enumerate(indexes):
+        out.setdefault(plan.owner_of(i) or "", []).append(k)
+    return out
+
+
+# --- produce ---------------------------------------------------------------------------
+
+async def produce_json(fwd: Forwarder, plan: SpreadPlan, path: str, raw: list[Any], out: list[Outgoing],
+                       txn: TxnId | None, producer: ProducerInfo | None) -> list[str]:
+    """The ids of a JSON produce on a spread topic, in request order."""
+    routed = plan.router.route(out, producer, check=False)
+    if not routed and producer is not None:
+        routed = {0: []}  # no messages: the producer's epoch is recorded on partition 0
+    ids = [""] * len(out)
+
+    async def share(index: int, msgs: list[Message]) -> None:
+        owner = plan.owner_of(index)
+        if owner is None:
+            assert plan.topic is not None
+            again = [Outgoing(Message(m.value, m.key, m.properties, k), index) for k, m in enumerate(msgs)]
+            got = await plan.topic.produce(again, txn, producer, only=index)
+        else:
+            body: dict[str, Any] = {"messages": [{**raw[m.request_index], "partition": index} for m in msgs]}
+            if txn is not None:
+                body["txn_id"] = str(txn)
+            if producer is not None:
+                body["producer"] = {"name": producer.name, "epoch": producer.epoch,
+                                    "sequence": producer.sequence}
+            r = await fwd.send(owner, "POST", path, content=orjson.dumps(body),
+                               headers={"content-type": "application/json"})
+            got = list(orjson.loads(r.content)["message_ids"])
+        for m, message_id in zip(msgs, got, strict=False):
+            ids[m.request_index] = message_id
+
+    await asyncio.gather(*(share(i, msgs) for i, msgs in routed.items()))
+    return ids
+
+
+async def produce_sections(fwd: Forwarder, plan: SpreadPlan, path: str, sections: list[Section],
+                           local: Callable[[list[Section]], Awaitable[list[tuple[int, int, int]]]],
+                           txn: TxnId | None, producer: ProducerInfo | None) -> list[tuple[int, int, int]]:
+    """A binary produce on a spread topic: ``(ledger_id, entry_id, count)`` per section, in order."""
+    if not sections and producer is not None:
+        owner = plan.owner_of(0)
+        if owner is None:
+            return await local([])
+        empty = wire.encode_produce([], txn=txn, producer=_ident(producer))
+        await fwd.send(owner, "POST", path, content=empty, headers={"content-type": wire.CONTENT_TYPE})
+        return []
+    rows: list[tuple[int, int, int]] = [(0, 0, 0)] * len(sections)
+
+    async def share(owner: str, positions: list[int]) -> None:
+        mine = [sections[k] for k in positions]
+        if not owner:
+            got = await local(mine)
+        else:
+            body = wire.encode_produce(
+                [(s.partition, [wire.Msg(*m) for m in wire.decode_messages(s.body, s.count)]) for s in mine],
+                txn=txn, producer=_ident(producer))
+            r = await fwd.send(owner, "POST", path, content=body, headers={"content-type": wire.CONTENT_TYPE})
+            got = decode_produced_rows(r.content)
+        for k, row in zip(positions, got, strict=True):
+            rows[k] = row
+
+    await asyncio.gather(*(share(o, pos) for o, pos in _group(plan, [s.partition for s in sections]).items()))
+    return rows
+
+
+def _ident(producer: ProducerInfo | None) -> tuple[str, int, int] | None:
+    return None if producer is None else (producer.name, producer.epoch, producer.sequence)
+
+
+# --- fetch -----------------------------------------------------------------------------
+
+LocalFetch = Callable[[list[int], int, int], Awaitable[bytes]]
+
+
+async def fetch(fwd: Forwarder, plan: SpreadPlan, path: str, params: dict[str, Any], asked: list[int] | None,
+                max_messages: int, wait_ms: int, binary: bool, local: LocalFetch) -> bytes:
+    """A fetch on a spread topic: each owner's partitions (of ``asked``), put together."""
+    want = set(range(plan.count) if asked is None else asked)
+    groups: dict[str, list[int]] = {}
+    if mine := [i for i in plan.local if i in want]:
+        groups[""] = mine
+    for owner, idx in plan.remote.items():
+        if theirs := [i for i in idx if i in want]:
+            groups[owner] = theirs
+    if not groups:
+        return _merge([], binary)
+    per = max(1, -(-max_messages // len(groups)))
+    headers = {"accept": wire.CONTENT_TYPE} if binary else {}
+
+    async def one(owner: str, idx: list[int], wait: int) -> bytes:
+        if not owner:
+            return await local(idx, per, wait)
+        q = {**params, "max": per, "wait_ms": wait, "partitions": ",".join(map(str, idx))}
+        return (await fwd.send(owner, "GET", path, params=q, headers=headers, wait_s=wait / 1000)).content
+
+    async def round_of(wait: int) -> list[bytes]:
+        got = await asyncio.gather(*(one(o, idx, wait) for o, idx in groups.items()), return_exceptions=True)
+        answers = [a for a in got if isinstance(a, bytes)]
+        failed = [a for a in got if isinstance(a, BaseException)]
+        # What an owner handed out is the consumer's now: never dropped for another's failure.
+        if failed and not any(_count(a, binary) for a in answers):
+            raise failed[0]
+        return answers
+
+    answers = await round_of(0)
+    if wait_ms > 0 and not any(_count(a, binary) for a in answers):
+        answers = await round_of(wait_ms)
+    return _merge(answers, binary)
+
+
+def _count(answer: bytes, binary: bool) -> int:
+    if binary and answer.startswith(_messages_prelude):
+        return int(U32.unpack_from(answer, len(_messages_prelude))[0])
+    return len(orjson.loads(answer)["messages"])
+
+
+def _merge(answers: list[bytes], binary: bool) -> bytes:
+    if binary:
+        n = sum(_count(a, True) for a in answers)
+        start = len(_messages_prelude) + 4
+        return b"".join([_messages_prelude, U32.pack(n), *(a[start:] for a in answers)])
+    return orjson.dumps({"messages": [m for a in answers for m in orjson.loads(a)["messages"]]})
+
+
+# --- acks, nacks, consumers ----------------------------------------------------------------
+
+def by_owner(plan: SpreadPlan, ids: list[str]) -> dict[str, list[str]]:
+    """Message ids by the owner of their partition ("" for here); 400 for an id of no partition."""
+    out: dict[str, list[str]] = {}
+    for message_id in ids:
+        index = plan.partition_of(message_id)
+        if index is None:
+            raise MalformedError(f"message id {message_id!r} is not of topic {plan.name}")
+        out.setdefault(plan.owner_of(index) or "", []).append(message_id)
+    return out
+
+
+async def acks(fwd: Forwarder, plan: SpreadPlan, path: str, ids: list[str], txn: TxnId | None,
+               cumulative: bool, binary: bool, local: Callable[[list[str]], Awaitable[None]]) -> None:
+    async def share(owner: str, mine: list[str]) -> None:
+        if not owner:
+            await local(mine)
+        elif binary:
+            content = wire.encode_acks(mine, txn=txn, cumulative=cumulative)
+            await fwd.send(owner, "POST", path, content=content, headers={"content-type": wire.CONTENT_TYPE})
+        else:
+            body: dict[str, Any] = {"message_ids": mine, "cumulative": cumulative}
+            if txn is not None:
+                body["txn_id"] = str(txn)
+            await fwd.send(owner, "POST", path, content=orjson.dumps(body),
+                           headers={"content-type": "application/json"})
+
+    await asyncio.gather(*(share(o, mine) for o, mine in by_owner(plan, ids).items()))
+
+
+async def everywhere(fwd: Forwarder, plan: SpreadPlan, method: str, path: str, body: bytes | None,
+                     local: Callable[[], Coroutine[Any, Any, Any]]) -> list[Any]:
+    """The same request served here (if any partition is) and by every other owner: the answers
+    (JSON decoded for the others')."""
+    async def remote(owner: str) -> Any:
+        headers = {"content-type": "application/json"} if body is not None else None
+        r = await fwd.send(owner, method, path, content=body, headers=headers)
+        return orjson.loads(r.content) if r.content else None
+
+    calls = [remote(o) for o in plan.remote]
+    if plan.topic is not None and plan.local:
+        calls.append(local())
+    return list(await asyncio.gather(*calls))
