@@ -16,9 +16,13 @@ and then:
   writes ``acks`` markers, applies other clusters' ones;
 * starts a snapshot every ``..._snapshot_frequency_ms`` while the partition has
   a replicated subscription and received messages since the last request
-  (an idle topic gets no markers), at most one at a time, dropped after
-  ``..._snapshot_timeout_s`` (so a cluster that never answers gets one request
-  per timeout period).
+  (an idle topic gets no markers), each dropped after ``..._snapshot_timeout_s``.
+  Several may be pending, as in Pulsar (whose controller keeps a map of them):
+  when a round trip takes longer than the period, snapshots still land once a
+  period, not once a round trip, and a failover repeats less. But a new one starts
+  while others are pending only if one completed within the last timeout period
+  (Pulsar: once any completed): remotes that never answered, or stopped
+  answering a timeout ago, get one request per timeout period, not one per period.
 
 Other clusters' snapshot requests are answered by the broker as they land
 (:mod:`streamtx.broker.markers`), not here: that took a scan and a call more.
@@ -60,7 +64,8 @@ class PartitionSnapshots:
         self.remotes = remotes
         self.settings = settings
         self.frequency_s = settings.replicated_subscriptions_snapshot_frequency_ms / 1000
-        self.pending: PendingSnapshot | None = None
+        self.pending: dict[str, PendingSnapshot] = {}  # by snapshot id
+        self._last_completed = -math.inf  # monotonic time the last snapshot completed
         self.caches: dict[str, SnapshotCache] = {}
         self.completed = 0
         self.updates = 0
@@ -131,39 +136,44 @@ class PartitionSnapshots:
         if self._after is None:
             return 0
         wait = self.frequency_s
-        if self.pending is None and self._dirty and self.caches and self.remotes():
+        if self._may_start() and self._dirty and self.caches and self.remotes():
             wait = max(0.0, self._last_start + self.frequency_s - time.monotonic())
         return math.ceil(wait * 1000)
+
+    def _may_start(self) -> bool:
+        """No snapshot pending, or the remotes answer: one completed within the timeout."""
+        timeout_s = self.settings.replicated_subscriptions_snapshot_timeout_s
+        return not self.pending or time.monotonic() - self._last_completed <= timeout_s
 
     async def _maybe_start(self, has_subs: bool) -> None:
         now = time.monotonic()
         timeout_s = self.settings.replicated_subscriptions_snapshot_timeout_s
-        if self.pending is not None and self.pending.timed_out(now, timeout_s):
-            log.info("snapshot %s of %s[%d] timed out (answered: %s)", self.pending.snapshot_id, self.topic,
-                     self.partition, sorted(self.pending.answered))
-            self._set_pending(None)
-            self._dirty = True  # what it was to cover still is: the next one covers it
-            metrics.timedout_snapshots.labels(self.cluster).inc()
+        for snapshot_id, pending in list(self.pending.items()):
+            if pending.timed_out(now, timeout_s):
+                log.info("snapshot %s of %s[%d] timed out (answered: %s)", snapshot_id, self.topic,
+                         self.partition, sorted(pending.answered))
+                self._drop(snapshot_id)
+                self._dirty = True  # what it was to cover still is: the next one covers it
+                metrics.timedout_snapshots.labels(self.cluster).inc()
         remotes = self.remotes()
-        if self.pending is not None or not has_subs or not self._dirty or not remotes:
+        if not self._may_start() or not has_subs or not self._dirty or not remotes:
             return
         if now - self._last_start < self.frequency_s:
             return
         pending = PendingSnapshot(frozenset(remotes), now)
         await self._write(pending.request(self.cluster))
         self.requests += 1
-        self._set_pending(pending)
+        self.pending[pending.snapshot_id] = pending
+        metrics.pending_snapshots.labels(self.cluster).inc()
         self._dirty = False
         # Keep to the beat: a start a little late (a scan to wait for, a slow round trip)
         # does not push every later one back; after a pause the beat starts again now.
         late = now - (self._last_start + self.frequency_s)
         self._last_start = now - late if late < self.frequency_s / 2 else now
 
-    def _set_pending(self, pending: PendingSnapshot | None) -> None:
-        before = self.pending is not None
-        self.pending = pending
-        if before != (pending is not None):
-            metrics.pending_snapshots.labels(self.cluster).inc(1 if pending is not None else -1)
+    def _drop(self, snapshot_id: str) -> None:
+        if self.pending.pop(snapshot_id, None) is not None:
+            metrics.pending_snapshots.labels(self.cluster).dec()
 
     async def _handle(self, m: dict[str, Any], subs: dict[str, str | None]) -> None:
         """Handle one marker; one the broker refuses for good is skipped, said in the log."""
@@ -179,17 +189,19 @@ class PartitionSnapshots:
         kind = body.get("type")
         # Requests from other clusters are answered by the broker as they land (markers.py).
         if kind == "snapshot_response" and source is not None:
-            if self.pending is None or body.get("source_cluster") != self.cluster:
+            pending = self.pending.get(str(body.get("snapshot_id")))
+            if pending is None or body.get("source_cluster") != self.cluster:
                 return  # another cluster's snapshot, or one dropped
-            done = self.pending.on_response(body, at)
+            done = pending.on_response(body, at)
             if done == "next_round":
-                await self._write(self.pending.request(self.cluster))
+                await self._write(pending.request(self.cluster))
             elif isinstance(done, Snapshot):
-                took_ms = (time.monotonic() - self.pending.started) * 1000
+                self._last_completed = time.monotonic()
+                took_ms = (self._last_completed - pending.started) * 1000
                 metrics.snapshot_ms.labels(self.cluster).observe(took_ms)
                 await self._write({"type": "snapshot", "snapshot_id": done.snapshot_id,
                                    "local_position": str(done.local), "clusters": done.clusters})
-                self._set_pending(None)
+                self._drop(done.snapshot_id)
                 self._cache(done)  # durable now: usable at once, not a scan later
         elif kind == "snapshot" and source is None:
             snap = Snapshot(str(body["snapshot_id"]), Position.parse(str(body["local_position"])),
@@ -214,7 +226,7 @@ class PartitionSnapshots:
             "topic": self.topic, "partition": self.partition, "marker": marker})
 
     def status(self) -> dict[str, Any]:
-        return {"topic": self.topic, "partition": self.partition, "pending": self.pending is not None,
+        return {"topic": self.topic, "partition": self.partition, "pending": len(self.pending),
                 "completedSnapshots": self.completed, "updates": self.updates,
                 "requests": self.requests, "scans": self.scans,
                 "cached": {n: len(c.snapshots) for n, c in self.caches.items()}, **self.acks.status()}
