@@ -105,3 +105,23 @@ def test_a_spread_topics_stats_merge_its_partitions_answers_as_one_broker_would(
     assert s["markDeletePositions"] == ["0:5", "1:5"]
     consumers = {c["consumerName"]: c["msgOutCounter"] for c in s["consumers"]}
     assert consumers == {"c1": 2, "only0": 2, "only1": 2}
+
+
+def test_fanned_out_fetch_answers_and_acks_are_put_together_by_partition() -> None:
+    from streamtx.broker.broker import SpreadPlan
+    from streamtx.broker.spread import _count, _merge, by_owner
+    from streamtx.wire import batch as wire
+
+    def answer(partition: int, entry: int) -> bytes:
+        body = wire.encode_messages([wire.Msg(b"v")])[1]
+        return wire.encode_messages_answer([wire.Delivered(partition, 7, entry, 0, 1, body)])
+
+    merged = _merge([answer(0, 1), answer(1, 2), _merge([], True)], True)
+    assert _count(merged, True) == 2
+    got = [(m.partition, m.message_id) for m in wire.decode_messages_answer(merged)]
+    assert got == [(0, "7:1"), (1, "7:2")]
+    assert _count(_merge([b'{"messages":[{"a":1}]}', b'{"messages":[]}'], False), False) == 1
+    plan = SpreadPlan(TOPIC, 2, None, [0], {"http://b1": [1]}, _topic_owning([0], 2, {}), {10: 0, 11: 1})
+    assert by_owner(plan, ["10:1", "11:2:0", "10:3"]) == {"": ["10:1", "10:3"], "http://b1": ["11:2:0"]}
+    with pytest.raises(MalformedError):
+        by_owner(plan, ["12:1"])

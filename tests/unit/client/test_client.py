@@ -104,7 +104,7 @@ async def test_named_producer_sends_epoch_and_increasing_sequences() -> None:
     # Routed here as the broker would (sticky by name:sequence), sent to that partition's name.
     sticky = key_partition("p1:0", 3)
     assert bodies[0]["messages"][0]["partition"] == sticky
-    assert [u for m, u, b in cluster.calls if u.endswith("/messages")][0].endswith(
+    assert next(u for m, u, b in cluster.calls if u.endswith("/messages")).endswith(
         f"/x-partition-{sticky}/messages")
     await client.close()
 
