@@ -178,6 +178,8 @@ async def test_one_topics_partitions_spread_over_the_brokers_and_a_non_owner_red
             listed = [p["partition"] for p in whole["partitions"]]
             assert listed == [f"{topic}-partition-{i}" for i in range(4)], whole
             assert whole["subscriptions"]["all"]["msgBacklog"] == 0 and whole["storageSize"] > 0, whole
+            tb = (await http.get(f"{u}/admin/v3/transactions/transactionBufferStats/{name}")).json()
+            assert len(tb["partitions"]) == 4 and tb["ongoingTxnSize"] == 0, tb
         await consumer.close()
 
 

@@ -2,11 +2,15 @@
 
 from __future__ import annotations
 
+import asyncio
 from typing import Any
 
-from fastapi import APIRouter, Query
+import orjson
+from fastapi import APIRouter, Query, Request
 
+from streamtx.broker import spread
 from streamtx.broker.deps import BrokerDep, topic_name
+from streamtx.errors import NotFoundError, NotOwnerError
 
 router = APIRouter(prefix="/admin/v3/transactions", tags=["admin"])
 
@@ -14,17 +18,40 @@ _summed = ("ongoingTxnSize", "abortedTxnCount", "segmentsSize", "unsealedAborted
 
 
 @router.get("/transactionBufferStats/{tenant}/{namespace}/{topic}")
-async def transaction_buffer_stats(tenant: str, namespace: str, topic: str, broker: BrokerDep,
-                                   partition: int | None = Query(None, ge=0)) -> dict[str, Any]:
+async def transaction_buffer_stats(request: Request, tenant: str, namespace: str, topic: str,
+                                   broker: BrokerDep, partition: int | None = Query(None, ge=0)
+                                   ) -> dict[str, Any]:
     """One partition's stats (``?partition=i`` or ``x-partition-i`` as topic), else every partition's."""
     name = topic_name(tenant, namespace, topic)
     if "-partition-" in topic and partition is None:
         return broker.resolve_partition(name).stats()
-    t = broker.topic(name)
+    try:
+        t = broker.topic(name)
+    except NotOwnerError as exc:  # spread over broker replicas: each partition asked of its owner
+        plan = broker.spread_plan(name, exc)
+        forwarder: spread.Forwarder = request.app.state.forwarder
+
+        async def one(i: int) -> dict[str, Any]:
+            owner = plan.owner_of(i)
+            if owner is None:
+                assert plan.topic is not None
+                return plan.topic.partition(i).stats()
+            path = f"/admin/v3/transactions/transactionBufferStats/{tenant}/{namespace}/{topic}-partition-{i}"
+            body: dict[str, Any] = orjson.loads((await forwarder.send(owner, "GET", path)).content)
+            return body
+
+        if partition is not None:
+            if partition >= plan.count:
+                raise NotFoundError(f"{name} has no partition {partition}") from None
+            return await one(partition)
+        return _summed_up(list(await asyncio.gather(*(one(i) for i in range(plan.count)))))
     if partition is not None:
         return t.partition(partition).stats()
-    parts = [p.stats() for p in t.partitions]
-    out: dict[str, Any] = {k: sum(int(s[k]) for s in parts) for k in _summed}  # type: ignore[call-overload]
-    out["lastSnapshotTimestamp"] = max(int(s["lastSnapshotTimestamp"]) for s in parts)  # type: ignore[call-overload]
+    return _summed_up([p.stats() for p in t.partitions])
+
+
+def _summed_up(parts: list[dict[str, Any]]) -> dict[str, Any]:
+    out: dict[str, Any] = {k: sum(int(s[k]) for s in parts) for k in _summed}
+    out["lastSnapshotTimestamp"] = max(int(s["lastSnapshotTimestamp"]) for s in parts)
     out["partitions"] = parts
     return out
