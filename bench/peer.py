@@ -22,6 +22,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import shutil
+import signal
 import subprocess
 import sys
 import tempfile
@@ -114,6 +115,16 @@ def kafka_run(args: argparse.Namespace, bootstrap: str, *, backlog: int) -> Run:
     if gen is not None:
         gen.join()
     report = peer_kafka.verify(cfg, generated.written, visible, logs)
+    # A worker that died (a failed commit ends it, exit 3) or a follower read error is
+    # shown, never folded into the figures silently.
+    for i, w in enumerate(workers):
+        if w.returncode not in (0, -signal.SIGTERM):
+            print(f"kafka worker {i} exited with {w.returncode}", flush=True)
+    for err in follower.errors[:5]:
+        print(f"kafka follower read error: {err}", flush=True)
+    txns = peer_kafka.outcomes(logs)
+    print(f"kafka {'backlog' if backlog else 'live'}: {txns['committed']} transactions committed, "
+          f"{txns['aborted']} aborted, 0 records skipped as aborted (nothing is filtered)", flush=True)
     first, last = peer_kafka.job_window(logs)
     seconds = last - first if backlog else time.monotonic() - started
     shutil.rmtree(run_dir, ignore_errors=True)
@@ -131,7 +142,8 @@ def main() -> None:
     parser.add_argument("--live-duration", type=float, default=60.0, help="seconds of the latency mode (60)")
     parser.add_argument("--workers", type=int, default=2)
     parser.add_argument("--commit-interval-ms", type=int, default=500)
-    parser.add_argument("--give-up-s", type=float, default=600.0, help="a run that has not finished by then")
+    parser.add_argument("--give-up-s", type=float, default=180.0,
+                        help="a Kafka run whose follower has not seen every record by then (180)")
     args = parser.parse_args()
     runs: list[Run] = []
     with tansu_broker() as bootstrap:

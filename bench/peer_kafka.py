@@ -14,7 +14,10 @@ the ``tansu`` broker with confluent-kafka's exactly-once API:
   a rebalance commits what is in hand before the partitions move;
 - each output record carries its transaction as the ``txn`` header, so the checker
   can tell an aborted read; workers log every transaction to ``kworker-<i>.jsonl``
-  (``{"txn", "o": "open"|"committed"|"aborted", "n", "t"}``, like the demo's logs).
+  (``{"txn", "o": "open"|"committed", "n", "t"}``, like the demo's logs). The worker
+  never aborts (the group forms before anyone reads, and a failed commit ends the
+  worker, exit 3, which the bench prints), so tansu not filtering aborted records for
+  read_committed consumers does not come into play; nothing is filtered here either.
 
 Run as ``python bench/peer_kafka.py worker ...``; the rest is imported by the bench.
 """
@@ -202,42 +205,59 @@ class Visible:
 
 
 class Follower:
-    """A read-committed reader of the whole destination from its start (the demo's probe)."""
+    """A read-committed reader of the whole destination from its start (the demo's probe).
+
+    Every message it is handed counts, the warm-up read's included: in backlog mode the
+    workers are already writing when it starts, and a warm-up ``consume()`` whose result
+    was thrown away once dropped the first record of a partition (a lost-write the
+    checker rightly flagged, then a wait for a record that would never come)."""
 
     def __init__(self, bootstrap: str, cfg: RunConfig) -> None:
         self.consumer = Consumer({"bootstrap.servers": bootstrap, "group.id": f"probe-{cfg.run_id}",
-                                  "isolation.level": "read_committed", "enable.auto.commit": False})
+                                  "isolation.level": "read_committed", "enable.auto.commit": False,
+                                  "auto.offset.reset": "error"})  # never skip: an error says so
         self.consumer.assign([TopicPartition(cfg.dest_topic, p, 0) for p in range(cfg.dest_partitions)])
-        self.consumer.consume(timeout=1.0)  # connected and fetching before the load starts
         self.out = Visible()
+        self.errors: list[str] = []
+        self._take(self.consumer.consume(num_messages=10_000, timeout=1.0))  # connected and fetching
+
+    def _take(self, msgs: list[Any]) -> None:
+        now_ms = time.time() * 1000
+        for m in msgs:
+            if m.error() is not None:
+                self.errors.append(f"{m.partition()}:{m.offset()} {m.error()}")
+                continue
+            rec = decode(m.value())
+            headers = dict(m.headers() or [])
+            self.out.e2e_ms.append(now_ms - rec.sent_at_ms)
+            self.out.observed.append(Observed(m.partition(), f"{m.partition()}:{m.offset()}",
+                                              rec.src_partition, rec.seq, rec.user_id,
+                                              headers.get("txn", b"").decode() or None))
 
     def run(self, *, until: Callable[[int], bool], idle_s: float) -> Visible:
         """Read until ``until(records seen)`` holds and nothing came for ``idle_s`` (tansu may
         report a partition's end short of it: read to the real end)."""
-        out = self.out
         last = time.monotonic()
-        while not (until(len(out.observed)) and time.monotonic() - last > idle_s):
+        while not (until(len(self.out.observed)) and time.monotonic() - last > idle_s):
             msgs = self.consumer.consume(num_messages=10_000, timeout=0.1)
-            now_ms = time.time() * 1000
-            for m in msgs:
-                if m.error() is not None:
-                    continue
-                rec = decode(m.value())
-                headers = dict(m.headers() or [])
-                out.e2e_ms.append(now_ms - rec.sent_at_ms)
-                out.observed.append(Observed(m.partition(), f"{m.partition()}:{m.offset()}",
-                                             rec.src_partition, rec.seq, rec.user_id,
-                                             headers.get("txn", b"").decode() or None))
+            self._take(msgs)
             if msgs:
                 last = time.monotonic()
         self.consumer.close()
-        return out
+        return self.out
 
 
 def verify(cfg: RunConfig, written: list[Written], visible: Visible, logs: list[Path]) -> Report:
     aborted = {line["txn"] for path in logs for line in read_jsonl(path) if line["o"] == "aborted"}
     ordered = sorted(visible.observed, key=lambda o: (o.dest_partition, int(o.message_id.split(":")[1])))
     return check(written, ordered, aborted, expected_partition=cfg.ranges().partition_of)
+
+
+def outcomes(logs: list[Path]) -> dict[str, int]:
+    """How many transactions the workers logged as committed and as aborted (the worker has
+    no abort path: a failed commit ends it, so ``aborted`` stays 0 unless that changes)."""
+    lines = [line for path in logs for line in read_jsonl(path)]
+    return {o: sum(x["o"] == o for x in lines) for o in ("committed", "aborted")}
 
 
 def group_formed(logs: list[Path], partitions: int) -> bool:
