@@ -115,18 +115,18 @@ class AckSync:
         if now - self._last < self.period_s:
             return
         self._last = now
-        if self._arrived:
-            self._arrived = False
-            for (name, writer), (missing, start) in list(self.incomplete.items()):
-                await self._apply(name, writer, missing, start)
         for name in [n for n in self.known if n not in subscriptions and n not in self._applied]:
             self.known.pop(name, None)  # gone here (one just created by apply is not in this scan yet)
             self.tokens.pop(name, None)
             self.synced_to.pop(name, None)
             self._update_at.pop(name, None)
             for key in [k for k in self.incomplete if k[0] == name]:
-                del self.incomplete[key]
+                del self.incomplete[key]  # before the retries: one would create it again
         self._applied.clear()
+        if self._arrived:
+            self._arrived = False
+            for (name, writer), (missing, start) in list(self.incomplete.items()):
+                await self._apply(name, writer, missing, start)
         for name in subscriptions:
             after = self.synced_to.get(name)
             got = await self.local.request("POST", "/v1/replication/acks/export", json={
