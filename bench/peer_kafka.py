@@ -44,6 +44,7 @@ sys.path[:0] = [str(Path(__file__).resolve().parents[1] / p) for p in ("shared",
 from streamtx.demo.checker import Observed, Report, Written, check  # noqa: E402
 from streamtx.demo.layout import RunConfig, read_jsonl  # noqa: E402
 from streamtx.demo.records import decode, encode, next_record  # noqa: E402
+from streamtx.service.run import tune_gc  # noqa: E402
 
 produce_queue = 200_000  # records the client may buffer before produce() pushes back
 
@@ -285,6 +286,7 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--commit-interval-ms", type=int, default=500)
     args = parser.parse_args(argv)
     cfg = RunConfig.load(args.run_dir)
+    tune_gc()  # the demo's workers do (a fair comparison: the same process settings)
     worker = Worker(args.bootstrap, cfg, args.index, args.run_dir / f"kworker-{args.index}.jsonl",
                     args.commit_interval_ms)
 

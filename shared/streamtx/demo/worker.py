@@ -78,6 +78,7 @@ from streamtx.demo.rest import Rest, full_name, partition_name, retry_retriable
 from streamtx.demo.shared_job import SharedJob
 from streamtx.demo.txnlog import Uncertain
 from streamtx.errors import StreamtxError
+from streamtx.service.run import tune_gc
 
 stall_exit_s = 30.0  # records held, none ready this long: exit and re-read the progress
 max_write_gap_s = 0.1  # within a transaction, write at most this often (a quarter interval if shorter)
@@ -310,6 +311,7 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--fetch-max", type=int, default=fetch_max, help="records per fetch")
     args = parser.parse_args(argv)
     cfg = RunConfig.load(args.run_dir)
+    tune_gc()  # as the services: a record's objects made the default thresholds collect often
 
     async def go() -> int:
         rest = Rest(args.coordinator, args.broker, timeout_s=5.0)
