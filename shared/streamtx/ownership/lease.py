@@ -78,6 +78,7 @@ class LeaseStore:
     def __init__(self, client: redis.Redis, *, cluster: str, service: str) -> None:
         """``client`` must decode responses (``decode_responses=True``)."""
         self._r = client
+        self._cluster, self._service = cluster, service
         self._prefix = f"streamtx:{cluster}:{service}:"
         self._acquire = client.register_script(_acquire)
         self._renew = client.register_script(_renew)
@@ -88,8 +89,15 @@ class LeaseStore:
         return cls(redis.Redis.from_url(url, socket_timeout=2.0, socket_connect_timeout=2.0,
                                         decode_responses=True), cluster=cluster, service=service)
 
+    def twin(self) -> LeaseStore:
+        """The same store over a Redis client of its own (one for another thread's event loop)."""
+        pool = self._r.connection_pool
+        client = redis.Redis(connection_pool=redis.ConnectionPool(
+            connection_class=pool.connection_class, **pool.connection_kwargs))
+        return LeaseStore(client, cluster=self._cluster, service=self._service)
+
     async def aclose(self) -> None:
-        await self._r.aclose()
+        await self._r.aclose(close_connection_pool=True)  # a twin's pool is its own too
 
     def _key(self, name: str) -> str:
         return self._prefix + name

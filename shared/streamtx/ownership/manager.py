@@ -1,15 +1,19 @@
 """The ownership loop of one replica: join, take, renew, hand over, give up.
 
-Every ``ttl / 3`` the replica (steps 1-2 and 3-4 are two loops, so that renewing
-never waits behind a long recovery)
+Every ``ttl / 3`` the replica
 
 1. heartbeats its membership (with its URL, for redirects and lookups);
-2. renews the leases it holds, all in one Redis round trip, at a fixed rate (a
-   slow round does not push the next one later; a late one is logged); a lease it
-   could not renew is *lost* (it expired while the process was paused or cut off
-   from Redis): the service is told to stop serving that item at once
+2. renews the leases it holds, all in one Redis round trip, at a fixed rate, on a
+   thread of its own (:mod:`.renewer`: a busy event loop must not cost it its
+   leases; it stops renewing if the loop stalls for a TTL); a lease it could not
+   renew is *lost* (it expired while the process was paused or cut off from
+   Redis): the service is told to stop serving that item at once
    (``on_release(item, lost=True)``, in a task of its own, so that closing it
-   never delays the renewal of the others; it is taken again only once closed);
+   delays nothing else; the item is taken again only once closed);
+
+and, on its event loop (a loop of its own beside the renewals, so that renewing
+never waits behind a long recovery),
+
 3. computes its share (:func:`~streamtx.ownership.assign.share_of`) over the live
    members and hands over what is no longer its share: the service stops, flushes
    and closes the item (``on_release(item, lost=False)``), then the lease is
@@ -34,6 +38,7 @@ from typing import Any
 
 from streamtx.ownership.assign import share_of
 from streamtx.ownership.lease import Lease, LeaseStore
+from streamtx.ownership.renewer import Renewer, renew_round
 
 __all__ = ["Ownership"]
 
@@ -64,6 +69,7 @@ class Ownership:
         self.held: dict[str, Lease] = {}
         self._tasks: list[asyncio.Task[None]] = []
         self._releasing: dict[str, asyncio.Task[None]] = {}  # lost items being closed
+        self._renewer: Renewer | None = None
         self.ticks = 0
         self.balanced = asyncio.Event()  # set once the first share was taken
         self._wake = asyncio.Event()
@@ -73,32 +79,20 @@ class Ownership:
         return self.ttl_ms / 3000
 
     def start(self) -> None:
-        self._tasks = [asyncio.create_task(self._every(self.keepalive), name=f"leases-{self.member}"),
-                       asyncio.create_task(self._every(self.balance), name=f"ownership-{self.member}")]
+        self._renewer = Renewer(self.leases, member=self.member, url=self.url, ttl_ms=self.ttl_ms,
+                                held=lambda: list(self.held.values()), lost=self._mark_lost)
+        self._renewer.start()
+        self._tasks = [asyncio.create_task(self._balancing(), name=f"ownership-{self.member}")]
 
-    async def _every(self, step: Callable[[], Awaitable[None]]) -> None:
-        # Two loops: renewing never waits behind a long recovery in ``balance``.
-        loop = asyncio.get_running_loop()
-        due = loop.time()
+    async def _balancing(self) -> None:
         while True:
             try:
-                await step()
+                await self.balance()
             except Exception as exc:  # Redis down: keep what we hold until the leases run out
-                log.warning("ownership %s: %s failed: %r", self.member, step.__name__, exc)
-            if step == self.balance:
-                with contextlib.suppress(TimeoutError):
-                    await asyncio.wait_for(self._wake.wait(), self.interval_s)
-                self._wake.clear()
-                continue
-            # At a fixed rate, not a fixed pause after each round: a slow round (Redis or the
-            # event loop lagging under load) must not push the next renewal towards the TTL.
-            due += self.interval_s
-            now = loop.time()
-            if now > due:
-                log.warning("ownership %s: lease renewal %.0f ms late (event loop or Redis lagging; "
-                            "the leases last %d ms)", self.member, (now - due) * 1000, self.ttl_ms)
-                due = now
-            await asyncio.sleep(due - now)
+                log.warning("ownership %s: balance failed: %r", self.member, exc)
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(self._wake.wait(), self.interval_s)
+            self._wake.clear()
 
     def nudge(self) -> None:
         """Balance now rather than at the next tick (an item was created here)."""
@@ -111,16 +105,19 @@ class Ownership:
         await self.balance()
 
     async def keepalive(self) -> None:
-        await self.leases.heartbeat(self.member, self.url, self.ttl_ms)
-        held = list(self.held.items())
-        renewed = await self.leases.renew_all([lease for _, lease in held], self.ttl_ms)
-        for (item, lease), ok in zip(held, renewed, strict=True):
-            if not ok and self.held.get(item) is lease:
-                log.error("ownership %s: lease of %s lost (token %d)", self.member, item, lease.token)
-                del self.held[item]
-                # Closing the item flushes its logs, which may take a while: not on this loop,
-                # or the next renewal of every other lease waits behind it.
-                self._releasing[item] = asyncio.get_running_loop().create_task(self._lost(item))
+        """One renewal round on this loop (tests; a started replica renews on its own thread)."""
+        self._mark_lost(await renew_round(self.leases, self.member, self.url, list(self.held.values()),
+                                          self.ttl_ms))
+
+    def _mark_lost(self, lost: list[Lease]) -> None:
+        for lease in lost:
+            item = lease.item
+            if self.held.get(item) is not lease:
+                continue  # handed over (or found lost) meanwhile
+            log.error("ownership %s: lease of %s lost (token %d)", self.member, item, lease.token)
+            del self.held[item]
+            # Closing the item flushes its logs, which may take a while: in a task of its own.
+            self._releasing[item] = asyncio.get_running_loop().create_task(self._lost(item))
 
     async def _lost(self, item: str) -> None:
         try:
@@ -189,6 +186,8 @@ class Ownership:
 
     async def stop(self) -> None:
         """Graceful: close every item, release every lease, leave the membership."""
+        if self._renewer is not None:
+            await self._renewer.stop()
         for task in self._tasks:
             task.cancel()
             with contextlib.suppress(asyncio.CancelledError):

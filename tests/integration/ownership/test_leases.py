@@ -9,6 +9,7 @@ from collections.abc import AsyncIterator
 import pytest
 
 from streamtx.ownership import Lease, LeaseStore, Ownership
+from streamtx.ownership.renewer import Renewer
 from tests.support.suite import eventually
 
 
@@ -210,3 +211,39 @@ async def test_closing_a_lost_item_does_not_hold_back_the_renewal_of_the_others(
     await a.balance()
     assert set(a.held) == {"0", "1"}
     await a.stop()
+
+
+async def test_a_started_replica_hears_of_a_lease_lost_from_its_renewal_thread(leases: LeaseStore) -> None:
+    opened = Opened()
+    a = replica(leases, "a", ["0", "1"], opened, ttl_ms=3000)
+    a.start()
+    try:
+        await a.balanced.wait()
+        first = a.held["0"]
+        assert await leases.release(first)  # as if it had run out while we were paused
+
+        async def retaken() -> bool:  # closed as lost, then taken again (a new tenure)
+            again = a.held.get("0")
+            return opened.lost == ["0"] and again is not None and again.token > first.token
+
+        await eventually(retaken, what="the renewal thread to find the lease lost")
+        assert opened.open == {"0", "1"}
+    finally:
+        await a.stop()
+    assert await leases.members() == []
+
+
+async def test_the_renewal_thread_stops_renewing_when_the_event_loop_stalls(leases: LeaseStore) -> None:
+    lease = await leases.acquire("0", "a", 60_000)
+    assert lease is not None
+    renewer = Renewer(leases, member="a", url="http://a", ttl_ms=3000, held=lambda: [lease],
+                      lost=lambda _: None)
+    twin = leases.twin()
+    try:
+        await renewer._round(twin)
+        assert renewer.rounds == 1
+        renewer._pulse -= 10  # the service's loop has not run for 10 s
+        await renewer._round(twin)
+        assert renewer.rounds == 1  # not renewed: its items are to move
+    finally:
+        await twin.aclose()
