@@ -6,7 +6,7 @@ DATA    ?= data
 export PYTHONPATH := shared:services:spark-jobs:.
 
 .PHONY: setup run test lint spark-histograms spark-compact bench bench-spark bench-log bench-tc bench-txn bench-peer demo demo-long clean bench-bounded bench-auth
-.PHONY: run-geo bench-repl bench-stack
+.PHONY: run-geo bench-repl bench-stack bench-lease
 
 setup: $(STAMP)
 
@@ -65,6 +65,9 @@ bench-tc: setup
 
 bench-scale: setup
 	$(PY) bench/scale.py
+
+bench-lease: setup
+	$(PY) bench/lease_renewal.py
 
 bench-repl: setup
 	$(PY) bench/replication.py

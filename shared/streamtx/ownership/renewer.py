@@ -105,8 +105,8 @@ class Renewer:
                 due += self.interval_s
                 now = time.monotonic()
                 if now > due:
-                    log.warning("ownership %s: lease renewal %.0f ms late (Redis slow?; the leases last "
-                                "%d ms)", self.member, (now - due) * 1000, self.ttl_ms)
+                    log.warning("ownership %s: lease renewal %.0f ms late (process paused, or Redis "
+                                "slow; the leases last %d ms)", self.member, (now - due) * 1000, self.ttl_ms)
                     due = now
                 with contextlib.suppress(TimeoutError):  # stop() sets it
                     await asyncio.wait_for(wakeup.wait(), max(0.0, due - now))
