@@ -12,14 +12,17 @@ from __future__ import annotations
 
 import asyncio
 import json
+from collections.abc import Awaitable, Callable
 
 from streamtx.demo.intake import Held
 from streamtx.demo.layout import RunConfig
 from streamtx.demo.partitioner import RangePartitioner
 from streamtx.demo.reorder import ReorderBuffer
 from streamtx.demo.rest import Rest
+from streamtx.wire.batch import Msg
 
 write_chunk = 10_000  # records per produce / ack request (the broker takes at most 10,000): one hop each
+Send = Callable[[], Awaitable[list[str]]]  # a produce encoded, to send
 max_txn_records = 10_000  # a backlog is worked off in bounded transactions (well within the timeout)
 
 
@@ -50,19 +53,27 @@ class Outputs:
             if isinstance(r, BaseException):
                 raise r
 
-    async def produce_outputs(self, txn: str, taken: list[tuple[int, int, Held]]) -> None:
-        """Produce every record of ``txn`` to its range's partition, in requests of at most
-        ``write_chunk`` records: each carries one section per destination partition (the
-        broker appends them in parallel, a partition's records in order), so a
-        transaction's outputs are one hop, not one per partition."""
+    def prepare_outputs(self, txn: str, taken: list[tuple[int, int, Held]]) -> list[Send]:
+        """The produce requests of every record of ``txn`` to its range's partition, encoded now
+        (while the transaction before commits) and sent by :meth:`produce_outputs`; at most
+        ``write_chunk`` records each: a request carries one section per destination
+        partition (the broker appends them in parallel, a partition's records in order), so
+        a transaction's outputs are one hop, not one per partition."""
         props = {"txn": txn, "w": self.name}
         partition_of = self.ranges.partition_of
-        for i in range(0, len(taken), write_chunk):
-            await self.rest.produce(self.cfg.dest_topic, [
-                {"key": h.record.key, "value": h.value, "properties": props,
-                 "partition": partition_of(h.record.user_id)}
+        return [
+            self.rest.prepare_routed(self.cfg.dest_topic, [
+                (partition_of(h.record.user_id), Msg(h.value, h.record.key, props))
                 for _, _, h in taken[i:i + write_chunk]
             ], txn)
+            for i in range(0, len(taken), write_chunk)
+        ]
+
+    @staticmethod
+    async def produce_outputs(sends: list[Send]) -> None:
+        """Send what :meth:`prepare_outputs` encoded, one request after the other."""
+        for send in sends:
+            await send()
 
     async def write_progress(self, txn: str) -> None:
         """The next sequence number of every partition this transaction advanced, to the progress topic."""

@@ -42,10 +42,16 @@ class ReorderBuffer(Generic[T]):
 
     def offer(self, partition: int, seq: int, item: T) -> bool:
         """Hold ``item``; False when it is stale (below the tentative next) or already taken."""
-        nxt = self._tentative.setdefault(partition, self.committed.setdefault(partition, 0))
+        # Called per record read: lookups first, no default objects built and thrown away.
+        nxt = self._tentative.get(partition)
+        if nxt is None:
+            nxt = self._tentative[partition] = self.committed.setdefault(partition, 0)
         if seq < nxt:
             return False
-        self._pending.setdefault(partition, {})[seq] = item
+        pending = self._pending.get(partition)
+        if pending is None:
+            pending = self._pending[partition] = {}
+        pending[seq] = item
         return True
 
     def is_committed(self, partition: int, seq: int) -> bool:

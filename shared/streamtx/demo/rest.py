@@ -115,18 +115,47 @@ class Rest:
     ) -> list[str]:
         """``messages``: ``{"key", "value": bytes, "properties", "partition"}``; ``producer``:
         ``{"name", "epoch", "sequence"}`` for dedup of resent requests."""
-        path = f"/v1/topics/{tenant}/{namespace}/{topic}/messages"
         if self.binary and all(m.get("partition") is not None for m in messages):
-            content, order = wire.encode_produce_routed(
-                [(m["partition"], wire.Msg(m["value"], m.get("key"), m.get("properties") or {}))
-                 for m in messages],
-                txn=None if txn_id is None else TxnId.parse(txn_id),
-                producer=None if producer is None else (producer["name"], producer["epoch"],
-                                                        producer["sequence"]),
-            )
+            return await self.produce_routed(
+                topic, [(m["partition"], wire.Msg(m["value"], m.get("key"), m.get("properties") or {}))
+                        for m in messages], txn_id, producer)
+        return await self._produce_json(topic, messages, txn_id, producer)
+
+    async def produce_routed(
+        self, topic: str, rows: list[tuple[int, wire.Msg]], txn_id: str | None = None,
+        producer: dict[str, Any] | None = None,
+    ) -> list[str]:
+        """:meth:`produce` of ``(partition, message)`` rows: a worker builds each output once, as
+        the wire takes it (not a dict per record first, turned into the row here)."""
+        return await self.prepare_routed(topic, rows, txn_id, producer)()
+
+    def prepare_routed(
+        self, topic: str, rows: list[tuple[int, wire.Msg]], txn_id: str | None = None,
+        producer: dict[str, Any] | None = None,
+    ) -> Callable[[], Awaitable[list[str]]]:
+        """Encode the produce of :meth:`produce_routed` now, send it when the result is called:
+        a worker encodes its outputs while the transaction before commits."""
+        if not self.binary:
+            messages = [{"key": m.key, "value": m.value, "properties": dict(m.properties), "partition": p}
+                        for p, m in rows]
+            return lambda: self._produce_json(topic, messages, txn_id, producer)
+        path = f"/v1/topics/{tenant}/{namespace}/{topic}/messages"
+        content, order = wire.encode_produce_routed(
+            rows, txn=None if txn_id is None else TxnId.parse(txn_id),
+            producer=None if producer is None else (
+                producer["name"], producer["epoch"], producer["sequence"]),
+        )
+
+        async def send() -> list[str]:
             response = await self._call_bytes(self._br, "POST", path, content=content,
                                               headers={"content-type": wire.CONTENT_TYPE})
             return wire.ids_in_request_order(order, response.content)
+
+        return send
+
+    async def _produce_json(self, topic: str, messages: list[dict[str, Any]], txn_id: str | None,
+                            producer: dict[str, Any] | None) -> list[str]:
+        path = f"/v1/topics/{tenant}/{namespace}/{topic}/messages"
         body: dict[str, Any] = {"messages": [
             {**m, "value": base64.b64encode(m["value"]).decode()} for m in messages
         ]}

@@ -189,6 +189,8 @@ class Worker(SharedJob, Intake, Outputs):
                          or len(taken) + len(ready) >= max_txn_records)
                 taken.extend(ready)
                 if final:
+                    # Encoded while the one before commits: the worker is idle meanwhile.
+                    sends = self.prepare_outputs(txn, taken)
                     # The one before must have ended first: the pending-ack store lets one
                     # open transaction at a time hold a partition's cumulative ack.
                     if not await self.settle():
@@ -207,7 +209,7 @@ class Worker(SharedJob, Intake, Outputs):
                     # when the transaction aborts could land after the abort (a late ack).
                     t0 = time.monotonic()
                     results = await asyncio.gather(
-                        self.ack_positions(txn, taken), self.produce_outputs(txn, taken),
+                        self.ack_positions(txn, taken), self.produce_outputs(sends),
                         self.write_progress(txn), return_exceptions=True)
                     for r in results:
                         if isinstance(r, BaseException):

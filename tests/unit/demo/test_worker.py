@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import json
-from collections.abc import Iterator
+from collections.abc import Awaitable, Callable, Iterator
 from pathlib import Path
 from typing import Any, cast
 
@@ -15,6 +15,7 @@ from streamtx.demo.records import SearchRecord, decode, encode
 from streamtx.demo.rest import Fetched, Rest
 from streamtx.demo.worker import Worker
 from streamtx.errors import ConflictError, UnavailableError
+from streamtx.wire.batch import Msg
 
 
 class FakeSuite:
@@ -62,6 +63,12 @@ class FakeSuite:
         assert txn_id is not None and self.txns[txn_id]["state"] == "OPEN"
         self.txns[txn_id]["produced"] += [{**m, "topic": topic} for m in messages]
         return [f"1:{i}" for i in range(len(messages))]
+
+    def prepare_routed(self, topic: str, rows: list[tuple[int, Msg]], txn_id: str | None = None,
+                       producer: dict[str, Any] | None = None) -> Callable[[], Awaitable[list[str]]]:
+        messages = [{"key": m.key, "value": m.value, "properties": dict(m.properties), "partition": p}
+                    for p, m in rows]
+        return lambda: self.produce(topic, messages, txn_id, producer)
 
     async def ack(self, topic: str, sub: str, message_ids: list[str], txn_id: str | None = None,
                   cumulative: bool = False) -> None:
