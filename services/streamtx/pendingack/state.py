@@ -293,7 +293,9 @@ class SubscriptionState:
             raise ConflictError(f"message {cumulative} was already committed by another transaction")
 
         def in_range(mid: MessageId) -> bool:
-            return _covers(cumulative, mid) and not (floor is not None and _covers(floor, mid))
+            # a whole-entry id that the floor ends inside of is only partly below it: the
+            # rest of it is still in this range
+            return _covers(cumulative, mid) and not (floor is not None and _fully_covers(floor, mid))
 
         for mid, owner in self._committed.items():
             if owner != txn and in_range(mid):
