@@ -14,6 +14,8 @@ the topic's name by a replica owning every partition (a broker alone, or
 replicas between which the topic did not spread); anything else raises
 :class:`~streamtx.errors.NotOwnerError` (307 to the owner, or 503 while it
 moves or when the partitions are spread: address the partitions, as the SDK does).
+Routes ask :meth:`Broker.resolve` instead: it turns the spread case into a
+:class:`SpreadPlan` the route fans out (:mod:`.spread`).
 """
 
 from __future__ import annotations
@@ -40,7 +42,7 @@ from streamtx.errors import ConflictError, MalformedError, NotFoundError, NotOwn
 from streamtx.ledger import LedgerFactory, ledger_id_for
 from streamtx.names import check_name, check_topic
 
-__all__ = ["Broker", "SpreadPlan", "partition_item", "split_item", "split_partition"]
+__all__ = ["Broker", "Local", "Resolved", "SpreadPlan", "partition_item", "split_item", "split_partition"]
 
 log = logging.getLogger(__name__)
 
@@ -79,6 +81,18 @@ class SpreadPlan:
     def owner_of(self, index: int) -> str | None:
         """The URL of a remote partition's owner; None for one open here."""
         return next((u for u, idx in self.remote.items() if index in idx), None)
+
+
+@dataclass(frozen=True, slots=True)
+class Local:
+    """A request served here: the topic, and the partition its name names (None: the topic's name)."""
+
+    topic: Topic
+    index: int | None
+
+
+#: What a request's topic name resolves to (:meth:`Broker.resolve`): served here, or fanned out.
+Resolved = Local | SpreadPlan
 
 
 def split_item(item: str) -> tuple[str, int]:
@@ -309,6 +323,21 @@ class Broker:
         if self.replicas and name in self.catalog.topics:
             raise self._not_owner(name)
         raise NotFoundError(f"topic {name} does not exist")
+
+    def resolve(self, name: str, *, here: bool = False) -> Resolved:
+        """Where the request naming ``name`` is served: :class:`Local` (the topic or one partition
+        open here, as :meth:`target`), or a :class:`SpreadPlan` when the topic's partitions are
+        spread over replicas (the route fans out, :mod:`.spread`). ``here``: a forwarded request
+        (header ``streamtx-partitions-here``), never fanned out again: refused instead. Otherwise
+        :class:`~streamtx.errors.NotOwnerError` as :meth:`spread_plan` leaves it (307, or 503
+        while a partition moves), :class:`~streamtx.errors.NotFoundError` for no such topic."""
+        try:
+            topic, index = self.target(name, here=here)
+        except NotOwnerError as exc:
+            if here:
+                raise
+            return self.spread_plan(name, exc)
+        return Local(topic, index)
 
     def spread_plan(self, name: str, refused: NotOwnerError) -> SpreadPlan:
         """Where each partition of the topic named by a request this replica cannot serve alone

@@ -9,8 +9,9 @@ import orjson
 from fastapi import APIRouter, Query, Request
 
 from streamtx.broker import spread
+from streamtx.broker.broker import SpreadPlan
 from streamtx.broker.deps import BrokerDep, topic_name
-from streamtx.errors import NotFoundError, NotOwnerError
+from streamtx.errors import NotFoundError
 
 router = APIRouter(prefix="/admin/v3/transactions", tags=["admin"])
 
@@ -25,10 +26,9 @@ async def transaction_buffer_stats(request: Request, tenant: str, namespace: str
     name = topic_name(tenant, namespace, topic)
     if "-partition-" in topic and partition is None:
         return broker.resolve_partition(name).stats()
-    try:
-        t = broker.topic(name)
-    except NotOwnerError as exc:  # spread over broker replicas: each partition asked of its owner
-        plan = broker.spread_plan(name, exc)
+    at = broker.resolve(name)
+    if isinstance(at, SpreadPlan):  # spread over broker replicas: each partition asked of its owner
+        plan = at
         forwarder: spread.Forwarder = request.app.state.forwarder
 
         async def one(i: int) -> dict[str, Any]:
@@ -46,8 +46,8 @@ async def transaction_buffer_stats(request: Request, tenant: str, namespace: str
             return await one(partition)
         return _summed_up(list(await asyncio.gather(*(one(i) for i in range(plan.count)))))
     if partition is not None:
-        return t.partition(partition).stats()
-    return _summed_up([p.stats() for p in t.partitions])
+        return at.topic.partition(partition).stats()
+    return _summed_up([p.stats() for p in at.topic.partitions])
 
 
 def _summed_up(parts: list[dict[str, Any]]) -> dict[str, Any]:

@@ -16,12 +16,13 @@ from fastapi import APIRouter
 from pydantic import AfterValidator, BaseModel, ConfigDict, Field, ValidationError
 
 from streamtx.broker import codec, spread
+from streamtx.broker.broker import SpreadPlan
 from streamtx.broker.deps import broker_of, topic_name
 from streamtx.broker.partition import RawBatch
 from streamtx.broker.settings import BrokerSettings
 from streamtx.broker.topic import Outgoing
 from streamtx.contracts.txnid import TxnId, TxnIdField
-from streamtx.errors import MalformedError, NotOwnerError, TooLargeError
+from streamtx.errors import MalformedError, TooLargeError
 from streamtx.service import HotRequest, HotRoutes
 from streamtx.service.fastlane import first_error
 from streamtx.wire import batch as wire
@@ -169,12 +170,9 @@ async def _produce_batch(request: HotRequest) -> bytes:
     p = request.params
     broker = broker_of(request.state)
     name = topic_name(p["tenant"], p["namespace"], p["topic"])
-    try:
-        topic, only = broker.target(name, here=request.header(spread.HERE) is not None)
-    except NotOwnerError as exc:
-        if request.header(spread.HERE) is not None:
-            raise
-        plan = broker.spread_plan(name, exc)
+    at = broker.resolve(name, here=request.header(spread.HERE) is not None)
+    if isinstance(at, SpreadPlan):
+        plan = at
 
         async def local(mine: list[wire.Section]) -> list[tuple[int, int, int]]:
             assert plan.topic is not None
@@ -184,9 +182,8 @@ async def _produce_batch(request: HotRequest) -> bytes:
         by_index = {i: b for i, b in sections}
         rows = await spread.produce_sections(request.state.forwarder, plan, _path(p), list(got.sections),
                                              local, got.txn, producer)
-        request.response_type = wire.CONTENT_TYPE
-        return wire.encode_produced(rows)
-    rows = await topic.produce_sections(sections, got.txn, producer, only)
+    else:
+        rows = await at.topic.produce_sections(sections, got.txn, producer, at.index)
     request.response_type = wire.CONTENT_TYPE
     return wire.encode_produced(rows)
 
@@ -209,13 +206,9 @@ async def produce(request: HotRequest) -> bytes:
     out = [_message(i, m) for i, m in enumerate(messages)]
     p = request.params
     name = topic_name(p["tenant"], p["namespace"], p["topic"])
-    try:
-        topic, only = broker.target(name, here=request.header(spread.HERE) is not None)
-    except NotOwnerError as exc:
-        if request.header(spread.HERE) is not None:
-            raise
-        ids = await spread.produce_json(request.state.forwarder, broker.spread_plan(name, exc), _path(p),
-                                        messages, out, txn, producer)
-        return orjson.dumps({"message_ids": ids})
-    ids = await topic.produce(out, txn, producer, only)
+    at = broker.resolve(name, here=request.header(spread.HERE) is not None)
+    if isinstance(at, SpreadPlan):
+        ids = await spread.produce_json(request.state.forwarder, at, _path(p), messages, out, txn, producer)
+    else:
+        ids = await at.topic.produce(out, txn, producer, at.index)
     return orjson.dumps({"message_ids": ids})

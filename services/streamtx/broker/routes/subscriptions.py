@@ -18,7 +18,7 @@ from streamtx.broker.settings import BrokerSettings
 from streamtx.broker.subscription import Subscription, SubscriptionType
 from streamtx.broker.topic import Topic
 from streamtx.contracts.txnid import TxnId, TxnIdField
-from streamtx.errors import MalformedError, NotOwnerError
+from streamtx.errors import MalformedError
 from streamtx.service import HotRequest, HotRoutes
 from streamtx.wire import batch as wire
 
@@ -106,12 +106,9 @@ async def fetch(request: HotRequest) -> bytes:
     if binary:
         request.response_type = wire.CONTENT_TYPE
     max_messages, wait_ms = min(q.max, settings.max_fetch_messages), min(q.wait_ms, settings.max_wait_ms)
-    try:
-        topic, index = broker.target(name, here=_here(request))
-    except NotOwnerError as exc:
-        if _here(request):
-            raise
-        plan = broker.spread_plan(name, exc)
+    at = broker.resolve(name, here=_here(request))
+    if isinstance(at, SpreadPlan):
+        plan = at
         sub = await broker.subscription(plan.topic, p["sub"]) if plan.topic is not None else None
 
         async def local(idx: list[int], n: int, wait: int) -> bytes:
@@ -120,8 +117,8 @@ async def fetch(request: HotRequest) -> bytes:
 
         return await spread.fetch(request.state.forwarder, plan, _path(p, "messages"),
                                   {"consumer": q.consumer}, only, max_messages, wait_ms, binary, local)
-    s = await broker.subscription(topic, p["sub"])
-    if index is not None:  # the partition's own name: that partition only
+    s = await broker.subscription(at.topic, p["sub"])
+    if (index := at.index) is not None:  # the partition's own name: that partition only
         if only is not None and only != [index]:
             raise MalformedError(f"partitions={q.partitions} asked of partition {index}")
         only = [index]
@@ -149,12 +146,8 @@ def _path(p: dict[str, str], tail: str) -> str:
 async def _spread(broker: Broker, request: HotRequest | Request, name: str
                   ) -> tuple[Topic | None, SpreadPlan | None]:
     """The topic a request names, or (None, plan) when its partitions are spread over replicas."""
-    try:
-        return broker.target(name, here=_here(request))[0], None
-    except NotOwnerError as exc:
-        if _here(request):
-            raise
-        return None, broker.spread_plan(name, exc)
+    at = broker.resolve(name, here=_here(request))
+    return (None, at) if isinstance(at, SpreadPlan) else (at.topic, None)
 
 
 def _ack_body(request: HotRequest) -> tuple[list[str], TxnId | None, bool]:

@@ -8,10 +8,9 @@ from fastapi import APIRouter
 from pydantic import BaseModel, Field
 
 from streamtx.broker import fanout
-from streamtx.broker.broker import Broker, partition_item
+from streamtx.broker.broker import Broker, SpreadPlan, partition_item
 from streamtx.broker.deps import BrokerDep, topic_name
 from streamtx.broker.topic import Topic
-from streamtx.errors import NotOwnerError
 from streamtx.names import check_new_topic
 
 router = APIRouter(prefix="/admin/v2/persistent/{tenant}/{namespace}/{topic}", tags=["topics"])
@@ -49,24 +48,20 @@ async def topic_stats(tenant: str, namespace: str, topic: str, broker: BrokerDep
     partitions are spread over broker replicas: every owner is asked for its partitions
     (:mod:`streamtx.broker.fanout`)."""
     name = topic_name(tenant, namespace, topic)
-    try:
-        t, index = broker.target(name)
-    except NotOwnerError as exc:
-        if exc.owner is not None or name not in broker.catalog.topics:
-            raise
-        return await _spread_stats(broker, name)
-    return await _local_stats(broker, t, None if index is None else [index])
+    at = broker.resolve(name)
+    if isinstance(at, SpreadPlan):
+        return await _spread_stats(broker, at)
+    return await _local_stats(broker, at.topic, None if at.index is None else [at.index])
 
 
-async def _spread_stats(broker: Broker, name: str) -> dict[str, Any]:
+async def _spread_stats(broker: Broker, plan: SpreadPlan) -> dict[str, Any]:
     async def local(i: int) -> dict[str, Any] | None:
-        t = broker.topics.get(name)
+        t = plan.topic
         return await _local_stats(broker, t, [i]) if t is not None and i in t.owned else None
 
     return await fanout.gather(
-        name, broker.catalog.topics[name].partitions, local,
-        lambda i: broker.owners.get(partition_item(name, i)),
-        lambda i: f"/admin/v2/{partition_item(name, i).replace('://', '/', 1)}/stats",
+        plan.name, plan.count, local, plan.owner_of,
+        lambda i: f"/admin/v2/{partition_item(plan.name, i).replace('://', '/', 1)}/stats",
         broker.settings.outgoing_token(), broker.settings.pendingack_timeout_s)
 
 

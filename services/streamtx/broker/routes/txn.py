@@ -6,12 +6,12 @@ import orjson
 from fastapi import APIRouter
 
 from streamtx.broker import spread
+from streamtx.broker.broker import SpreadPlan
 from streamtx.broker.deps import broker_of
 from streamtx.broker.subscription import Subscription
 from streamtx.contracts.models import PartitionEnd, PartitionEnded, SubscriptionAcksEnd
 from streamtx.contracts.states import Action
 from streamtx.contracts.txnid import TxnId
-from streamtx.errors import NotOwnerError
 from streamtx.service import HotRequest, HotRoutes
 
 router = APIRouter(prefix="/v1/txn", tags=["transactions"])
@@ -38,13 +38,10 @@ async def end_subscription(request: HotRequest) -> bytes:
     cumulative = [*body.cumulative_message_ids,
                   *([body.cumulative_message_id] if body.cumulative_message_id else [])]
     here = request.header(spread.HERE) is not None
-    try:
-        topic = broker.target(body.topic, here=here)[0]
-    except NotOwnerError as exc:
-        if here:
-            raise
+    at = broker.resolve(body.topic, here=here)
+    if isinstance(at, SpreadPlan):
         # A spread topic's name (the caller acked on it): every owner ends its partitions' part.
-        plan = broker.spread_plan(body.topic, exc)
+        plan = at
 
         async def local() -> None:
             assert plan.topic is not None
@@ -54,7 +51,7 @@ async def end_subscription(request: HotRequest) -> bytes:
         await spread.everywhere(request.state.forwarder, plan, "POST", "/v1/txn/subscriptions/end",
                                 request.body, local)
     else:
-        await _end(await broker.subscription(topic, body.subscription), body.message_ids, txn,
+        await _end(await broker.subscription(at.topic, body.subscription), body.message_ids, txn,
                    body.action is Action.COMMIT, cumulative, partial=here)
     # The count, not the ids back: an end carries thousands of them.
     return orjson.dumps({"topic": body.topic, "subscription": body.subscription, "txn_id": str(txn),
