@@ -183,6 +183,58 @@ async def test_one_topics_partitions_spread_over_the_brokers_and_a_non_owner_red
         await consumer.close()
 
 
+async def test_trim_on_a_spread_topics_name_trims_every_partition_on_its_owner(
+        replicas: Replicas, http: httpx.AsyncClient) -> None:
+    urls = [b.url for b in replicas.brokers]
+    topic = await spread_topic(http, replicas, "trim")
+    name = topic.removeprefix("persistent://")
+    r = await http.put(f"{urls[0]}/v1/topics/{name}/subscriptions/keep",
+                       json={"initial_position": "earliest"})
+    assert r.status_code == 200, r.text
+    ids: list[list[str]] = []  # ids[round][partition]
+    for _ in range(3):
+        r = await http.post(f"{urls[0]}/v1/topics/{name}/messages",
+                            json={"messages": [{"value": "aGk=", "partition": i} for i in range(4)]})
+        assert r.status_code == 200, r.text
+        ids.append(r.json()["message_ids"])
+    fetched: list[str] = []
+
+    async def fetched_all() -> bool:
+        r = await http.get(f"{urls[1]}/v1/topics/{name}/subscriptions/keep/messages",
+                           params={"max": 12, "wait_ms": 200, "consumer": "c"})
+        assert r.status_code in (200, 404), r.text  # 404: an owner has not opened the subscription
+        if r.status_code == 200:
+            fetched.extend(m["message_id"] for m in r.json()["messages"])
+        return len(fetched) >= 12
+
+    await eventually(fetched_all, what="every partition's messages on the topic's name")
+    # "keep" consumed the first two rounds on every partition, not the last.
+    r = await http.post(f"{urls[1]}/v1/topics/{name}/subscriptions/keep/acks",
+                        json={"message_ids": ids[0] + ids[1]})
+    assert r.status_code == 200, r.text
+    # Pulsar's trim of a partitioned topic, asked of a broker owning half of it: every partition
+    # trimmed by its owner, each up to what "keep" has yet to consume.
+    r = await http.post(f"{urls[0]}/admin/v2/persistent/{name}/trim")
+    assert r.status_code == 200, r.text
+    rows = r.json()["partitions"]
+    assert [row["partition"] for row in rows] == [f"{topic}-partition-{i}" for i in range(4)], rows
+    assert [row["firstPosition"] for row in rows] == ids[2], rows
+    # One partition named on the topic's name: forwarded to its owner; a refusal comes back as is.
+    owners = await owners_of(http, urls[0], topic, 4)
+    theirs, mine = owners.index(urls[1]), owners.index(urls[0])
+    r = await http.post(f"{urls[0]}/admin/v2/persistent/{name}/trim",
+                        json={"partition": theirs, "before": ids[2][theirs]})
+    assert r.status_code == 200 and r.json()["firstPosition"] == ids[2][theirs], r.text
+    r = await http.post(f"{urls[0]}/admin/v2/persistent/{name}/trim",
+                        json={"partition": theirs, "before": ids[2][mine]})
+    assert r.status_code == 400 and f"not a position of {topic}-partition-{theirs}" in r.text, r.text
+    r = await http.post(f"{urls[0]}/admin/v2/persistent/{name}/trim", json={"before": ids[2][mine]})
+    assert r.status_code == 400, r.text
+    # What "keep" had not consumed is all still there: a new subscription reads exactly that.
+    async with StreamtxClient(replicas.tcs[0].url) as client:
+        assert sorted(await everything(client, topic)) == [b"hi"] * 4
+
+
 async def _transfer(client: StreamtxClient, producer: Any, i: int) -> tuple[str, bool]:
     """One transaction writing ``v<i>`` to every partition; (txn id, whether the SDK saw it commit)."""
     txn = await client.new_transaction(timeout_ms=60_000)

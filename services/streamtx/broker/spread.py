@@ -34,7 +34,7 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import Awaitable, Callable, Coroutine, Sequence
-from typing import Any
+from typing import Any, TypeVar
 
 import httpx
 import orjson
@@ -43,18 +43,20 @@ from streamtx.broker.broker import SpreadPlan
 from streamtx.broker.codec import Message, ProducerInfo
 from streamtx.broker.topic import Outgoing
 from streamtx.contracts.txnid import TxnId
-from streamtx.errors import MalformedError, NotOwnerError, UnavailableError
+from streamtx.errors import MalformedError, NotOwnerError, StreamtxError, UnavailableError
 from streamtx.transport.http import reply_error
 from streamtx.wire import batch as wire
 from streamtx.wire.frame import MESSAGES, U32, prelude_of
 from streamtx.wire.produce import Section, decode_produced_rows
 
-__all__ = ["HERE", "Forwarder"]
+__all__ = ["HERE", "Forwarder", "every_partition"]
 
 #: The header of a forwarded request: serve the topic's name from the partitions open here.
 HERE = "streamtx-partitions-here"
 
 _messages_prelude = prelude_of(MESSAGES)
+
+T = TypeVar("T")
 
 
 class Forwarder:
@@ -261,3 +263,27 @@ async def everywhere(fwd: Forwarder, plan: SpreadPlan, method: str, path: str, b
     if plan.topic is not None and plan.local:
         calls.append(local())
     return list(await asyncio.gather(*calls))
+
+
+# --- per-partition admin calls -------------------------------------------------------------
+
+def every_partition(what: str, indexes: Sequence[int], got: Sequence[T | BaseException]) -> list[T]:
+    """The answers of a call made on each partition (``got[k]`` of ``indexes[k]``), or, as Pulsar
+    answers a partitioned topic's admin call, an error when any partition failed: of the first
+    failure's kind (its status; retriable if any failure is), naming what failed and what did not."""
+    failed = [(i, a) for i, a in zip(indexes, got, strict=True) if isinstance(a, BaseException)]
+    if not failed:
+        return [a for a in got if not isinstance(a, BaseException)]
+    first = failed[0][1]
+    if not isinstance(first, StreamtxError):
+        raise first  # a bug, not an answer
+    done = [i for i, a in zip(indexes, got, strict=True) if not isinstance(a, BaseException)]
+    reasons = "; ".join(f"partition {i}: {_reason(a)}" for i, a in failed)
+    err = type(first)(f"{what}: {len(failed)} of {len(indexes)} partitions failed (done: {done}); {reasons}")
+    err.status = first.status
+    err.retriable = any(getattr(a, "retriable", False) for _, a in failed)
+    raise err from first
+
+
+def _reason(exc: BaseException) -> str:
+    return exc.message if isinstance(exc, StreamtxError) else repr(exc)

@@ -26,3 +26,24 @@ def test_trim_stops_at_the_slowest_subscription(broker_factory: BrokerFactory, t
     # Everything "slow" has not consumed is still delivered, also after a restart.
     b.proc.restart()
     assert b.drain("tr", "slow") == [f"m{i}" for i in range(10, 30)]
+
+    # The topic's name and no partition: Pulsar's trim of a partitioned topic, every partition
+    # as far as every subscription consumed (no position: a position is one partition's).
+    b.create_topic("two", 2)
+    b.subscribe("two", "s", "Exclusive")
+    sent = [b.produce("two", [f"x{i}"], msg={"partition": i % 2})["message_ids"][0] for i in range(20)]
+    got = b.fetch("two", "s", max=100)
+    assert sorted(values(got)) == sorted(f"x{i}" for i in range(20))
+    b.ack("two", "s", sent[:16])  # x16..x19 (two per partition) not consumed
+    rows = b.call("POST", "/admin/v2/persistent/t/n/two/trim")["partitions"]
+    assert [r["partition"] for r in rows] == [f"persistent://t/n/two-partition-{i}" for i in (0, 1)]
+    for p, row in enumerate(rows):
+        first = tuple(int(x) for x in row["firstPosition"].split(":"))
+        assert first > tuple(int(x) for x in sent[p].split(":")[:2]), f"nothing trimmed on {p}"
+        assert first <= tuple(int(x) for x in sent[16 + p].split(":")[:2]), f"trimmed past 's' on {p}"
+    b.call("POST", "/admin/v2/persistent/t/n/two/trim", 400, json={"before": sent[0]})
+    b.call("POST", "/admin/v2/persistent/t/n/two-partition-1/trim", 400, json={"partition": 0})
+    # What "s" has not consumed is still there (whole segments go: maybe some consumed ones too).
+    b.subscribe("two", "late", "Exclusive")
+    kept = b.drain("two", "late")
+    assert {f"x{i}" for i in range(16, 20)} <= set(kept) and len(kept) < 20, kept

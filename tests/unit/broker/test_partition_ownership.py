@@ -125,3 +125,23 @@ def test_fanned_out_fetch_answers_and_acks_are_put_together_by_partition() -> No
     assert by_owner(plan, ["10:1", "11:2:0", "10:3"]) == {"": ["10:1", "10:3"], "http://b1": ["11:2:0"]}
     with pytest.raises(MalformedError):
         by_owner(plan, ["12:1"])
+
+
+def test_a_call_on_every_partition_answers_only_when_every_partition_did() -> None:
+    from streamtx.broker.spread import every_partition
+    from streamtx.errors import LedgerUnavailableError
+
+    assert every_partition("trim", [0, 1], [{"p": 0}, {"p": 1}]) == [{"p": 0}, {"p": 1}]
+    moving = NotOwnerError("partition 1 moved", None)
+    with pytest.raises(NotOwnerError) as failed:  # the first failure's kind: 503, retry
+        every_partition("trim of x", [0, 1, 2], [{"p": 0}, moving, LedgerUnavailableError("down")])
+    err = failed.value
+    assert err.status == 503 and err.retriable and err.__cause__ is moving
+    assert "2 of 3 partitions failed (done: [0])" in err.message
+    assert "partition 1: partition 1 moved" in err.message and "partition 2: down" in err.message
+    bad = MalformedError("not a position of x-partition-0")
+    with pytest.raises(MalformedError) as refused:
+        every_partition("trim of x", [0, 1], [bad, {"p": 1}])
+    assert refused.value.status == 400 and not refused.value.retriable
+    with pytest.raises(ZeroDivisionError):  # a bug is raised as itself, not as an answer
+        every_partition("trim of x", [0], [ZeroDivisionError()])

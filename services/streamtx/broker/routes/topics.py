@@ -2,15 +2,20 @@
 
 from __future__ import annotations
 
+import asyncio
 from typing import Any
 
-from fastapi import APIRouter
+import orjson
+from fastapi import APIRouter, Request
 from pydantic import BaseModel, Field
 
-from streamtx.broker import fanout
-from streamtx.broker.broker import Broker, SpreadPlan, partition_item
+from streamtx.broker import fanout, spread
+from streamtx.broker.broker import Broker, Local, SpreadPlan, partition_item
+from streamtx.broker.codec import parse_message_id
 from streamtx.broker.deps import BrokerDep, topic_name
 from streamtx.broker.topic import Topic
+from streamtx.errors import MalformedError, NotFoundError
+from streamtx.ledger import Position
 from streamtx.names import check_new_topic
 
 router = APIRouter(prefix="/admin/v2/persistent/{tenant}/{namespace}/{topic}", tags=["topics"])
@@ -23,10 +28,11 @@ class PartitionsBody(BaseModel):
 
 
 class TrimBody(BaseModel):
-    """Trim partition ``partition`` before entry ``before`` (a message id)."""
+    """Trim partition ``partition`` (every partition when absent) before entry ``before`` (a
+    message id of that partition; when absent, all that every subscription consumed)."""
 
-    partition: int = Field(ge=0)
-    before: str
+    partition: int | None = Field(default=None, ge=0)
+    before: str | None = None
 
 
 @router.put("/partitions")
@@ -87,20 +93,61 @@ async def _local_stats(broker: Broker, t: Topic, only: list[int] | None) -> dict
 
 
 @router.post("/trim")
-async def trim_partition(tenant: str, namespace: str, topic: str, body: TrimBody,
-               broker: BrokerDep) -> dict[str, object]:
-    from streamtx.broker.codec import parse_message_id
-    from streamtx.errors import MalformedError
-    from streamtx.ledger import Position
+async def trim_topic(request: Request, tenant: str, namespace: str, topic: str, broker: BrokerDep,
+                     body: TrimBody | None = None) -> dict[str, Any]:
+    """Trim one partition (``partition``, or the partition the name is) or every partition of
+    the topic (Pulsar's trim of a partitioned topic: asked of each partition's owner when they
+    are spread over broker replicas; 200 only when every partition was trimmed)."""
+    body = body or TrimBody()
+    name = topic_name(tenant, namespace, topic)
+    at = broker.resolve(name, here=request.headers.get(spread.HERE) is not None)
+    if isinstance(at, Local) and at.index is not None:  # a partition's own name
+        if body.partition not in (None, at.index):
+            raise MalformedError(f"partition {body.partition} asked of partition {at.index}")
+        return await _trim_here(broker, at.topic, at.index, body.before)
+    plan = at if isinstance(at, SpreadPlan) else None
+    here = at.topic  # the partitions open here, if any
+    forwarder: spread.Forwarder = request.app.state.forwarder
 
-    t = broker.topic(topic_name(tenant, namespace, topic))
-    part = t.partition(body.partition)
-    try:
-        lid, eid, _ = parse_message_id(body.before)
-    except ValueError as exc:
-        raise MalformedError(f"bad position {body.before!r}") from exc
-    if lid != part.ledger.ledger_id:
-        raise MalformedError(f"{body.before!r} is not a position of {part.name}")
-    dropped = await t.trim(body.partition, Position(lid, eid))
+    async def one(i: int) -> dict[str, Any]:
+        owner = plan.owner_of(i) if plan is not None else None
+        if owner is None:
+            if here is None:
+                raise NotFoundError(f"{name} has no partition {i}")
+            return await _trim_here(broker, here, i, body.before)
+        path = f"/admin/v2/{partition_item(name, i).replace('://', '/', 1)}/trim"
+        r = await forwarder.send(owner, "POST", path, content=orjson.dumps({"before": body.before}),
+                                 headers={"content-type": "application/json"})
+        answer: dict[str, Any] = orjson.loads(r.content)
+        return answer
+
+    if body.partition is not None:
+        if plan is not None and body.partition >= plan.count:
+            raise NotFoundError(f"{name} has no partition {body.partition}")
+        return await one(body.partition)
+    if body.before is not None:
+        raise MalformedError("before is a position of one partition: name it (partition)")
+    indexes = list(range(at.count)) if isinstance(at, SpreadPlan) else sorted(at.topic.owned)
+    got = await asyncio.gather(*(one(i) for i in indexes), return_exceptions=True)
+    return {"topic": name, "partitions": spread.every_partition(f"trim of {name}", indexes, got)}
+
+
+async def _trim_here(broker: Broker, t: Topic, index: int, before: str | None) -> dict[str, Any]:
+    """Trim a partition open here before ``before`` (or all that every subscription consumed)."""
+    part = t.partition(index)
+    if before is None:
+        last = part.ledger.last_position()
+        limit = None if last is None else Position(last.ledger_id, last.entry_id + 1)
+    else:
+        try:
+            lid, eid, _ = parse_message_id(before)
+        except ValueError as exc:
+            raise MalformedError(f"bad position {before!r}") from exc
+        if lid != part.ledger.ledger_id:
+            raise MalformedError(f"{before!r} is not a position of {part.name}")
+        limit = Position(lid, eid)
+    if broker.replicas:  # a subscription recorded elsewhere holds back this trim as well
+        await broker.catch_up()
+    dropped = await t.trim(index, limit) if limit is not None else 0
     return {"partition": part.name, "abortedIdsDropped": dropped,
             "firstPosition": str(fp) if (fp := part.ledger.first_position()) else None}
