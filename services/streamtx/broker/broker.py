@@ -29,6 +29,7 @@ from typing import Any
 from streamtx.broker import replication_metrics
 from streamtx.broker.catalog import Catalog, TopicRecord
 from streamtx.broker.dispatch import PartitionDispatch
+from streamtx.broker.exclusive import ExclusiveClaims
 from streamtx.broker.notify import Notifier
 from streamtx.broker.partition import Partition, partition_ledger_name
 from streamtx.broker.pendingack_client import PendingAckClient
@@ -38,7 +39,14 @@ from streamtx.broker.subscription import Subscription, SubscriptionType
 from streamtx.broker.topic import Topic
 from streamtx.broker.txnchecker import StuckTxnChecker
 from streamtx.cursor import Cursor
-from streamtx.errors import ConflictError, MalformedError, NotFoundError, NotOwnerError, StreamtxError
+from streamtx.errors import (
+    ConflictError,
+    MalformedError,
+    NotFoundError,
+    NotOwnerError,
+    StreamtxError,
+    UnavailableError,
+)
 from streamtx.ledger import LedgerFactory, ledger_id_for
 from streamtx.names import check_name, check_topic
 
@@ -123,6 +131,9 @@ class Broker:
         self._checker: StuckTxnChecker | None = None
         self.replication = Replication(store, settings.cluster)
         replication_metrics.watch(self.replication)
+        self.exclusive = (ExclusiveClaims.from_url(settings.redis_url, settings.cluster,
+                                                   settings.exclusive_idle_ms)
+                          if replicas and settings.redis_url else None)
 
     # --- lifecycle ----------------------------------------------------------
 
@@ -162,6 +173,8 @@ class Broker:
         await self.pendingack.aclose()
         if self._checker is not None:
             await self._checker.aclose()
+        if self.exclusive is not None:
+            await self.exclusive.aclose()
 
     async def _snapshot_timer(self) -> None:
         while True:
@@ -436,6 +449,9 @@ class Broker:
             base, index = split_partition(topic_name)
             if index is not None and topic_name not in self.catalog.topics and base in self.catalog.topics:
                 topic_name = base  # a subscription of a partition's name is the topic's
+            # Another replica may have created it meanwhile: its record decides (never a second
+            # "new" one, which would move the cursors it has on partitions opened since).
+            await self.catch_up()
             await self.known(topic_name)
         else:
             topic_name = self.topic(topic_name).name
@@ -473,6 +489,39 @@ class Broker:
                 return sub
             return await self._open_subscription(topic, name, sub_type, initial_position, new=record is None)
 
+    async def open_recorded(self, topic_name: str, name: str) -> list[int]:
+        """Replicas: open a subscription another replica just recorded on the partitions open
+        here, now (a ``latest`` one at their end, unless it has a cursor there already): the
+        partitions it is open on here. The creator asks every owner before answering."""
+        await self.catch_up()  # opens it here if the record is new to this replica
+        record = self.catalog.topics.get(topic_name)
+        if record is None or name not in record.subscriptions:
+            raise UnavailableError(f"subscription {name} of {topic_name} is not in the registry here yet")
+        async with self._lock:
+            topic = self.topics.get(topic_name)
+            if topic is None:
+                return []
+            sub = topic.subscriptions.get(name)
+            if sub is None:  # recorded before this replica opened the topic: opened then
+                rec = record.subscriptions[name]
+                sub = await self._open_subscription(topic, name, SubscriptionType(rec.type),
+                                                    rec.initial_position, new=False, fresh=True)
+                sub.replicated = rec.replicated
+            return [p.index for p in sub.parts]
+
+    def owners_elsewhere(self, topic_name: str, here: list[int]) -> dict[str, list[int]]:
+        """The owner of each partition of the topic not in ``here``, by owner; 503 when one
+        has none (it moves: retry)."""
+        out: dict[str, list[int]] = {}
+        for i in range(self.catalog.topics[topic_name].partitions):
+            if i in here:
+                continue
+            owner = self.owners.get(partition_item(topic_name, i))
+            if owner is None:
+                raise NotOwnerError(f"partition {i} of {topic_name} is moving between brokers", None)
+            out.setdefault(owner, []).append(i)
+        return out
+
     @staticmethod
     def _sub_record(topic: str, name: str, sub_type: SubscriptionType, initial: str) -> dict[str, Any]:
         return {"kind": "subscription", "topic": topic, "subscription": name, "type": sub_type.value,
@@ -484,7 +533,8 @@ class Broker:
         starts at the end here too, unless its cursor was saved already."""
         p = topic.owned[index]
         cursor = await Cursor.open(self.store, p.ledger, name)
-        if initial == "latest" and (new or (fresh and not cursor.saved)):
+        # A saved cursor is an existing subscription's position on this partition: never moved.
+        if initial == "latest" and (new or fresh) and not cursor.saved:
             last = p.ledger.last_position()
             if last is not None:
                 await cursor.mark_delete(last)
@@ -508,6 +558,7 @@ class Broker:
                  for i in (sorted(topic.owned) if only is None else only)]
         sub = Subscription(topic.name, name, sub_type, parts, self.settings, topic.notifier,
                            count=topic.count)
+        sub.claims = self.exclusive
         topic.subscriptions[name] = sub
         if new or not self.pendingack.configured:
             sub.held_ready.set()

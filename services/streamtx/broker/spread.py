@@ -23,7 +23,9 @@ never forwarded again), then puts the answers together:
   topic's name) fans out the same way;
 - a consumer's partitions (Failover) are the union of the owners' answers
   (each owner sees the consumer, whose fetches reach every owner); closing it
-  closes it everywhere; subscription stats are merged (:mod:`.fanout`).
+  closes it everywhere; subscription stats are merged (:mod:`.fanout`);
+- a ``latest`` subscription's creation: every other owner opens it before the
+  answer (``routes/subscriptions.py``), so it starts on every partition then.
 
 A partition that moves meanwhile makes its owner refuse its share (a 307 to
 the forwarder): the whole request answers 503 ``not_owner``, and the caller

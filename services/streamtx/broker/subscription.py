@@ -1,7 +1,8 @@
 """A subscription over every partition of a topic: consumers, fetch, acks, txn holds.
 
 Exclusive admits one consumer at a time (another gets 409 until the owner has
-been idle for ``exclusive_idle_ms``); Shared spreads messages over consumers
+been idle for ``exclusive_idle_ms``; over broker replicas, for the whole topic:
+:mod:`.exclusive`); Shared spreads messages over consumers
 and redelivers what is not acked within the ack timeout or is negatively acked;
 Failover gives each partition one active consumer (:mod:`.failover`): a
 consumer fetches only its partitions, and when a partition moves (a consumer
@@ -30,6 +31,7 @@ from typing import Any
 
 from streamtx.broker import codec, failover, metrics
 from streamtx.broker.dispatch import Handed, PartitionDispatch, Unit, render_json, unit_id
+from streamtx.broker.exclusive import ExclusiveClaims
 from streamtx.broker.notify import Notifier
 from streamtx.broker.settings import BrokerSettings
 from streamtx.contracts.txnid import TxnId
@@ -72,6 +74,8 @@ class Subscription:
         self.consumers: dict[str, ConsumerInfo] = {}
         self.replicated = False  # PIP-33: its position follows the consumer to other clusters
         self.owner: str | None = None
+        # Broker replicas: the topic-wide Exclusive consumer (the others' partitions' too)
+        self.claims: ExclusiveClaims | None = None
         self.held_ready = asyncio.Event()
         self._by_ledger = {p.partition.ledger.ledger_id: p for p in parts}
         self._rr = 0
@@ -136,12 +140,16 @@ class Subscription:
 
     # --- consumers ------------------------------------------------------------
 
+    def _refuse_if_taken(self, consumer: str, now: float) -> None:
+        """Exclusive: 409 while another consumer fetched here within ``exclusive_idle_ms``."""
+        owner = self.consumers.get(self.owner) if self.owner else None
+        idle_s = self.settings.exclusive_idle_ms / 1000
+        if owner is not None and owner.name != consumer and now - owner.last_seen < idle_s:
+            raise ConflictError(f"subscription {self.name} is Exclusive and has consumer {owner.name}")
+
     def _admit(self, consumer: str, now: float) -> None:
         if self.type is SubscriptionType.EXCLUSIVE:
-            owner = self.consumers.get(self.owner) if self.owner else None
-            idle_s = self.settings.exclusive_idle_ms / 1000
-            if owner is not None and owner.name != consumer and now - owner.last_seen < idle_s:
-                raise ConflictError(f"subscription {self.name} is Exclusive and has consumer {owner.name}")
+            self._refuse_if_taken(consumer, now)
             if self.owner != consumer:
                 self.owner = consumer
                 for p in self.parts:  # what the old owner did not ack goes to the new one
@@ -175,6 +183,13 @@ class Subscription:
             metrics.redeliveries.labels(*self._labels).inc(released)
         if moved:
             self.notifier.changed()  # the new active consumers' long polls look again
+
+    async def close_consumer_everywhere(self, consumer: str) -> bool:
+        """:meth:`close_consumer`, and (replicas) its topic-wide Exclusive claim given up."""
+        closed = self.close_consumer(consumer)
+        if self.type is SubscriptionType.EXCLUSIVE and self.claims is not None:
+            await self.claims.release(self.topic, self.name, consumer)
+        return closed
 
     def close_consumer(self, consumer: str) -> bool:
         """The consumer leaves now (its Failover partitions move at once); False if unknown."""
@@ -222,6 +237,9 @@ class Subscription:
             asked = [self._by_index[i] for i in sorted(set(partitions)) if i in self._by_index]
         loop = asyncio.get_running_loop()
         end = loop.time() + wait_ms / 1000
+        if self.type is SubscriptionType.EXCLUSIVE and self.claims is not None:
+            self._refuse_if_taken(consumer, loop.time())  # no Redis call to refuse a local rival
+            await self.claims.claim(self.topic, self.name, consumer)
         self._admit(consumer, loop.time())
         info = self.consumers[consumer]
         info.fetching += 1

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import Awaitable, Callable
 from typing import Any
 
@@ -10,7 +11,7 @@ from fastapi import APIRouter, Request
 from pydantic import BaseModel, Field
 
 from streamtx.broker import spread
-from streamtx.broker.broker import Broker, SpreadPlan
+from streamtx.broker.broker import Broker, SpreadPlan, split_partition
 from streamtx.broker.deps import BrokerDep, broker_of, topic_name
 from streamtx.broker.dispatch import Handed, render_batch, render_json
 from streamtx.broker.fanout import merge_subscription
@@ -18,7 +19,7 @@ from streamtx.broker.settings import BrokerSettings
 from streamtx.broker.subscription import Subscription, SubscriptionType
 from streamtx.broker.topic import Topic
 from streamtx.contracts.txnid import TxnId, TxnIdField
-from streamtx.errors import MalformedError
+from streamtx.errors import MalformedError, NotOwnerError
 from streamtx.service import HotRequest, HotRoutes
 from streamtx.wire import batch as wire
 
@@ -43,6 +44,8 @@ class SubscriptionPublic(BaseModel):
     type: SubscriptionType
     initial_position: str
     replicated: bool = False
+    # Only to another replica creating it on a spread topic: where it is open on this one.
+    partitions: list[int] | None = None
 
 
 class AckRequest(BaseModel):
@@ -65,19 +68,50 @@ class MessagesPublic(BaseModel):
     messages: list[dict[str, Any]]
 
 
-@router.put("")
-async def create_subscription(tenant: str, namespace: str, topic: str, sub: str, broker: BrokerDep,
-                              body: SubscriptionCreate | None = None,
+@router.put("", response_model_exclude_none=True)
+async def create_subscription(request: Request, tenant: str, namespace: str, topic: str, sub: str,
+                              broker: BrokerDep, body: SubscriptionCreate | None = None,
                               type: SubscriptionType | None = None) -> SubscriptionPublic:
     body = body or SubscriptionCreate()
     sub_type = type or body.type or SubscriptionType.SHARED
     name = topic_name(tenant, namespace, topic)
+    if _here(request):  # the replica creating it asks: open it here now (it is recorded)
+        return SubscriptionPublic(topic=name, subscription=sub, type=sub_type,
+                                  initial_position=body.initial_position,
+                                  partitions=await broker.open_recorded(name, sub))
     created = await broker.create_subscription(name, sub, sub_type, body.initial_position, body.replicated)
+    if broker.replicas and body.initial_position == "latest":
+        await _open_everywhere(request, broker, name, sub, created)
     if created is None:  # replicas: none of its partitions is here; recorded for their owners
         return SubscriptionPublic(topic=name, subscription=sub, type=sub_type,
                                   initial_position=body.initial_position, replicated=bool(body.replicated))
     return SubscriptionPublic(topic=name, subscription=sub, type=created.type,
                               initial_position=body.initial_position, replicated=created.replicated)
+
+
+async def _open_everywhere(request: Request, broker: Broker, name: str, sub: str,
+                           created: Subscription | None) -> None:
+    """A ``latest`` subscription starts on every partition when its creation is answered (as
+    Pulsar's client subscribes to every partition first): each other owner opens it now, at
+    its partitions' end (an owner that had it open moves nothing). 503 (retry: creating it is
+    idempotent) when a partition moved meanwhile, so that its new owner may have missed it."""
+    base = created.topic if created is not None else split_partition(name)[0]
+    if base not in broker.catalog.topics:
+        base = name
+    here = [p.index for p in created.parts] if created is not None else []
+    owners = broker.owners_elsewhere(base, here)
+    path = "/v1/topics/" + base.removeprefix("persistent://") + f"/subscriptions/{sub}"
+    body = orjson.dumps({"initial_position": "latest"})
+
+    async def open_at(owner: str) -> list[int]:
+        r = await request.app.state.forwarder.send(owner, "PUT", path, content=body,
+                                                   headers={"content-type": "application/json"})
+        return [int(i) for i in orjson.loads(r.content).get("partitions") or []]
+
+    opened = set(here).union(*await asyncio.gather(*(open_at(o) for o in owners)))
+    if missing := sorted(set(range(broker.catalog.topics[base].partitions)) - opened):
+        raise NotOwnerError(f"partitions {missing} of {base} moved while subscription {sub} was "
+                            "created: retry", None)
 
 
 class FetchQuery(BaseModel):
@@ -257,7 +291,7 @@ async def close_consumer(request: Request, tenant: str, namespace: str, topic: s
                          consumer: str, broker: BrokerDep) -> dict[str, Any]:
     """The consumer leaves: on a Failover subscription its partitions move at once."""
     async def here(s: Subscription) -> dict[str, Any]:
-        return {"closed": s.close_consumer(consumer)}
+        return {"closed": await s.close_consumer_everywhere(consumer)}
 
     answers = await _on_every_owner(request, broker, (tenant, namespace, topic, sub), f"consumers/{consumer}",
                                     here)

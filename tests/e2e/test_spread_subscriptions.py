@@ -1,0 +1,131 @@
+"""Subscriptions of a topic whose partitions two broker processes split: topic-wide, as in Pulsar.
+
+Two brokers over Redis leases and the Kafka backend (tansu), one topic of four
+partitions, two on each. A ``latest`` subscription created through one broker
+starts on EVERY partition at the end it had when the call was answered (the
+creator has each other owner open it before answering), so a message produced
+right after, on any partition, is received; and an Exclusive subscription is
+exclusive over the whole topic (a claim in Redis every owner checks), so a
+second consumer attaching through the other broker is refused with 409.
+The lease is long (6 s: an owner's catalog tick every 2 s), so without the
+fan-out the other broker would open the subscription only after the produce.
+"""
+
+from __future__ import annotations
+
+import base64
+import uuid
+from collections.abc import Iterator
+from typing import Any
+
+import httpx
+import pytest
+
+from tests.conftest import kafka_url
+from tests.e2e.test_broker_replicas import owners_of, spread_topic, until_served
+from tests.support.replicas import Replicas
+from tests.support.suite import eventually
+
+
+@pytest.fixture(scope="module")
+def replicas(kafka_bootstrap: str, redis_url: str,
+             tmp_path_factory: pytest.TempPathFactory) -> Iterator[Replicas]:
+    with Replicas(kafka_url(kafka_bootstrap), redis_url, tmp_path_factory.mktemp("spread-subs"),
+                  coordinators=1, brokers=2, ttl_ms=6000,
+                  env={"STREAMTX_EXCLUSIVE_IDLE_MS": "20000"}) as r:
+        yield r
+
+
+def _b64(text: str) -> str:
+    return base64.b64encode(text.encode()).decode()
+
+
+async def _produce(http: httpx.AsyncClient, owners: list[str | None], name: str, tag: str) -> None:
+    """One message per partition, each sent to its partition's owner under the partition's name."""
+    for i, owner in enumerate(owners):
+        r = await until_served(http, "POST", f"{owner}/v1/topics/{name}-partition-{i}/messages",
+                               json={"messages": [{"value": _b64(f"{tag}{i}")}]})
+        assert r.status_code == 200, r.text
+
+
+async def _split_topic(http: httpx.AsyncClient, replicas: Replicas, stem: str
+                       ) -> tuple[list[str], str, list[str | None]]:
+    """The brokers' URLs, a new topic's name split two and two over them, each partition's owner."""
+    urls = [b.url for b in replicas.brokers]
+    topic = await spread_topic(http, replicas, stem)
+    return urls, topic.removeprefix("persistent://"), await owners_of(http, urls[0], topic, 4)
+
+
+async def test_a_latest_subscription_starts_on_every_partition_when_the_call_is_answered(
+        replicas: Replicas, http: httpx.AsyncClient) -> None:
+    urls, name, owners = await _split_topic(http, replicas, "latest")
+    await _produce(http, owners, name, "before")
+    r = await http.put(f"{urls[0]}/v1/topics/{name}/subscriptions/late",
+                       json={"initial_position": "latest", "type": "Shared"})
+    assert r.status_code == 200, r.text
+    await _produce(http, owners, name, "after")  # right away, on both brokers' partitions
+    got: list[dict[str, Any]] = []
+
+    async def received() -> bool:
+        r = await http.get(f"{urls[0]}/v1/topics/{name}/subscriptions/late/messages",
+                           params={"max": 10, "wait_ms": 300, "consumer": "c"})
+        assert r.status_code == 200, r.text
+        got.extend(r.json()["messages"])
+        return len(got) >= 4
+
+    await eventually(received, timeout_s=8, what="the 4 messages produced after the subscribe")
+    values = sorted(base64.b64decode(m["value"]).decode() for m in got)
+    assert values == [f"after{i}" for i in range(4)]
+    r = await http.post(f"{urls[1]}/v1/topics/{name}/subscriptions/late/acks",
+                        json={"message_ids": [m["message_id"] for m in got]})
+    assert r.status_code == 200, r.text
+    # Creating it again (a consumer's implicit create, a worker's restart) moves nothing.
+    await _produce(http, owners, name, "again")
+    for u in urls:
+        r = await http.put(f"{u}/v1/topics/{name}/subscriptions/late", json={"initial_position": "latest"})
+        assert r.status_code == 200, r.text
+    stats = (await http.get(f"{urls[1]}/v1/topics/{name}/subscriptions/late/stats")).json()
+    assert stats["msgBacklog"] == 4, stats  # the "again" messages, unread
+
+
+async def _fetch(http: httpx.AsyncClient, url: str, consumer: str) -> httpx.Response:
+    return await http.get(url, params={"max": 10, "wait_ms": 0, "consumer": consumer})
+
+
+async def test_an_exclusive_subscription_admits_one_consumer_over_every_broker(
+        replicas: Replicas, http: httpx.AsyncClient) -> None:
+    urls, name, owners = await _split_topic(http, replicas, "excl")
+    sub = f"only-{uuid.uuid4().hex[:4]}"
+    r = await http.put(f"{urls[0]}/v1/topics/{name}/subscriptions/{sub}",
+                       json={"initial_position": "earliest", "type": "Exclusive"})
+    assert r.status_code == 200, r.text
+    mine = {u: f"{u}/v1/topics/{name}-partition-{owners.index(u)}/subscriptions/{sub}/messages" for u in urls}
+
+    async def served(url: str, consumer: str) -> httpx.Response:
+        """The answer once the owner serves the subscription (503 while its partition still opens)."""
+        got: list[httpx.Response] = []
+
+        async def answered() -> bool:
+            got.append(await _fetch(http, url, consumer))
+            return got[-1].status_code not in (404, 503)
+
+        await eventually(answered, timeout_s=10, what=f"{url} to know the subscription")
+        return got[-1]
+
+    # x attaches through broker 0 only (its own partition), then y through broker 1 only.
+    assert (await served(mine[urls[0]], "x")).status_code == 200
+    refused = await served(mine[urls[1]], "y")
+    assert refused.status_code == 409 and refused.json()["error"] == "conflict", refused.text
+    r = await served(f"{urls[1]}/v1/topics/{name}/subscriptions/{sub}/messages", "y")
+    assert r.status_code == 409, r.text  # the topic's name, through broker 1, too
+    assert (await _fetch(http, mine[urls[1]], "x")).status_code == 200  # x holds broker 1's too
+    # x leaves: y gets the whole topic, and x is refused on both.
+    r = await http.delete(f"{urls[1]}/v1/topics/{name}/subscriptions/{sub}/consumers/x")
+    assert r.status_code == 200 and r.json()["closed"], r.text
+    assert (await _fetch(http, mine[urls[1]], "y")).status_code == 200
+    assert (await _fetch(http, mine[urls[0]], "y")).status_code == 200
+    for u in urls:
+        r = await _fetch(http, mine[u], "x")
+        assert r.status_code == 409, r.text
+    stats = (await http.get(f"{urls[0]}/v1/topics/{name}/subscriptions/{sub}/stats")).json()
+    assert stats["activeConsumerName"] == "y", stats
