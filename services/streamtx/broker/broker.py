@@ -151,10 +151,6 @@ class Broker:
                 after_s=self.settings.stuck_txn_after_s, interval_s=self.settings.stuck_txn_interval_s)
             self._tasks.append(asyncio.create_task(self._checker.run(self._partitions)))
 
-    def _open_partitions(self, topic: str) -> list[Partition]:
-        """A topic's partitions if all are open here (replication links span every partition)."""
-        return t.partitions if (t := self.topics.get(topic)) is not None and t.owns_all() else []
-
     def _partitions(self) -> list[Partition]:
         return [p for t in self.topics.values() for p in t.partitions]
 
@@ -190,7 +186,7 @@ class Broker:
         while True:
             await asyncio.sleep(1.0)
             try:
-                await self.replication.refresh(self._open_partitions)
+                await self.replication.refresh()
             except StreamtxError as exc:
                 log.warning("replication stats refresh failed: %s", exc)
 
@@ -272,7 +268,10 @@ class Broker:
                 if topic is None or r["kind"] == "topic":
                     continue
                 sub = self.catalog.topics[r["topic"]].subscriptions.get(r["subscription"])
-                if sub is not None and r["subscription"] not in topic.subscriptions:
+                if sub is not None and (opened_here := topic.subscriptions.get(r["subscription"])):
+                    opened_here.replicated = sub.replicated  # another replica switched PIP-33 on or off
+                    continue
+                if sub is not None:
                     opened = await self._open_subscription(
                         topic, r["subscription"], SubscriptionType(sub.type), sub.initial_position, new=False,
                         fresh=True)
@@ -298,7 +297,7 @@ class Broker:
             self.topics.pop(name, None)
             for sub in topic.subscriptions.values():
                 await sub.close()
-        await self.replication.forget(name)  # its links span every partition
+        await self.replication.forget(name, index)  # its replication cursors move with it
         if not lost:
             try:  # a clean stop leaves a fresh snapshot: the next owner replays nothing
                 await part.maybe_snapshot_on_timer()

@@ -6,8 +6,8 @@ admin read that spans partitions, so on a spread topic it fans out: the
 partitions open here answer from memory, every other one is asked of its owner
 under its own name (``x-partition-N``, which answers that partition alone), and
 the answers are merged (:func:`merge`, pure) as if one broker held them all.
-Replication links span a topic's partitions, so a spread topic's stats carry no
-``replication`` (ask a broker holding every partition). A partition that has no
+Each partition's ``replication`` rows (its replicator cursors live with it)
+combine as one broker's do (:func:`streamtx.broker.replication.combine`). A partition that has no
 owner right now (moving) makes the whole call 503, as for any request.
 """
 
@@ -20,6 +20,7 @@ from typing import Any
 import httpx
 import orjson
 
+from streamtx.broker import replication
 from streamtx.errors import NotOwnerError, UnavailableError
 from streamtx.redirect import send_to_owner
 from streamtx.transport.http import reply_error
@@ -55,7 +56,7 @@ def merge(topic: str, parts: list[dict[str, Any]]) -> dict[str, Any]:
         "storageSize": sum(int(p["storageSize"]) for p in parts),
         "subscriptions": {n: merge_subscription([p["subscriptions"][n] for p in parts
                                                  if n in p["subscriptions"]]) for n in names},
-        "replication": {},
+        "replication": replication.combine([p["replication"] for p in parts]),
     }
 
 

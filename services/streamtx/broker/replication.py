@@ -25,7 +25,6 @@ import asyncio
 import time
 from binascii import a2b_base64, b2a_base64
 from collections import deque
-from collections.abc import Callable
 from typing import Any
 
 import orjson
@@ -80,21 +79,44 @@ class Meter:
         return n / rate_window_s, b / rate_window_s
 
 
-class RemoteLink:
-    """One topic's replication towards one remote cluster: cursors per partition, counters."""
+class PartitionLink:
+    """One partition's replication towards one remote cluster: its cursor, counters.
 
-    def __init__(self, remote: str, cursors: list[Cursor]) -> None:
+    Per partition, because a partition is what a broker replica owns: the cursor is
+    subscription state of the partition and opens on whichever broker owns it now.
+    """
+
+    def __init__(self, remote: str, part: Partition, cursor: Cursor) -> None:
         self.remote = remote
-        self.cursors = cursors
+        self.part = part
+        self.cursor = cursor
         self.out = Meter()
-        self.reaches = [False] * len(cursors)  # per partition, as its replicator last said
+        self.reaches = False  # as its replicator last said
         self.backlog = 0  # as of the last refresh
         self.delay_s = 0.0
 
-    @property
-    def connected(self) -> bool:
-        """Every partition's replicator reaches the remote cluster."""
-        return all(self.reaches)
+
+#: Topic stats' ``replication`` row fields, by how partitions' rows combine.
+_summed_fields = ("msgRateIn", "msgThroughputIn", "msgInCounter", "msgRateOut", "msgThroughputOut",
+                  "msgOutCounter", "replicationBacklog")
+
+
+def combine(per_partition: list[dict[str, dict[str, Any]]]) -> dict[str, dict[str, Any]]:
+    """A topic's ``replication`` section from one section per partition (pure).
+
+    Counts and rates add up, the delay is the oldest partition's, and a remote is
+    ``connected`` only if every partition's replicator reaches it (a partition
+    without a row for it has no replicator yet).
+    """
+    out: dict[str, dict[str, Any]] = {}
+    for remote in sorted({r for p in per_partition for r in p}):
+        rows = [p.get(remote) for p in per_partition]
+        present = [r for r in rows if r is not None]
+        row: dict[str, Any] = {k: sum(r[k] for r in present) for k in _summed_fields}
+        row["replicationDelayInSeconds"] = max(r["replicationDelayInSeconds"] for r in present)
+        row["connected"] = all(r is not None and r["connected"] for r in rows)
+        out[remote] = row
+    return out
 
 
 def _next(part: Partition, pos: Position) -> Position:
@@ -192,107 +214,121 @@ async def write_replicated(part: Partition, source: str, items: list[ReplicatedE
 
 
 class Replication:
-    """The broker's replication state of every topic: links per remote, incoming counters."""
+    """The broker's replication state of the partitions open here: links per remote, incoming counters."""
 
     def __init__(self, store: LedgerFactory, cluster: str) -> None:
         self.store = store
         self.cluster = cluster
-        self.links: dict[tuple[str, str], RemoteLink] = {}  # (topic, remote)
-        self.incoming: dict[tuple[str, str], Meter] = {}  # (topic, source cluster)
+        self.links: dict[tuple[str, int, str], PartitionLink] = {}  # (topic, partition, remote)
+        self.incoming: dict[tuple[str, int, str], Meter] = {}  # (topic, partition, source cluster)
         self._lock = asyncio.Lock()
 
-    async def link(self, topic: str, partitions: list[Partition], remote: str) -> RemoteLink:
-        """The link (its cursors opened on first use)."""
-        got = self.links.get((topic, remote))
-        if got is not None:
+    async def link(self, topic: str, index: int, part: Partition, remote: str) -> PartitionLink:
+        """The link of a partition open here (its cursor opened on first use)."""
+        key = (topic, index, remote)
+        got = self.links.get(key)
+        if got is not None and got.part is part:
             return got
         async with self._lock:
-            got = self.links.get((topic, remote))
+            got = self.links.get(key)
+            if got is not None and got.part is not part:  # the partition was closed and opened again
+                await self.links.pop(key).cursor.close()
+                got = None
             if got is None:
-                cursors = [await Cursor.open(self.store, p.ledger, cursor_name(remote)) for p in partitions]
-                got = self.links[(topic, remote)] = RemoteLink(remote, cursors)
+                cursor = await Cursor.open(self.store, part.ledger, cursor_name(remote))
+                got = self.links[key] = PartitionLink(remote, part, cursor)
             return got
 
-    def incoming_meter(self, topic: str, source: str) -> Meter:
-        return self.incoming.setdefault((topic, source), Meter())
+    def incoming_meter(self, topic: str, index: int, source: str) -> Meter:
+        return self.incoming.setdefault((topic, index, source), Meter())
 
     def first_unreplicated(self, topic: str, index: int) -> Position | None:
         """The lowest position some remote still needs on this partition (trimming stops there)."""
-        firsts = [link.cursors[index].first_undeleted() for (t, _), link in self.links.items() if t == topic]
+        firsts = [link.cursor.first_undeleted() for (t, i, _), link in self.links.items()
+                  if t == topic and i == index]
         return min(firsts, default=None)
 
-    async def stats(self, topic: str, partitions: list[Partition]) -> dict[str, dict[str, Any]]:
-        """Topic stats' ``replication`` section: one entry per remote cluster."""
+    async def stats(self, topic: str, indexes: list[int]) -> dict[str, dict[str, Any]]:
+        """Topic stats' ``replication`` section over the partitions ``indexes`` (open here)."""
+        return combine([await self.partition_stats(topic, i) for i in indexes])
+
+    async def partition_stats(self, topic: str, index: int) -> dict[str, dict[str, Any]]:
+        """One partition's ``replication`` rows, one per remote cluster it sends to or hears from."""
         out: dict[str, dict[str, Any]] = {}
-        remotes = {r for (t, r) in self.links if t == topic} | {s for (t, s) in self.incoming if t == topic}
-        for remote in sorted(remotes):
-            link = self.links.get((topic, remote))
-            inc = self.incoming.get((topic, remote))
+        remotes = {r for (t, i, r) in (*self.links, *self.incoming) if t == topic and i == index}
+        for remote in remotes:
+            link = self.links.get((topic, index, remote))
+            inc = self.incoming.get((topic, index, remote))
             rate_in, tput_in = inc.rates() if inc else (0.0, 0.0)
             rate_out, tput_out = link.out.rates() if link else (0.0, 0.0)
-            backlog, delay = (await self._backlog(link, partitions)) if link else (0, 0.0)
             if link:
-                link.backlog, link.delay_s = backlog, delay
+                link.backlog, link.delay_s = await _backlog(link)
             out[remote] = {
                 "msgRateIn": rate_in, "msgThroughputIn": tput_in, "msgInCounter": inc.total if inc else 0,
                 "msgRateOut": rate_out, "msgThroughputOut": tput_out,
                 "msgOutCounter": link.out.total if link else 0,
-                "replicationBacklog": backlog, "replicationDelayInSeconds": delay,
-                "connected": bool(link and link.connected),
+                "replicationBacklog": link.backlog if link else 0,
+                "replicationDelayInSeconds": link.delay_s if link else 0.0,
+                "connected": bool(link and link.reaches),
             }
         return out
 
-    async def _backlog(self, link: RemoteLink, partitions: list[Partition]) -> tuple[int, float]:
-        """Entries not yet replicated (up to maxReadPosition) and the age of the oldest, in s.
-
-        The count is the span of entry ids, which may include ids of entries that are
-        never sent (aborted messages, markers): Pulsar counts entries too.
-        """
-        backlog, oldest_ms = 0, None
-        for part, cursor in zip(partitions, link.cursors, strict=True):
-            limit = part.max_read_position()
-            first = cursor.first_undeleted()
-            if limit is None or first > limit:
-                continue
-            backlog += limit.entry_id - first.entry_id + 1
-            entries = await part.ledger.read(first, 1)
-            if entries:
-                t = codec.decode_header(entries[0].data).publish_time_ms
-                oldest_ms = t if oldest_ms is None else min(oldest_ms, t)
-        delay = 0.0 if oldest_ms is None else max(0.0, time.time() - oldest_ms / 1000)
-        return backlog, delay
-
-    async def refresh(self, partitions_of: Callable[[str], list[Partition]]) -> None:
+    async def refresh(self) -> None:
         """Recompute every link's backlog and delay (what the metrics report)."""
-        for (topic, _), link in list(self.links.items()):
-            link.backlog, link.delay_s = await self._backlog(link, partitions_of(topic))
+        for link in list(self.links.values()):
+            link.backlog, link.delay_s = await _backlog(link)
 
     def metric_values(self) -> dict[tuple[str, str], dict[str, float]]:
-        """``(topic, remote) -> {metric suffix: value}`` for the ``pulsar_replication_*`` metrics."""
-        out: dict[tuple[str, str], dict[str, float]] = {}
+        """``(topic, remote) -> {metric suffix: value}`` for the ``pulsar_replication_*`` metrics,
+        over the partitions open here (each broker replica reports its own: sum them)."""
+        rows: dict[tuple[str, str], list[dict[str, float]]] = {}
         for key in {*self.links, *self.incoming}:
             link, inc = self.links.get(key), self.incoming.get(key)
             rate_in, tput_in = inc.rates() if inc else (0.0, 0.0)
             rate_out, tput_out = link.out.rates() if link else (0.0, 0.0)
-            out[key] = {"rate_in": rate_in, "throughput_in": tput_in, "rate_out": rate_out,
-                        "throughput_out": tput_out, "backlog": link.backlog if link else 0,
-                        "delay_in_seconds": link.delay_s if link else 0.0,
-                        "connected_count": 1.0 if link and link.connected else 0.0}
+            rows.setdefault((key[0], key[2]), []).append({
+                "rate_in": rate_in, "throughput_in": tput_in, "rate_out": rate_out,
+                "throughput_out": tput_out, "backlog": link.backlog if link else 0,
+                "delay_in_seconds": link.delay_s if link else 0.0,
+                "connected_count": 1.0 if link and link.reaches else 0.0})
+        out: dict[tuple[str, str], dict[str, float]] = {}
+        for topic_remote, parts in rows.items():
+            summed = {k: sum(p[k] for p in parts) for k in parts[0]}
+            summed["delay_in_seconds"] = max(p["delay_in_seconds"] for p in parts)
+            summed["connected_count"] = min(p["connected_count"] for p in parts)
+            out[topic_remote] = summed
         return out
 
-    async def forget(self, topic: str) -> None:
-        """Drop ``topic``'s links (broker replicas: another broker serves it now, and its
+    async def forget(self, topic: str, index: int) -> None:
+        """Drop a partition's links (broker replicas: another broker serves it now, and its
         replication cursors there are the ones the controller's calls move)."""
-        for key in [k for k in self.links if k[0] == topic]:
-            for c in self.links.pop(key).cursors:
-                await c.close()
-        for key in [k for k in self.incoming if k[0] == topic]:
+        for key in [k for k in self.links if k[:2] == (topic, index)]:
+            await self.links.pop(key).cursor.close()
+        for key in [k for k in self.incoming if k[:2] == (topic, index)]:
             del self.incoming[key]
 
     async def close(self) -> None:
         for link in self.links.values():
-            for c in link.cursors:
-                await c.close()
+            await link.cursor.close()
+
+
+async def _backlog(link: PartitionLink) -> tuple[int, float]:
+    """Entries of the partition not yet replicated (up to maxReadPosition) and the age of the
+    oldest, in s.
+
+    The count is the span of entry ids, which may include ids of entries that are
+    never sent (aborted messages, markers): Pulsar counts entries too.
+    """
+    part = link.part
+    limit = part.max_read_position()
+    first = link.cursor.first_undeleted()
+    if limit is None or first > limit:
+        return 0, 0.0
+    entries = await part.ledger.read(first, 1)
+    delay = 0.0
+    if entries:
+        delay = max(0.0, time.time() - codec.decode_header(entries[0].data).publish_time_ms / 1000)
+    return limit.entry_id - first.entry_id + 1, delay
 
 
 def start_of(part: Partition, cursor: Cursor, after: str | None) -> Position:

@@ -82,7 +82,9 @@ class Controller:
         for key, partitions in wanted.items():
             if key not in self.replicators:
                 topic, index, remote = key
-                r = PartitionReplicator(local=self.local, remote_of=self._remote,
+                # Each partition's calls go to its owner (broker replicas split a topic's
+                # partitions): a client per partition remembers where that is.
+                r = PartitionReplicator(local=self.local.for_log(), remote_of=self._remote,
                                         local_cluster=self.settings.cluster, remote=remote, topic=topic,
                                         partition=index, partitions=partitions, settings=self.settings)
                 self.replicators[key] = (r, asyncio.create_task(r.run()))
@@ -93,7 +95,7 @@ class Controller:
             _, task = self.snapshots.pop(key)
             task.cancel()
         for topic, index in wanted - set(self.snapshots):
-            loop = PartitionSnapshots(local=self.local, cluster=self.settings.cluster, topic=topic,
+            loop = PartitionSnapshots(local=self.local.for_log(), cluster=self.settings.cluster, topic=topic,
                                       partition=index, settings=self.settings,
                                       remotes=functools.partial(self.policies.remotes_for, topic))
             self.snapshots[(topic, index)] = (loop, asyncio.create_task(loop.run()))

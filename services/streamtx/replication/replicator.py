@@ -50,6 +50,7 @@ class PartitionReplicator:
         self.sent_messages = 0
         self._after: str | None = None  # last position sent; None: ask the cursor
         self._acking: asyncio.Task[None] | None = None  # the cursor move in flight
+        self._remote: tuple[HttpClient, HttpClient] | None = None  # (the cluster's client, this log's)
 
     async def run(self) -> None:
         delay = 0.05
@@ -62,7 +63,7 @@ class PartitionReplicator:
                     # forgets the cursors it has open until someone asks for them.
                     await self._open_cursor()
                     # The topic exists there before its first message is due.
-                    await self._ensure_remote_topic(await self.remote_of(self.remote))
+                    await self._ensure_remote_topic(await self._remote_client())
                     self.connected = ready = True
                 await self.step()
                 delay = 0.05
@@ -125,8 +126,16 @@ class PartitionReplicator:
         if acking is not None:
             await acking
 
+    async def _remote_client(self) -> HttpClient:
+        """The remote cluster's broker client, as one for this partition: the remote's broker
+        replicas may split the topic too, and this one remembers which owns the partition."""
+        cluster = await self.remote_of(self.remote)
+        if self._remote is None or self._remote[0] is not cluster:
+            self._remote = (cluster, cluster.for_log())
+        return self._remote[1]
+
     async def _send(self, entries: list[dict[str, Any]]) -> None:
-        remote = await self.remote_of(self.remote)
+        remote = await self._remote_client()
         body = {"topic": self.topic, "partition": self.partition, "source": self.local_cluster,
                 "entries": entries}
         try:

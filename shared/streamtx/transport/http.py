@@ -145,6 +145,16 @@ class HttpClient:
 
         return await (retry or self.retry).run(once, on_retry=on_retry)
 
+    def for_log(self, owners: int = 8) -> HttpClient:
+        """A client for the calls about ONE log (a partition), over these connections and with
+        this retry policy, that remembers where the log's owner is: calls naming the log in
+        their body share a path, so a cache shared by every log would send each one to the
+        last log's owner and be redirected every time."""
+        client = HttpClient(self.base_url, retry=self.retry, http=self._http, owners=OwnerCache(owners),
+                            moving_wait_s=self._moving_wait_s)
+        client.configured, client._missing = self.configured, self._missing
+        return client
+
     async def aclose(self) -> None:
         """Close the connections, unless the httpx client is shared (its owner closes it)."""
         if self._owned:

@@ -12,15 +12,13 @@ from __future__ import annotations
 
 import asyncio
 import re
-from collections import defaultdict
-from typing import Any
 
 import httpx
 
 from streamtx.client import StreamtxClient
 from tests.deploy import dashboards
 from tests.integration.replication.conftest import b64, create_topic, decoded, get, replicate
-from tests.support.geo import Geo
+from tests.support.geo import Geo, check_exactly_once_in_order, drain, post_until_stored
 from tests.support.suite import eventually
 
 PARTITIONS = 2
@@ -30,69 +28,13 @@ async def produce(url: str, topic: str, cluster: str, requests: int, per_request
                   sent: list[int], partitions: int = PARTITIONS) -> None:
     """Named-producer requests (retried with the same sequence until stored: exactly once here)."""
     path = f"/v1/topics/{topic}/messages"
-    last = ""
     async with httpx.AsyncClient(base_url=url, timeout=10) as http:
         for seq in range(requests):
             body = {"producer": {"name": f"p-{cluster}", "epoch": 1, "sequence": seq},
                     "messages": [{"value": b64(f"{cluster}-{seq}-{j}"), "partition": seq % partitions}
                                  for j in range(per_request)]}
-            for _ in range(300):
-                try:
-                    r = await http.post(path, json=body)
-                    if r.status_code == 200:
-                        break
-                    assert r.status_code >= 500, r.text
-                    last = r.text
-                except httpx.HTTPError as exc:
-                    last = repr(exc)
-                await asyncio.sleep(0.2)
-            else:
-                raise AssertionError(f"{cluster}: produce {seq} kept failing: {last}")
+            await post_until_stored(http, path, body, f"{cluster}: produce {seq}")
             sent[0] += 1
-
-
-async def drain(url: str, topic: str, sub: str, expected: int, timeout_s: float = 60.0
-                ) -> list[dict[str, Any]]:
-    """Everything a new ``earliest`` subscription receives until ``expected`` arrived (acked as it goes)."""
-    out: list[dict[str, Any]] = []
-    base = f"/v1/topics/{topic}/subscriptions/{sub}"
-    loop = asyncio.get_running_loop()
-    deadline = loop.time() + timeout_s
-    async with httpx.AsyncClient(base_url=url, timeout=30) as http:
-        # The controller creates a replicated topic in the other clusters when it starts
-        # on it: wait for it there rather than race it.
-        while (r := await http.put(base, json={"initial_position": "earliest"})).status_code == 404:
-            if loop.time() > deadline:
-                break
-            await asyncio.sleep(0.1)
-        assert r.status_code == 200, r.text
-        while len(out) < expected and loop.time() < deadline:
-            r = await http.get(f"{base}/messages", params={"max": 500, "wait_ms": 300})
-            msgs = r.json()["messages"]
-            if msgs:
-                out += msgs
-                r = await http.post(f"{base}/acks", json={"message_ids": [m["message_id"] for m in msgs]})
-                assert r.status_code == 200, r.text
-        # Anything beyond the expected count (a duplicate, a loop) would arrive now.
-        r = await http.get(f"{base}/messages", params={"max": 500, "wait_ms": 500})
-        out += r.json()["messages"]
-    return out
-
-
-def check_exactly_once_in_order(cluster: str, got: list[dict[str, Any]], sources: list[str],
-                                requests: int, per_request: int) -> None:
-    values = [decoded(m) for m in got]
-    assert len(values) == len(set(values)), f"{cluster}: duplicates"
-    expected = {f"{c}-{s}-{j}" for c in sources for s in range(requests) for j in range(per_request)}
-    assert set(values) == expected, f"{cluster}: missing {sorted(expected - set(values))[:5]}"
-    by_stream: dict[tuple[str, int], list[tuple[int, int]]] = defaultdict(list)
-    for m, v in zip(got, values, strict=True):
-        source, seq, j = v.split("-")
-        by_stream[(source, m["partition"])].append((int(seq), int(j)))
-        # Replicated messages name where they were written; local ones do not.
-        assert m.get("replicated_from") == (None if source == cluster else source), (cluster, m)
-    for stream, order in by_stream.items():
-        assert order == sorted(order), f"{cluster}: {stream} out of source order"
 
 
 async def test_every_message_everywhere_once_in_order_across_kill9(clusters: Geo) -> None:

@@ -18,11 +18,13 @@ from fastapi import APIRouter, Body
 from pydantic import BaseModel, Field
 
 from streamtx.broker import markers
-from streamtx.broker.broker import Broker
+from streamtx.broker.broker import Broker, split_partition
 from streamtx.broker.deps import BrokerDep, topic_name
+from streamtx.broker.routes.replication import owned_partition
 from streamtx.broker.subscription import Subscription, SubscriptionType
+from streamtx.broker.topic import Topic
 from streamtx.contracts.ackset import AckSet
-from streamtx.errors import MalformedError
+from streamtx.errors import MalformedError, NotFoundError
 from streamtx.ledger import Position
 
 #: Entries an ack export or apply reads at most per call (acks further on wait for the next).
@@ -59,8 +61,7 @@ class UpdateRequest(BaseModel):
 
 @router.post("/scan")
 async def scan(body: ScanRequest, broker: BrokerDep) -> dict[str, Any]:
-    t = broker.topic(body.topic)
-    part = t.partition(body.partition)
+    t, part = await owned_partition(broker, body.topic, body.partition)
     last, first = part.ledger.last_position(), part.ledger.first_position()
     if body.after is None and (last is None or first is None):
         out: dict[str, Any] = {"markers": [], "data": False, "last": None}
@@ -118,11 +119,13 @@ class AckApply(BaseModel):
     start: str | None = None
 
 
-async def _replicated_sub(broker: Broker, topic: str, name: str) -> Subscription:
-    """The subscription, created at the earliest position if another cluster has it and we do not."""
-    sub = broker.topic(topic).subscriptions.get(name)
+async def _replicated_sub(broker: Broker, t: Topic, name: str) -> Subscription:
+    """The subscription, created at the earliest position if another cluster has it and we do not.
+
+    ``t``: the topic as open here (broker replicas: this replica's partitions of it)."""
+    sub = t.subscriptions.get(name)
     if sub is None:
-        created = await broker.create_subscription(topic, name, SubscriptionType.SHARED, "earliest",
+        created = await broker.create_subscription(t.name, name, SubscriptionType.SHARED, "earliest",
                                                    replicated=True)
         assert created is not None  # the topic is open here
         sub = created
@@ -131,8 +134,7 @@ async def _replicated_sub(broker: Broker, topic: str, name: str) -> Subscription
 
 @router.post("/acks/export")
 async def export_acks(body: AckExport, broker: BrokerDep) -> dict[str, Any]:
-    t = broker.topic(body.topic)
-    part = t.partition(body.partition)
+    t, part = await owned_partition(broker, body.topic, body.partition)
     dispatch = t.subscription(body.subscription).part(body.partition)
     after = markers.parse_position(part, body.after) if body.after else None
     token = f"{_boot}:{id(dispatch.cursor)}:{dispatch.cursor.version}:{after}:{body.back}"
@@ -145,13 +147,12 @@ async def export_acks(body: AckExport, broker: BrokerDep) -> dict[str, Any]:
 
 @router.post("/acks/apply")
 async def apply_acks(body: AckApply, broker: BrokerDep) -> dict[str, Any]:
-    t = broker.topic(body.topic)
-    part = t.partition(body.partition)
+    t, part = await owned_partition(broker, body.topic, body.partition)
     try:
         acks = AckSet.from_wire(body.origins)
     except ValueError as exc:
         raise MalformedError(f"bad acks: {exc}") from None
-    sub = await _replicated_sub(broker, t.name, body.subscription)
+    sub = await _replicated_sub(broker, t, body.subscription)
     dispatch = sub.part(body.partition)
     start = markers.parse_position(part, body.start) if body.start else None
     got = await markers.acked_here(part, dispatch, broker.settings.cluster, acks, ACK_SYNC_MAX_ENTRIES, start)
@@ -163,10 +164,9 @@ async def apply_acks(body: AckApply, broker: BrokerDep) -> dict[str, Any]:
 @router.post("/subscriptions/update")
 async def update(body: UpdateRequest, broker: BrokerDep) -> dict[str, Any]:
     """Apply an update marker: created at the earliest position if missing, then moved forward."""
-    t = broker.topic(body.topic)
-    part = t.partition(body.partition)
+    t, part = await owned_partition(broker, body.topic, body.partition)
     pos = markers.parse_position(part, body.position)
-    sub = await _replicated_sub(broker, t.name, body.subscription)
+    sub = await _replicated_sub(broker, t, body.subscription)
     dispatch = sub.part(body.partition)
     mark = dispatch.cursor.mark_delete_position
     if mark is None or pos > mark:
@@ -177,16 +177,30 @@ async def update(body: UpdateRequest, broker: BrokerDep) -> dict[str, Any]:
     return {"subscription": sub.name, "markDeletePosition": str(md) if md else None}
 
 
+async def _subscription_record(broker: Broker, name: str, sub: str) -> tuple[str, bool]:
+    """(the topic's name, whether ``sub`` is replicated), from the catalog: every replica
+    answers, also for a topic whose partitions are spread over several (or a partition's name)."""
+    base, index = split_partition(name)
+    if index is not None and name not in broker.catalog.topics and base in broker.catalog.topics:
+        name = base
+    record = (await broker.known(name)).subscriptions.get(sub)
+    if record is None:
+        raise NotFoundError(f"subscription {sub} of {name} does not exist")
+    return name, record.replicated
+
+
 @admin.post("/replicatedSubscriptionStatus")
 async def set_status(tenant: str, namespace: str, topic: str, sub: str, broker: BrokerDep,
                      enabled: Annotated[bool, Body()]) -> dict[str, bool]:
-    """Pulsar's switch: ``true`` makes the subscription replicated, ``false`` stops it."""
-    s = broker.topic(topic_name(tenant, namespace, topic)).subscription(sub)
-    await broker.set_replicated(s.topic, s.name, s, enabled)
-    return {s.topic: s.replicated}
+    """Pulsar's switch: ``true`` makes the subscription replicated, ``false`` stops it (recorded
+    in the catalog: the other broker replicas holding its partitions follow at their next tick)."""
+    name, _ = await _subscription_record(broker, topic_name(tenant, namespace, topic), sub)
+    t = broker.topics.get(name)
+    await broker.set_replicated(name, sub, t.subscriptions.get(sub) if t is not None else None, enabled)
+    return {name: enabled}
 
 
 @admin.get("/replicatedSubscriptionStatus")
 async def get_status(tenant: str, namespace: str, topic: str, sub: str, broker: BrokerDep) -> dict[str, bool]:
-    s = broker.topic(topic_name(tenant, namespace, topic)).subscription(sub)
-    return {s.topic: s.replicated}
+    name, replicated = await _subscription_record(broker, topic_name(tenant, namespace, topic), sub)
+    return {name: replicated}

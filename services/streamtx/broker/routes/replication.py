@@ -9,6 +9,12 @@ Internal (the replication controller calls them; service credential):
 ``GET /v1/replication/topics`` (what the broker serves), ``POST /v1/replication/topics``
 (create a topic replicated here, as its source has it).
 
+Every call but ``/topics`` names one partition (``topic`` + ``partition``) and is
+served by that partition's owner, as a request to ``x-partition-N`` is: broker
+replicas split a topic's partitions, and a replica that does not own it answers
+307 to the one that does. The replicator cursor is state of the partition, so it
+opens wherever the partition is open now (:class:`~streamtx.broker.replication.PartitionLink`).
+
 Admin: Pulsar's clusters and replication paths answer on the broker, as in
 Pulsar; the replication controller does the work, so they are forwarded to it
 with the caller's own credential (its admin token) and its answer returned as is.
@@ -25,7 +31,10 @@ from fastapi import APIRouter, Request, Response
 from pydantic import BaseModel, Field
 
 from streamtx.broker import replication as repl
+from streamtx.broker.broker import Broker, partition_item
 from streamtx.broker.deps import BrokerDep
+from streamtx.broker.partition import Partition
+from streamtx.broker.topic import Topic
 from streamtx.errors import MalformedError, NotFoundError, UnavailableError
 from streamtx.ledger import Position
 from streamtx.names import TopicName
@@ -93,7 +102,7 @@ class TopicEnsure(BaseModel):
 @router.get("/topics")
 async def topics(broker: BrokerDep) -> dict[str, Any]:
     # Every topic of the cluster (the catalog), wherever it is served: the controller's calls
-    # about one topic are redirected to its owner.
+    # about one partition are redirected to its owner.
     topics = broker.catalog.topics.items()
     return {"topics": [{"topic": name, "partitions": t.partitions} for name, t in topics]}
 
@@ -105,68 +114,74 @@ async def ensure_topic(body: TopicEnsure, broker: BrokerDep) -> TopicEnsure:
     return body
 
 
+async def owned_partition(broker: Broker, topic: str, index: int) -> tuple[Topic, Partition]:
+    """Partition ``index`` of ``topic``, addressed by its own name (``x-partition-N``) as every
+    per-partition call is: served where it is open; elsewhere a :class:`NotOwnerError` (307 to
+    its owner, which the controller's client follows; 503 while it moves)."""
+    await broker.known(topic)  # replicas: a topic another replica just created
+    t, _ = broker.target(partition_item(topic, index))
+    return t, t.partition(index)
+
+
 @router.post("/cursor")
 async def open_cursor(body: CursorRequest, broker: BrokerDep) -> dict[str, Any]:
     """The replicator's first call, before the remote is ever reached: from now on the cursor
     holds back trims and counts the backlog (a new cursor starts at the partition's first entry)."""
-    t = broker.topic(body.topic)
-    t.partition(body.partition)
-    link = await broker.replication.link(t.name, t.partitions, body.remote)
-    link.reaches[body.partition] = body.connected
-    return {"firstUnreplicated": str(link.cursors[body.partition].first_undeleted())}
+    t, part = await owned_partition(broker, body.topic, body.partition)
+    link = await broker.replication.link(t.name, body.partition, part, body.remote)
+    link.reaches = body.connected
+    return {"firstUnreplicated": str(link.cursor.first_undeleted())}
 
 
 @router.post("/read")
 async def read(body: ReadRequest, broker: BrokerDep) -> dict[str, Any]:
-    t = broker.topic(body.topic)
-    part = t.partition(body.partition)
-    link = await broker.replication.link(t.name, t.partitions, body.remote)
-    link.reaches[body.partition] = body.connected
-    cursor = link.cursors[body.partition]
+    t, part = await owned_partition(broker, body.topic, body.partition)
+    link = await broker.replication.link(t.name, body.partition, part, body.remote)
+    link.reaches = body.connected
     loop = asyncio.get_running_loop()
     deadline = loop.time() + body.wait_ms / 1000
     while True:
-        items, last = await repl.read_local(part, repl.start_of(part, cursor, body.after), body.max_entries)
+        start = repl.start_of(part, link.cursor, body.after)
+        items, last = await repl.read_local(part, start, body.max_entries)
         remaining = deadline - loop.time()
         if last is not None or remaining <= 0:
             break
         await t.notifier.wait(remaining)
+        if t.owned.get(body.partition) is not part:  # handed over meanwhile: ask its new owner
+            raise t.not_owner(body.partition)
     return {"entries": items, "last": str(last) if last else None}
 
 
 @router.post("/ack")
 async def ack(body: AckRequest, broker: BrokerDep) -> dict[str, Any]:
-    t = broker.topic(body.topic)
-    t.partition(body.partition)
-    link = await broker.replication.link(t.name, t.partitions, body.remote)
+    t, part = await owned_partition(broker, body.topic, body.partition)
+    link = await broker.replication.link(t.name, body.partition, part, body.remote)
     try:
         pos = Position.parse(body.position)
     except ValueError:
         raise MalformedError(f"bad position {body.position!r}") from None
-    cursor = link.cursors[body.partition]
-    if pos.ledger_id != cursor.ledger.ledger_id:
+    if pos.ledger_id != part.ledger.ledger_id:
         raise MalformedError(f"{body.position} is not a position of partition {body.partition}")
-    await cursor.mark_delete(pos)
+    await link.cursor.mark_delete(pos)
     link.out.add(body.messages, body.bytes)
-    return {"markDeletePosition": str(cursor.mark_delete_position)}
+    return {"markDeletePosition": str(link.cursor.mark_delete_position)}
 
 
 @router.post("/write")
 async def write(body: WriteRequest, broker: BrokerDep) -> dict[str, Any]:
-    t = broker.topic(body.topic)
-    part = t.partition(body.partition)
+    t, part = await owned_partition(broker, body.topic, body.partition)
     cluster = broker.replication.cluster
     written, dropped = await repl.write_replicated(part, body.source, body.entries, cluster)
     if written:
         msgs = [m for e in body.entries for m in e.messages or ()]
-        broker.replication.incoming_meter(t.name, body.source).add(len(msgs),
-                                                                   sum(len(m.value) * 3 // 4 for m in msgs))
+        broker.replication.incoming_meter(t.name, body.partition, body.source).add(
+            len(msgs), sum(len(m.value) * 3 // 4 for m in msgs))
     return {"written": written, "duplicates": dropped}
 
 
 @router.post("/markers")
 async def marker(body: MarkerRequest, broker: BrokerDep) -> dict[str, Any]:
-    part = broker.topic(body.topic).partition(body.partition)
+    _, part = await owned_partition(broker, body.topic, body.partition)
     pos = await part.append_marker(orjson.dumps(body.marker))
     return {"position": str(pos)}
 

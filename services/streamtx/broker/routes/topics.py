@@ -87,8 +87,7 @@ async def _local_stats(broker: Broker, t: Topic, only: list[int] | None) -> dict
         "partitions": parts,
         "storageSize": sum(p["storageSize"] for p in parts),
         "subscriptions": subs,
-        # Replication links span every partition: on the topic's name only.
-        "replication": await broker.replication.stats(t.name, t.partitions) if only is None else {},
+        "replication": await broker.replication.stats(t.name, sorted(t.owned) if only is None else only),
     }
 
 
