@@ -1,26 +1,27 @@
 """Geo-replication of topics whose partitions are spread over broker replicas (issues 11 and 14).
 
-Cluster ``a`` runs TWO brokers leasing partitions through a real redis-server over
-one Kafka-protocol ledger (tansu), and a replication controller that knows only
-the first broker (as a Kubernetes Service gives one); cluster ``b`` one broker on
-file ledgers and its controller. Every per-partition replication call is served by
-the partition's owner (a non-owner answers 307), so each partition's cursor
+Clusters ``a`` and ``b`` each run TWO brokers leasing partitions through a real
+redis-server over their own Kafka-protocol ledger (tansu), and a replication
+controller that knows only the first broker (as a Kubernetes Service gives one).
+Every per-partition replication call, in the source and in the target, is served
+by the partition's owner (a non-owner answers 307), so each partition's cursor
 ``pulsar.repl.b`` lives with the partition and moves with it.
 
-* a 4-partition topic split two and two over a's brokers: every message produced
-  in a reaches b exactly once, in order per partition, across kill -9 of the
-  second broker mid-stream (its partitions and their cursors move to the first)
-  and its restart (half of them handed back);
+* a 4-partition topic split two and two over the brokers of each cluster: every
+  message produced in a reaches b exactly once, in order per partition, across
+  kill -9 of a's second broker mid-stream (its partitions and their cursors move
+  to the first) and its restart (half of them handed back);
 * a replicated subscription on such a topic: snapshots complete on every
-  partition (each partition's markers written by its owner) and the update
-  markers move the subscription in b past everything consumed in a.
+  partition (each partition's markers written by its owner, in both clusters)
+  and the update and acks markers move the subscription in b past everything
+  consumed in a.
 """
 
 from __future__ import annotations
 
 import asyncio
 import uuid
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import httpx
@@ -36,34 +37,31 @@ PARTITIONS = 4
 
 
 class Clusters:
-    """``a``: two leased brokers and a controller; ``b``: one broker and a controller."""
+    """Clusters ``a`` and ``b``: each two brokers leasing partitions (over one Redis, keys per
+    cluster) on a Kafka ledger of its own, and a controller knowing only the first broker."""
 
-    def __init__(self, kafka: str, redis_url: str, root: Path) -> None:
+    def __init__(self, ledger_url: Callable[[], str], redis_url: str, root: Path) -> None:
         logs = root / "logs"
         logs.mkdir()
-        common = {"STREAMTX_TEST_LOG_DIR": str(logs), "STREAMTX_ACK_TIMEOUT_MS": "60000"}
-        leased = {"STREAMTX_REDIS_URL": redis_url, "STREAMTX_LEASE_TTL_MS": "1500"}
-        a = {**common, "STREAMTX_CLUSTER": "a", "STREAMTX_LEDGER_URL": kafka}
-        b = {**common, "STREAMTX_CLUSTER": "b", "STREAMTX_LEDGER_URL": f"file://{root / 'b'}"}
-        self.brokers = [ServiceProcess("broker", {**a, **leased}) for _ in range(2)]
-        for i, p in enumerate(self.brokers):
-            p.env.update({"STREAMTX_ADVERTISED_URL": p.url, "STREAMTX_MEMBER": f"broker{i}"})
-        self.b = ServiceProcess("broker", dict(b))
-        replication = {**FAST, **SNAPSHOTS_ENV}
-        self.controllers = {"a": ServiceProcess("replication", {**a, **replication}),
-                            "b": ServiceProcess("replication", {**b, **replication})}
-        for name, broker in (("a", self.brokers[0]), ("b", self.b)):
-            urls = {"STREAMTX_BROKER_URL": broker.url, "STREAMTX_REPLICATION_URL": self.controllers[name].url}
-            for p in self.procs:
-                if p.env["STREAMTX_CLUSTER"] == name:
-                    p.env.update(urls)
+        common = {"STREAMTX_TEST_LOG_DIR": str(logs), "STREAMTX_ACK_TIMEOUT_MS": "60000",
+                  "STREAMTX_REDIS_URL": redis_url, "STREAMTX_LEASE_TTL_MS": "1500"}
+        self.brokers: dict[str, list[ServiceProcess]] = {}
+        self.controllers: dict[str, ServiceProcess] = {}
+        for name in ("a", "b"):
+            env = {**common, "STREAMTX_CLUSTER": name, "STREAMTX_LEDGER_URL": ledger_url()}
+            brokers = self.brokers[name] = [ServiceProcess("broker", dict(env)) for _ in range(2)]
+            for i, p in enumerate(brokers):
+                p.env.update({"STREAMTX_ADVERTISED_URL": p.url, "STREAMTX_MEMBER": f"broker{i}"})
+            ctl = self.controllers[name] = ServiceProcess("replication", {**env, **FAST, **SNAPSHOTS_ENV})
+            for p in [*brokers, ctl]:
+                p.env.update({"STREAMTX_BROKER_URL": brokers[0].url, "STREAMTX_REPLICATION_URL": ctl.url})
 
     @property
     def procs(self) -> list[ServiceProcess]:
-        return [*self.brokers, self.b, *self.controllers.values()]
+        return [*self.brokers["a"], *self.brokers["b"], *self.controllers.values()]
 
     def url(self, cluster: str) -> str:
-        return self.brokers[0].url if cluster == "a" else self.b.url
+        return self.brokers[cluster][0].url
 
     def start(self) -> Clusters:
         try:
@@ -89,25 +87,29 @@ class Clusters:
             assert r.status_code == 200, r.text
 
     async def spread_topic(self, http: httpx.AsyncClient, namespace: str) -> str:
-        """A new topic of a, once its partitions are split two and two over the brokers."""
+        """A new topic of a, once its partitions are split two and two over a's brokers."""
         topic = f"{namespace}/x{uuid.uuid4().hex[:6]}"
         r = await http.put(f"{self.url('a')}/admin/v2/persistent/{topic}/partitions",
                            json={"partitions": PARTITIONS})
         assert r.status_code == 200, r.text
-        urls = {p.url for p in self.brokers}
-
-        async def spread() -> bool:  # two and two
-            owners = await self.owners(http, topic)
-            return set(owners) == urls and all(owners.count(u) == PARTITIONS // 2 for u in urls)
-
-        await eventually(spread, timeout_s=30, what=f"{topic}'s partitions over both brokers")
+        await self.split(http, "a", topic)
         return topic
 
-    async def owners(self, http: httpx.AsyncClient, topic: str) -> list[str | None]:
-        """Each partition's owner as a's first broker sees it (None while it moves)."""
+    async def split(self, http: httpx.AsyncClient, cluster: str, topic: str) -> None:
+        """Until ``cluster``'s brokers own two partitions of ``topic`` each."""
+        urls = {p.url for p in self.brokers[cluster]}
+
+        async def two_and_two() -> bool:
+            owners = await self.owners(http, cluster, topic)
+            return set(owners) == urls and all(owners.count(u) == PARTITIONS // 2 for u in urls)
+
+        await eventually(two_and_two, timeout_s=30, what=f"{topic}'s partitions over {cluster}'s brokers")
+
+    async def owners(self, http: httpx.AsyncClient, cluster: str, topic: str) -> list[str | None]:
+        """Each partition's owner as the cluster's first broker sees it (None while it moves)."""
         out: list[str | None] = []
         for i in range(PARTITIONS):
-            r = await http.get(f"{self.url('a')}/lookup/v2/topic/persistent/{topic}-partition-{i}")
+            r = await http.get(f"{self.url(cluster)}/lookup/v2/topic/persistent/{topic}-partition-{i}")
             out.append(r.json()["httpUrl"] if r.status_code == 200 else None)
         return out
 
@@ -115,7 +117,8 @@ class Clusters:
 @pytest.fixture(scope="module")
 def clusters(kafka_bootstrap: str, redis_url: str, tmp_path_factory: pytest.TempPathFactory
              ) -> Iterator[Clusters]:
-    running = Clusters(kafka_url(kafka_bootstrap), redis_url, tmp_path_factory.mktemp("geo-replicas")).start()
+    running = Clusters(lambda: kafka_url(kafka_bootstrap), redis_url, tmp_path_factory.mktemp("geo-replicas"))
+    running.start()
     try:
         yield running
     finally:
@@ -145,7 +148,7 @@ async def test_a_spread_topic_replicates_exactly_once_across_kill9_of_a_broker(
         clusters: Clusters, http: httpx.AsyncClient) -> None:
     clusters.replicate("t/geo")
     topic = await clusters.spread_topic(http, "t/geo")
-    url, victim = clusters.url("a"), clusters.brokers[1]
+    url, victim = clusters.url("a"), clusters.brokers["a"][1]
     requests, per_request = 240, 3
     third = requests // 3
 
@@ -154,12 +157,13 @@ async def test_a_spread_topic_replicates_exactly_once_across_kill9_of_a_broker(
         return r.status_code == 200 and sum(p["entries"] for p in r.json()["partitions"]) >= n
 
     await stream(url, topic, range(third), per_request)
+    await clusters.split(http, "b", topic)  # created in b by the controller: b's brokers split it too
     second = stream(url, topic, range(third, 2 * third), per_request)
     await eventually(lambda: in_b(third + PARTITIONS), timeout_s=30, what="the second third under way in b")
     victim.kill9()  # mid-stream: its partitions (and their pulsar.repl.b cursors) move to broker 0
 
     async def moved() -> bool:
-        return set(await clusters.owners(http, topic)) == {clusters.brokers[0].url}
+        return set(await clusters.owners(http, "a", topic)) == {clusters.url("a")}
 
     await eventually(moved, timeout_s=30, what="the killed broker's partitions on the other")
     await second
@@ -171,7 +175,7 @@ async def test_a_spread_topic_replicates_exactly_once_across_kill9_of_a_broker(
     assert {m["partition"] for m in got} == set(range(PARTITIONS))
 
     async def both_again() -> bool:
-        return set(await clusters.owners(http, topic)) == {p.url for p in clusters.brokers}
+        return set(await clusters.owners(http, "a", topic)) == {p.url for p in clusters.brokers["a"]}
 
     await eventually(both_again, timeout_s=30, what="the restarted broker owning partitions again")
     # Topic stats fan out over the owners, each partition's replication row from its owner.
@@ -202,6 +206,7 @@ async def test_a_replicated_subscription_on_a_spread_topic_moves_in_the_other_cl
             await post_until_stored(a, f"/v1/topics/{topic}-partition-{i % PARTITIONS}/messages", {
                 "producer": {"name": "p", "epoch": 1, "sequence": i // PARTITIONS},
                 "messages": [{"value": b64(f"m{i}")}]}, f"produce m{i}", 0.1)
+    await clusters.split(http, "b", topic)
     consumed: set[str] = set()
     loop = asyncio.get_running_loop()
     deadline = loop.time() + 60
