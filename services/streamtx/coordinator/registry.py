@@ -150,7 +150,9 @@ class Coordinators:
         tc = self._by_id.get(cid)
         if tc is None:
             if cid in self.ids:
-                raise UnavailableError(f"coordinator {cid} is still recovering")
+                # Moving here: 503 not_owner (owner unknown yet), which clients wait out as any
+                # handover, where a plain 503 would fail their call while the log replays.
+                raise NotOwnerError(f"coordinator {cid} is moving here: its log still replays", owner=None)
             if cid in self.owners:
                 owner = self.owners[cid]
                 raise NotOwnerError(f"coordinator {cid} is owned by {owner or 'nobody yet (moving)'}",
