@@ -241,7 +241,12 @@ class Broker:
                     sub.add_part(await self._dispatch(topic, index, sub.name, new=False, initial="earliest"))
                     added.append(sub)
                     self._restore_part_held(sub, index)
+            # Its replication cursors open with it, before the controller first asks: they
+            # hold back trims and show the backlog from the start, wherever the partition moved.
+            for remote in sorted(record.remotes):
+                await self.replication.link(name, index, part, remote)
         except BaseException:
+            await self.replication.forget(name, index)
             topic.remove(index)
             for joined in added:
                 if (d := joined.remove_part(index)) is not None:
@@ -266,6 +271,10 @@ class Broker:
             for r in await self.catalog.refresh():
                 topic = self.topics.get(r["topic"])
                 if topic is None or r["kind"] == "topic":
+                    continue
+                if r["kind"] == "replication_cursor":  # another replica's partition replicates there
+                    for index, part in list(topic.owned.items()):
+                        await self.replication.link(topic.name, index, part, r["remote"])
                     continue
                 sub = self.catalog.topics[r["topic"]].subscriptions.get(r["subscription"])
                 if sub is not None and (opened_here := topic.subscriptions.get(r["subscription"])):
@@ -305,6 +314,15 @@ class Broker:
                 log.warning("final snapshot of %s failed: %s", part.name, exc)
         await part.close()
         topic.notifier.changed()  # long polls waiting on it end
+
+    async def note_remote(self, topic: str, remote: str) -> None:
+        """Record (once) that ``topic`` replicates to ``remote``: every owner of one of its
+        partitions opens that partition's cursor ``pulsar.repl.<remote>`` from then on."""
+        if remote in self.catalog.topics[topic].remotes:
+            return
+        async with self._lock:
+            if remote not in self.catalog.topics[topic].remotes:
+                await self._record({"kind": "replication_cursor", "topic": topic, "remote": remote})
 
     def _fenced(self, partition: Partition) -> None:
         if self.on_fenced is not None:

@@ -5,6 +5,7 @@ Each entry is one JSON record, replayed in order::
     {"kind": "topic", "topic": "persistent://t/n/x", "partitions": N}
     {"kind": "subscription", "topic", "subscription", "type", "initial_position"}
     {"kind": "subscription_replicated", "topic", "subscription", "replicated": bool}   (PIP-33)
+    {"kind": "replication_cursor", "topic", "remote"}   (a partition of it has ``pulsar.repl.<remote>``)
 
 One broker alone holds the ledger as its only writer. Broker replicas
 (``STREAMTX_REDIS_URL``) all read it, and each writes it only to create a topic or
@@ -43,6 +44,9 @@ class SubRecord:
 class TopicRecord:
     partitions: int
     subscriptions: dict[str, SubRecord] = field(default_factory=dict)
+    #: Remote clusters the topic replicates to: whoever opens one of its partitions opens
+    #: their ``pulsar.repl.<remote>`` cursors too, so they hold back trims from the start.
+    remotes: set[str] = field(default_factory=set)
 
 
 class Catalog:
@@ -125,6 +129,8 @@ class Catalog:
                 sub.type = r["type"]
         elif kind == "subscription_replicated" and (sub := topic.subscriptions.get(r["subscription"])):
             sub.replicated = bool(r["replicated"])
+        elif kind == "replication_cursor":
+            topic.remotes.add(r["remote"])
 
     async def close(self) -> None:
         if self._ledger is not None:

@@ -47,3 +47,21 @@ def test_trim_stops_at_the_slowest_subscription(broker_factory: BrokerFactory, t
     b.subscribe("two", "late", "Exclusive")
     kept = b.drain("two", "late")
     assert {f"x{i}" for i in range(16, 20)} <= set(kept) and len(kept) < 20, kept
+
+
+def test_a_replication_cursor_holds_back_trims_as_soon_as_its_partition_opens(
+        broker_factory: BrokerFactory, tmp_path: Path) -> None:
+    # The controller opened pulsar.repl.z once; the broker restarts (or the partition moves to
+    # another broker replica) and a trim comes before the controller asks again: the cursor
+    # opens with the partition, so nothing z has yet to receive is trimmed.
+    b = broker_factory(f"file://{tmp_path / 'ledgers'}?segment_bytes=256")
+    b.create_topic("rp", 1)
+    b.call("POST", "/v1/replication/cursor",
+           json={"topic": "persistent://t/n/rp", "partition": 0, "remote": "z"})
+    ids = [b.produce("rp", [f"m{i}"])["message_ids"][0] for i in range(30)]
+    b.proc.restart()
+    stats = b.call("GET", "/admin/v2/persistent/t/n/rp/stats")["replication"]["z"]
+    assert stats["replicationBacklog"] >= 30 and not stats["connected"]
+    out = b.call("POST", "/admin/v2/persistent/t/n/rp/trim", json={"partition": 0, "before": ids[-1]})
+    first = tuple(int(x) for x in out["firstPosition"].split(":"))
+    assert first <= tuple(int(x) for x in ids[0].split(":")[:2]), "trimmed what z has yet to receive"

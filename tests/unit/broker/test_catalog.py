@@ -18,18 +18,21 @@ async def test_replicas_take_turns_writing_the_registry_and_all_read_everything(
                         "type": "Shared", "initial_position": "earliest"})
         await b.append({"kind": "subscription_replicated", "topic": "persistent://t/n/y",
                         "subscription": "s", "replicated": True})
-        assert (a.reopens, b.reopens) == (2, 2)  # every append found the other's fence
+        await a.append({"kind": "replication_cursor", "topic": "persistent://t/n/x", "remote": "b"})
+        assert (a.reopens, b.reopens) == (3, 2)  # every append found the other's fence
         new_to_a = await a.refresh()
-        assert [r["kind"] for r in new_to_a] == ["topic", "topic", "subscription", "subscription_replicated"]
+        assert [r["kind"] for r in new_to_a] == ["topic", "topic", "subscription", "subscription_replicated",
+                                                 "replication_cursor"]
         await b.refresh()
         for c in (a, b):
             assert {n: t.partitions for n, t in c.topics.items()} == \
                 {"persistent://t/n/x": 2, "persistent://t/n/y": 1}
             sub = c.topics["persistent://t/n/y"].subscriptions["s"]
             assert (sub.type, sub.replicated) == ("Shared", True)
+            assert c.topics["persistent://t/n/x"].remotes == {"b"} and not c.topics["persistent://t/n/y"].remotes
         # A third reader replaying from scratch folds the same state.
         c = Catalog(store, "c", shared=True)
-        assert len(await c.open()) == 4 and c.topics.keys() == a.topics.keys()
+        assert len(await c.open()) == 5 and c.topics.keys() == a.topics.keys()
         await c.close()
     finally:
         await a.close()

@@ -128,6 +128,7 @@ async def open_cursor(body: CursorRequest, broker: BrokerDep) -> dict[str, Any]:
     """The replicator's first call, before the remote is ever reached: from now on the cursor
     holds back trims and counts the backlog (a new cursor starts at the partition's first entry)."""
     t, part = await owned_partition(broker, body.topic, body.partition)
+    await broker.note_remote(t.name, body.remote)
     link = await broker.replication.link(t.name, body.partition, part, body.remote)
     link.reaches = body.connected
     return {"firstUnreplicated": str(link.cursor.first_undeleted())}
