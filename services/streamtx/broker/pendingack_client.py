@@ -27,7 +27,8 @@ class PendingAckClient:
                                                 message_ids=message_ids, cumulative=cumulative)
         await self._client.request("POST", "/v1/pendingack/acks", json=body)
 
-    async def held(self, topic: str, subscription: str) -> list[str]:
+    async def held(self, topic: str, subscription: str) -> list[tuple[str, TxnId | None]]:
+        """The ids open transactions hold, each with its holder (None: an older store did not say)."""
         try:
             body = await self._client.request(
                 "GET", "/v1/pendingack/held", params={"topic": topic, "subscription": subscription},
@@ -35,7 +36,14 @@ class PendingAckClient:
             )
         except NotFoundError:  # no transactional ack was ever logged there
             return []
-        return Held.model_validate(body).message_ids
+        return held_pairs(Held.model_validate(body))
 
     async def aclose(self) -> None:
         await self._client.aclose()
+
+
+def held_pairs(held: Held) -> list[tuple[str, TxnId | None]]:
+    """A ``held`` answer as ``(id, holder)``; holder None when the store did not say (older)."""
+    if not held.holders:
+        return [(m, None) for m in held.message_ids]
+    return [(m, TxnId.parse(t)) for t, ids in held.holders.items() for m in ids]

@@ -40,6 +40,7 @@ from streamtx.ledger import Position
 from streamtx.service.longpoll import LongPoll
 
 _unknown_txn = TxnId(0, 0)  # held since before a restart: the store did not say by whom
+_max_ended = 10_000  # transactions whose end a subscription remembers (as the store does)
 _new_tuple = tuple.__new__
 
 
@@ -77,6 +78,10 @@ class Subscription:
         # Broker replicas: the topic-wide Exclusive consumer (the others' partitions' too)
         self.claims: ExclusiveClaims | None = None
         self.held_ready = asyncio.Event()
+        # Transactions whose end was applied here (bounded): a pending-ack store's ``held``
+        # answer lists an ending transaction's ids until it has written the end, so one can
+        # arrive after the end: holding them then would hold them forever (never redelivered).
+        self._ended: OrderedDict[TxnId, None] = OrderedDict()
         self._by_ledger = {p.partition.ledger.ledger_id: p for p in parts}
         self._rr = 0
         self.active: dict[int, str] = {}  # Failover: partition index → active consumer
@@ -485,15 +490,26 @@ class Subscription:
                 part.forget([unit])
             else:
                 part.release([unit])
+        if txn is not None:
+            self._ended[txn] = None
+            self._ended.move_to_end(txn)
+            while len(self._ended) > _max_ended:
+                self._ended.popitem(last=False)
         self.notifier.changed()
 
-    def restore_held(self, ids: list[str]) -> None:
-        # A unit already gone was deleted by a commit's end that overtook this answer (the
-        # store listed it while the commit was on its way): holding it would be stale.
+    def restore_held(self, held: list[tuple[str, TxnId | None]]) -> None:
+        """Hold what the pending-ack store says open transactions hold: ``(id, holder)``
+        (holder None: the store did not say)."""
+        # An answer can overtake nothing but be overtaken: the store lists a transaction's ids
+        # until it has written its end, after the end was applied here. A unit already gone
+        # was deleted by such a commit; the ids of a transaction that ended here (an abort:
+        # not gone) are skipped too, or they would never be dispatched again.
         # Broker replicas: the store lists the holds of every partition; only ours matter here.
-        for part, unit in self._resolve_all([i for i in ids if self._owns_id(i)]):
+        live = [(i, t) for i, t in held if self._owns_id(i) and (t is None or t not in self._ended)]
+        units = self._resolve_all([i for i, _ in live])
+        for (part, unit), (_, txn) in zip(units, live, strict=True):
             if not part.is_gone(unit):
-                part.held.setdefault(unit, _unknown_txn)
+                part.held.setdefault(unit, _unknown_txn if txn is None else txn)
 
     def owned_ids(self, ids: list[str]) -> list[str]:
         """Those of ``ids`` on partitions open here (a spread topic's fanned-out end)."""

@@ -187,6 +187,15 @@ class SubscriptionState:
         out.update(c for t in self.txns.values() for c in t.cumulative.values())
         return sorted(out)
 
+    def held_by_txn(self) -> dict[TxnId, list[MessageId]]:
+        """:meth:`held_ids` by the transaction holding them (each id once, under its holder)."""
+        out: dict[TxnId, set[MessageId]] = {}
+        for mid, txn in self._held.items():
+            out.setdefault(txn, set()).add(mid)
+        for t in self.txns.values():
+            out.setdefault(t.txn, set()).update(t.cumulative.values())
+        return {txn: sorted(ids) for txn, ids in out.items()}
+
     @property
     def committed_id_count(self) -> int:
         return len(self._committed)

@@ -227,6 +227,11 @@ class PendingAckStore:
         """Ids held by open transactions (the broker must not dispatch them)."""
         return [str(m) for m in self.state.held_ids()]
 
+    def holders(self) -> dict[str, list[str]]:
+        """:meth:`held` by transaction: the broker ignores those of a transaction it saw end (an
+        answer listing an ending transaction can reach it after that transaction's end)."""
+        return {str(t): [str(m) for m in ids] for t, ids in self.state.held_by_txn().items()}
+
     async def prepare(self, txn: TxnId) -> None:
         """The optimistic check: 409 if ``txn`` overlaps another's committed or prepared acks."""
         try:

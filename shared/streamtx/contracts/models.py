@@ -62,6 +62,8 @@ class Held(BaseModel):
     """Pending-ack store -> broker: ids open transactions hold, which the broker must not dispatch."""
 
     message_ids: list[str]
+    # The same ids by holding transaction (absent from older stores): txn id -> ids.
+    holders: dict[str, list[str]] = Field(default_factory=dict)
 
 
 class SubscriptionAcksEnd(BaseModel):

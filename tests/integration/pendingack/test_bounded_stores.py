@@ -96,13 +96,13 @@ def test_idle_stores_are_closed_least_recently_used_first(
         assert open_stores(c) <= MAX_OPEN + 1
         after = usage(bounded)
         held = c.get("/v1/pendingack/held", params={"topic": TOPIC, "subscription": "holding"})
-        assert held.json() == {"message_ids": ["5:1"]}
+        assert held.json() == {"message_ids": ["5:1"], "holders": {"1:1": ["5:1"]}}
         # A closed store reopens from its log (its txn ended: nothing held), and works on.
         assert c.get("/v1/pendingack/held", params={"topic": TOPIC, "subscription": "s1"}).json() == {
-            "message_ids": []}
+            "message_ids": [], "holders": {}}
         ack(c, "s0", "3:0", "5:2")
-        assert c.get("/v1/pendingack/held", params={"topic": TOPIC, "subscription": "s0"}).json() == {
-            "message_ids": ["5:2"]}
+        assert c.get("/v1/pendingack/held", params={"topic": TOPIC, "subscription": "s0"}).json()[
+            "message_ids"] == ["5:2"]
     print(f"40 subscriptions, {MAX_OPEN} open at most: fds {before[0]} -> {after[0]}, "
           f"threads {before[1]} -> {after[1]}")
     # Each open store holds a few fds; 40 stores were 160 fds and 80 threads before.

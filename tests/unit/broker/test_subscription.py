@@ -8,14 +8,18 @@ import pytest
 
 from streamtx.broker.broker import Broker
 from streamtx.broker.codec import Message
-from streamtx.broker.pendingack_client import PendingAckClient
+from streamtx.broker.pendingack_client import PendingAckClient, held_pairs
 from streamtx.broker.settings import BrokerSettings
 from streamtx.broker.subscription import SubscriptionType
 from streamtx.broker.topic import Outgoing, Topic
+from streamtx.contracts.models import Held
+from streamtx.contracts.txnid import TxnId
 from streamtx.cursor.cursor import Cursor, cursor_ledger_name
 from streamtx.errors import ConflictError, MalformedError, StreamtxError
 from streamtx.ledger import Position, open_ledger_factory
 from streamtx.ledger.memory import MemoryLedgerFactory
+from streamtx.pendingack.records import MessageId
+from streamtx.pendingack.state import SubscriptionState
 
 T = "persistent://t/n/u"
 
@@ -134,3 +138,40 @@ async def test_a_retried_commit_end_answers_only_once_its_deletes_are_durable() 
         await again.close()
     finally:
         await b.close()
+
+
+async def test_a_held_answer_that_overtakes_an_abort_holds_nothing(broker: Broker) -> None:
+    """The pending-ack store lists an ending transaction's ids until it has written its end, which
+    it does after the broker applied it: a broker taking a partition over (asking ``held``) got
+    that answer after the abort, held the first record of the aborted range for the unknown
+    holder, and never dispatched it again (the deployment test's lost writes, a stalled worker)."""
+    sub = await broker.create_subscription(T, "race", SubscriptionType.FAILOVER, "earliest")
+    ids = [(await send(broker.topic(T), f"m{i}"))[0] for i in range(4)]
+    txn, other = TxnId(5, 1), TxnId(5, 2)
+    store = SubscriptionState()  # the pending-ack store's side, as the demo worker acks
+    store.add_ack(txn, [MessageId.parse(ids[0])], cumulative=False)
+    store.add_ack(txn, [MessageId.parse(ids[2])], cumulative=True)
+    store.add_ack(other, [MessageId.parse(ids[3])], cumulative=False)
+    acks = store.begin_end(txn)  # ENDING: still listed while the end goes to the broker
+    assert acks is not None
+    answer = Held(message_ids=[str(m) for m in store.held_ids()],
+                  holders={str(t): [str(m) for m in ms] for t, ms in store.held_by_txn().items()})
+    await sub.end_txn([str(m) for m in acks.message_ids()], txn, commit=False,
+                      cumulative_ids=[str(c) for c in acks.cumulative.values()])
+    sub.restore_held(held_pairs(answer))  # the answer arrives after the end
+    # The aborted range is dispatched again; only the open transaction's id stays held.
+    assert [m["message_id"] for m in await sub.fetch("c1", 10, 0)] == ids[:3]
+    assert {u for p in sub.parts for u in p.held} == {(Position.parse(ids[3]), None)}
+    with pytest.raises(ConflictError):  # held by its real holder now, not "unknown"
+        sub.check_txn_ack([ids[3]], txn)
+    await sub.end_txn([ids[3]], other, commit=False)
+    assert [m["message_id"] for m in await sub.fetch("c1", 10, 0)] == [ids[3]]
+
+
+async def test_a_held_answer_without_holders_holds_for_an_unknown_txn(broker: Broker) -> None:
+    sub = await broker.create_subscription(T, "old", SubscriptionType.SHARED, "earliest")
+    ids = await send(broker.topic(T), "a", "b")
+    sub.restore_held(held_pairs(Held(message_ids=[ids[0]])))  # a store of before holders
+    assert [m["message_id"] for m in await sub.fetch("c1", 10, 0)] == [ids[1]]
+    await sub.end_txn([ids[0]], TxnId(6, 1), commit=False)  # whoever ends it frees it
+    assert [m["message_id"] for m in await sub.fetch("c1", 10, 0)] == [ids[0]]

@@ -28,4 +28,4 @@ async def ack(request: HotRequest) -> bytes:
 async def held(stores: Stores, topic: str = Query(...), subscription: str = Query(...)) -> Held:
     """Ids held by open transactions (the broker asks on restart); 404 where nothing was ever acked."""
     store = await stores.require(topic, subscription)
-    return Held(message_ids=store.held())
+    return Held(message_ids=store.held(), holders=store.holders())
