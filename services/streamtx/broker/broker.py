@@ -149,10 +149,13 @@ class Broker:
             self._checker = StuckTxnChecker(
                 self.settings.coordinator_url, token=self.settings.outgoing_token(),
                 after_s=self.settings.stuck_txn_after_s, interval_s=self.settings.stuck_txn_interval_s)
-            self._tasks.append(asyncio.create_task(self._checker.run(self._partitions)))
+            self._tasks.append(asyncio.create_task(self._checker.run(self._partitions, self._subscriptions)))
 
     def _partitions(self) -> list[Partition]:
         return [p for t in self.topics.values() for p in t.partitions]
+
+    def _subscriptions(self) -> list[Subscription]:
+        return [s for t in self.topics.values() for s in t.subscriptions.values()]
 
     async def close(self) -> None:
         for t in self._tasks:

@@ -82,6 +82,9 @@ class Subscription:
         # answer lists an ending transaction's ids until it has written the end, so one can
         # arrive after the end: holding them then would hold them forever (never redelivered).
         self._ended: OrderedDict[TxnId, None] = OrderedDict()
+        # Holders learned from a ``held`` answer (loop time first seen): when this broker took
+        # the partition after the end was applied by its previous owner, no end comes here.
+        self._restored: dict[TxnId, float] = {}
         self._by_ledger = {p.partition.ledger.ledger_id: p for p in parts}
         self._rr = 0
         self.active: dict[int, str] = {}  # Failover: partition index → active consumer
@@ -507,9 +510,29 @@ class Subscription:
         # Broker replicas: the store lists the holds of every partition; only ours matter here.
         live = [(i, t) for i, t in held if self._owns_id(i) and (t is None or t not in self._ended)]
         units = self._resolve_all([i for i, _ in live])
+        now = asyncio.get_running_loop().time()
         for (part, unit), (_, txn) in zip(units, live, strict=True):
             if not part.is_gone(unit):
                 part.held.setdefault(unit, _unknown_txn if txn is None else txn)
+                if txn is not None:
+                    self._restored.setdefault(txn, now)
+
+    def restored_holders(self, older_than_s: float) -> list[TxnId]:
+        """Transactions a ``held`` answer named that still hold something here after
+        ``older_than_s``: their end may have reached the partition's previous owner only
+        (the stuck-transaction checker asks the coordinator about them)."""
+        now = asyncio.get_running_loop().time()
+        holding = {h for p in self.parts for h in p.held.values()}
+        for txn in [t for t in self._restored if t not in holding]:
+            del self._restored[txn]
+        return [t for t, since in self._restored.items() if now - since >= older_than_s]
+
+    async def release_aborted(self, txn: TxnId) -> None:
+        """The coordinator aborted ``txn``: what it holds here is deliverable again (as its
+        abort's end would make it; a late end is then a repeat)."""
+        ids = [unit_id(u) for p in self.parts for u, h in p.held.items() if h == txn]
+        await self.end_txn(ids, txn, commit=False)
+        self._restored.pop(txn, None)
 
     def owned_ids(self, ids: list[str]) -> list[str]:
         """Those of ``ids`` on partitions open here (a spread topic's fanned-out end)."""

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import AsyncIterator
 
 import pytest
@@ -12,7 +13,9 @@ from streamtx.broker.pendingack_client import PendingAckClient, held_pairs
 from streamtx.broker.settings import BrokerSettings
 from streamtx.broker.subscription import SubscriptionType
 from streamtx.broker.topic import Outgoing, Topic
+from streamtx.broker.txnchecker import StuckTxnChecker
 from streamtx.contracts.models import Held
+from streamtx.contracts.states import Action
 from streamtx.contracts.txnid import TxnId
 from streamtx.cursor.cursor import Cursor, cursor_ledger_name
 from streamtx.errors import ConflictError, MalformedError, StreamtxError
@@ -175,3 +178,38 @@ async def test_a_held_answer_without_holders_holds_for_an_unknown_txn(broker: Br
     assert [m["message_id"] for m in await sub.fetch("c1", 10, 0)] == [ids[1]]
     await sub.end_txn([ids[0]], TxnId(6, 1), commit=False)  # whoever ends it frees it
     assert [m["message_id"] for m in await sub.fetch("c1", 10, 0)] == [ids[0]]
+
+
+async def test_holds_of_a_transaction_aborted_on_the_previous_owner_are_released_by_the_checker(
+        broker: Broker) -> None:
+    """The abort was applied by the partition's previous owner; this broker learned the holds
+    from a ``held`` answer given before the store wrote the end, and no end comes here: the
+    stuck-transaction checker asks the coordinator and, aborted, releases them."""
+    sub = await broker.create_subscription(T, "moved", SubscriptionType.FAILOVER, "earliest")
+    ids = await send(broker.topic(T), "a", "b", "c")
+    aborted, committed, still_open = TxnId(7, 1), TxnId(7, 2), TxnId(7, 3)
+    sub.restore_held([(ids[0], aborted), (ids[1], committed), (ids[2], still_open)])
+    assert await sub.fetch("c1", 10, 0) == []
+    assert sorted(sub.restored_holders(0.0)) == [aborted, committed, still_open]
+    asked: list[TxnId] = []
+    two_rounds = asyncio.Event()  # the first one's release is applied by then
+
+    async def verdict(txn: TxnId) -> Action | None:
+        asked.append(txn)
+        if len(asked) >= 6:
+            two_rounds.set()
+        return {aborted: Action.ABORT, committed: Action.COMMIT}.get(txn)
+
+    checker = StuckTxnChecker("http://127.0.0.1:9", token=None, after_s=0.0, interval_s=0.01)
+    lookup, checker.verdict = checker.verdict, verdict  # type: ignore[assignment]  # its answers
+    task = asyncio.create_task(checker.run(list, lambda: [sub]))
+    try:
+        await asyncio.wait_for(two_rounds.wait(), 10)
+    finally:
+        task.cancel()
+        await asyncio.gather(task, return_exceptions=True)
+        await lookup.aclose()
+    # Only the aborted one's message is deliverable again; a commit is the store's end's to
+    # apply, an open transaction keeps its hold.
+    assert [m["message_id"] for m in await sub.fetch("c1", 10, 0)] == [ids[0]]
+    assert sorted(sub.restored_holders(0.0)) == [committed, still_open]
