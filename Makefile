@@ -26,10 +26,10 @@ $(STAMP): pyproject.toml
 	@touch $(STAMP)
 
 run: setup
-	$(PY) -m streamtx.suite --data-dir $(DATA)
+	$(PY) -m streamtx.launch.suite --data-dir $(DATA)
 
 run-geo: setup
-	$(PY) -m streamtx.geo --data-dir $(DATA)
+	$(PY) -m streamtx.launch.geo --data-dir $(DATA)
 
 # The services' hot-route API tests run a second time with the fast lane off, so the
 # routes FastAPI serves when STREAMTX_FAST_LANE=false are tested too (a hot route is

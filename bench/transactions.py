@@ -17,7 +17,7 @@
    send time carried in each message: the produce-to-visible latency.
 2. The recovery time of a partition whose transaction buffer holds 1,000,000
    aborted ids in segmented snapshots (built with the broker's own code, then
-   a fresh partition's recovery timed: ``streamtx.broker.tbrecovery``).
+   a fresh partition's recovery timed: ``bench/txnbuffer_recovery.py``).
 
 The LAST line is the summary:
 ``bench transactions: txn_vs_plain=<..> tb_recovery_s_1m_aborted=<..> e2e_p99_ms=<..>``.
@@ -318,7 +318,7 @@ async def load(url: str, args: argparse.Namespace) -> dict[str, list[RoundResult
 
 
 def recovery(aborted: int, segment_size: int) -> float:
-    from streamtx.broker.tbrecovery import measure
+    from bench.txnbuffer_recovery import measure
 
     with tempfile.TemporaryDirectory() as tmp:
         return asyncio.run(measure(f"file://{tmp}", aborted, segment_size))

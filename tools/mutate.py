@@ -55,7 +55,7 @@ EXTRA: dict[str, list[str]] = {
                                 "tests/integration/test_ledger_retried_append.py"],
     "ledger/memory.py": ["tests/integration/test_ledger_conformance.py"],
     "coordinator/state.py": ["tests/unit/coordinator/test_state.py"],
-    "broker/txnbuffer.py": ["tests/unit/broker/test_txnbuffer.py",
+    "broker/txnbuffer/buffer.py": ["tests/unit/broker/test_txnbuffer.py",
                             "tests/unit/broker/test_partition_model.py"],
 }
 

@@ -150,7 +150,7 @@ def build_parser() -> argparse.ArgumentParser:
 def main(argv: list[str] | None = None) -> None:
     argv = sys.argv[1:] if argv is None else argv
     if argv[:1] == ["suite"]:  # the suite parses its own options (--help included)
-        from streamtx.suite import main as suite_main
+        from streamtx.launch.suite import main as suite_main
 
         suite_main(argv[1:])
         return

@@ -18,7 +18,7 @@ import httpx
 import pytest
 
 from streamtx.client import StreamtxClient
-from streamtx.redirect import send_to_owner
+from streamtx.transport.redirect import send_to_owner
 from tests.conftest import kafka_url
 from tests.support.replicas import COORDINATOR_IDS, Replicas, lookup
 from tests.support.suite import eventually

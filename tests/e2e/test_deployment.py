@@ -33,7 +33,7 @@ from streamtx.demo.rest import full_name
 from streamtx.demo.stats import DemoResult
 from streamtx.demo.supervisor import Demo, Options
 from streamtx.demo.verify import load_workers
-from streamtx.redirect import send_to_owner
+from streamtx.transport.redirect import send_to_owner
 from tests.conftest import kafka_url
 from tests.support.replicas import COORDINATOR_IDS, Replicas
 from tests.support.services import ServiceProcess

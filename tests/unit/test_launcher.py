@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from streamtx.launcher import Children
+from streamtx.launch.children import Children
 
 SLEEP = [sys.executable, "-c", "import time; time.sleep(60)"]
 

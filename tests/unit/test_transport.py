@@ -13,8 +13,8 @@ import pytest
 from streamtx.contracts import Action, TxnId
 from streamtx.contracts.models import PartitionEnd
 from streamtx.errors import ConflictError, FencedError, NotOwnerError, NotServedError, UnavailableError
-from streamtx.redirect import OwnerCache
 from streamtx.transport import ONCE, HttpClient, RetryPolicy
+from streamtx.transport.redirect import OwnerCache
 
 FAST = RetryPolicy(attempts=3, backoff_s=0.001, max_backoff_s=0.002)
 
@@ -117,7 +117,7 @@ def test_the_sdk_imports_no_server_kit() -> None:
     assert out.stdout.strip() == "", f"the SDK pulls in: {out.stdout}"
 
 
-# --- owners of replicated logs (streamtx.redirect) ------------------------------------
+# --- owners of replicated logs (streamtx.transport.redirect) ------------------------------------
 
 
 def _owners_client(handle: Callable[[httpx.Request], httpx.Response]) -> tuple[HttpClient, OwnerCache]:

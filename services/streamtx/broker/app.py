@@ -7,15 +7,16 @@ from contextlib import asynccontextmanager
 
 from fastapi import FastAPI
 
-from streamtx.broker import replicas, spread
-from streamtx.broker.broker import Broker
 from streamtx.broker.pendingack_client import PendingAckClient
+from streamtx.broker.registry import Broker
+from streamtx.broker.replicas import leases as replicas
+from streamtx.broker.replicas import spread
+from streamtx.broker.replication import routes as replication
+from streamtx.broker.replication import subscription_routes as replicated_subs
 from streamtx.broker.routes import (
     admin,
     lookup,
     messages,
-    replicated_subs,
-    replication,
     subscriptions,
     topics,
     txn,

@@ -17,7 +17,7 @@ A replicated entry (written by the replication controller) names its source
 cluster, its position there and its publish time there (the header's publish
 time is when it was appended here); the replicator never sends such an entry on,
 so replication cannot loop. A replication marker's body, after the header, is
-one JSON object (:mod:`streamtx.broker.markers`); ``count`` is 0.
+one JSON object (:mod:`streamtx.broker.replication.markers`); ``count`` is 0.
 
 then, for a message batch, ``count`` messages, each::
 

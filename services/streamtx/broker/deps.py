@@ -11,7 +11,7 @@ from fastapi import Depends, Request
 from starlette.datastructures import State
 
 from streamtx import names
-from streamtx.broker.broker import Broker
+from streamtx.broker.registry import Broker
 from streamtx.broker.settings import BrokerSettings
 from streamtx.errors import UnavailableError
 

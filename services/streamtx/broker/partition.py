@@ -25,12 +25,13 @@ import time
 from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass
 
-from streamtx.broker import codec, metrics, tbsnapshot
+from streamtx.broker import codec, metrics
 from streamtx.broker.codec import EntryHeader, EntryKind, Message, ProducerInfo
 from streamtx.broker.notify import Notifier
 from streamtx.broker.producers import ProducerTable, Verdict, written
 from streamtx.broker.settings import BrokerSettings
-from streamtx.broker.txnbuffer import TxnBufferState
+from streamtx.broker.txnbuffer import snapshot as tbsnapshot
+from streamtx.broker.txnbuffer.buffer import TxnBufferState
 from streamtx.contracts.states import Action
 from streamtx.contracts.txnid import TxnId
 from streamtx.errors import ConflictError, FencedError, StreamtxError, TooLargeError, UnavailableError

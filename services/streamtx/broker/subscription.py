@@ -31,8 +31,8 @@ from typing import Any
 
 from streamtx.broker import codec, failover, metrics
 from streamtx.broker.dispatch import Handed, PartitionDispatch, Unit, render_json, unit_id
-from streamtx.broker.exclusive import ExclusiveClaims
 from streamtx.broker.notify import Notifier
+from streamtx.broker.replicas.exclusive import ExclusiveClaims
 from streamtx.broker.settings import BrokerSettings
 from streamtx.contracts.txnid import TxnId
 from streamtx.errors import ConflictError, MalformedError

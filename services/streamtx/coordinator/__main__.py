@@ -3,7 +3,7 @@ processes on its port, one by default)."""
 
 from __future__ import annotations
 
-from streamtx import workermetrics
+from streamtx.service import workermetrics
 
 workermetrics.prepare()  # before prometheus_client is imported: workers share their metrics
 

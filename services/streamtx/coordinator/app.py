@@ -11,7 +11,8 @@ from collections.abc import AsyncIterator
 from fastapi import FastAPI
 from starlette.middleware import Middleware
 
-from streamtx.coordinator import forwarding, replicas
+from streamtx.coordinator import forwarding
+from streamtx.coordinator import leases as replicas
 from streamtx.coordinator.forwarding import SiblingForwarder
 from streamtx.coordinator.participants_client import Participants
 from streamtx.coordinator.registry import Coordinators

@@ -32,8 +32,8 @@ from prometheus_client import REGISTRY, CollectorRegistry, Counter, Gauge, Histo
 from prometheus_client.core import GaugeMetricFamily
 from prometheus_client.registry import Collector
 
-from streamtx import workermetrics
-from streamtx.workermetrics import track, untrack
+from streamtx.service import workermetrics
+from streamtx.service.workermetrics import track, untrack
 
 # Pulsar's execution-latency buckets, in seconds (10 ms .. 5 min and beyond).
 latency_buckets = (0.01, 0.02, 0.05, 0.1, 0.5, 1.0, 5.0, 15.0, 30.0, 60.0, 300.0, 1500.0, 3000.0)
@@ -61,7 +61,7 @@ class _PulsarCounts(Collector):
 
     def collect(self) -> list[GaugeMetricFamily]:  # type: ignore[override]
         out = []
-        # Workers on one port: the counts of all of them (streamtx.workermetrics), not this one's.
+        # Workers on one port: the counts of all of them (streamtx.service.workermetrics), not this one's.
         merged = workermetrics.merged_families() if workermetrics.enabled() else None
         for name, counter in self._counters.items():
             family = GaugeMetricFamily(f"pulsar_txn_{name}_count", f"Transactions {name} (Pulsar's name)",

@@ -12,9 +12,9 @@ from fastapi import FastAPI
 from streamtx.ledger import open_ledger_factory
 from streamtx.peers import CoordinatorLookup
 from streamtx.pendingack.broker_client import BrokerClient
+from streamtx.pendingack.leases import Slots
 from streamtx.pendingack.metrics import PendingAckMetrics
 from streamtx.pendingack.registry import PendingAckStores
-from streamtx.pendingack.replicas import Slots
 from streamtx.pendingack.routes import acks, admin, lookup, txn
 from streamtx.pendingack.settings import PendingAckSettings
 from streamtx.pendingack.txnchecker import StuckTxnChecker

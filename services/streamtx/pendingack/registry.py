@@ -13,7 +13,7 @@ since. At most ``pending_ack_max_open_stores`` stay open: past that, the least
 recently used stores that hold no transaction and serve no request are closed
 (reopening replays their log).
 
-With replicas (``pendingack/replicas.py``) a process serves only the
+With replicas (``pendingack/leases.py``) a process serves only the
 subscriptions of the slots it leases: ``gate`` refuses the others (307 to their
 owner) before anything is opened, and ``before_open`` lists a subscription in
 its slot's index before its log is first opened.

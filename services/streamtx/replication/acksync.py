@@ -4,7 +4,7 @@ PIP-33 moves a subscription in the other clusters only through update markers:
 the mark-delete position, as of the newest snapshot it passed. A consumer that
 acknowledged out of order (a few messages left behind, the mark-delete stuck)
 or simply past the last snapshot gets all of that again after a failover. Here
-the rest travels too, as ``acks`` markers (:mod:`streamtx.broker.markers`):
+the rest travels too, as ``acks`` markers (:mod:`streamtx.broker.replication.markers`):
 
 * **Naming.** A replicated message is known in every cluster by its origin: the
   cluster it was produced in and its position there (replicated entries carry
@@ -89,7 +89,7 @@ class AckSync:
         self.tokens: dict[str, str] = {}  # the broker's token of the last export
         self.markers = 0  # acks markers written
         self.applied = 0  # acks applied here from other clusters' markers
-        self._last = 0.0
+        self._last: float | None = None  # None: the first sync runs (monotonic may be small after boot)
         self._applied: set[str] = set()  # subscriptions acks were applied to since the last sync
 
     def updated(self, subscription: str, local: Position) -> None:
@@ -112,7 +112,7 @@ class AckSync:
         apply again the markers that named messages still on their way (``arrived``: some came)."""
         self._arrived = self._arrived or arrived
         now = time.monotonic()
-        if now - self._last < self.period_s:
+        if self._last is not None and now - self._last < self.period_s:
             return
         self._last = now
         for name in [n for n in self.known if n not in subscriptions and n not in self._applied]:

@@ -5,8 +5,8 @@ consumer that acknowledged everything up to the local one has also seen
 everything up to each remote one. Taking it (seed 004): write a request marker;
 each other cluster answers with a response marker that carries the request's
 position there (its broker writes it as the request lands:
-:func:`streamtx.broker.markers.response`); with more than two clusters a second round of requests and
-responses follows, so that messages exchanged between the remotes meanwhile
+:func:`streamtx.broker.replication.markers.response`); with more than two clusters a second
+round of requests and responses follows, so that messages exchanged between the remotes meanwhile
 are covered. The snapshot uses the remote positions of round 1 and, as local
 position, that of the last response of the last round. Only complete snapshots
 are used; one that misses an answer within the timeout is dropped.

@@ -25,7 +25,7 @@ and then:
   answering a timeout ago, get one request per timeout period, not one per period.
 
 Other clusters' snapshot requests are answered by the broker as they land
-(:mod:`streamtx.broker.markers`), not here: that took a scan and a call more.
+(:mod:`streamtx.broker.replication.markers`), not here: that took a scan and a call more.
 
 When the loop starts it scans from ``rescan_entries`` before the partition's end:
 snapshots not yet used refill the caches, and old updates move nothing (a

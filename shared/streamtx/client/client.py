@@ -14,7 +14,7 @@ from streamtx.client.names import full_name, path_of
 from streamtx.client.producer import Producer
 from streamtx.client.transaction import Transaction, TransactionScope
 from streamtx.errors import NotFoundError, UnavailableError
-from streamtx.redirect import OwnerCache
+from streamtx.transport.redirect import OwnerCache
 
 
 class StreamtxClient:
@@ -43,7 +43,7 @@ class StreamtxClient:
         self.cluster: str | None = None
         self.services: dict[str, str] = {}
         # Broker replicas own topics: where each topic path was redirected, so the next call
-        # goes straight to its owner (streamtx.redirect).
+        # goes straight to its owner (streamtx.transport.redirect).
         self._broker_owners = OwnerCache()
 
     async def __aenter__(self) -> StreamtxClient:

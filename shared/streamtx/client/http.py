@@ -13,8 +13,8 @@ from typing import Any
 import httpx
 
 from streamtx.errors import AuthError
-from streamtx.redirect import OwnerCache
 from streamtx.transport import ONCE, HttpClient, RetryPolicy
+from streamtx.transport.redirect import OwnerCache
 
 __all__ = ["SDK_RETRY", "AuthError", "Endpoint"]
 

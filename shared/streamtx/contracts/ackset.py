@@ -7,7 +7,7 @@ cluster's name and position). An :class:`AckSet` says which messages a
 subscription acknowledged, by origin, so that every other cluster finds them
 among its own entries whatever their local positions.
 
-The broker builds and applies them (:mod:`streamtx.broker.markers`); the
+The broker builds and applies them (:mod:`streamtx.broker.replication.markers`); the
 replication controller only compares them, to write a marker only when it says
 something new. Wire form (the ``origins`` of an ``acks`` marker)::
 

@@ -22,8 +22,8 @@ import httpx
 
 from streamtx.client.http import MOVING_WAIT_S
 from streamtx.contracts import TxnId
-from streamtx.redirect import OwnerCache
 from streamtx.transport import ONCE, HttpClient, RetryPolicy
+from streamtx.transport.redirect import OwnerCache
 from streamtx.wire import batch as wire
 
 tenant, namespace = "public", "demo"

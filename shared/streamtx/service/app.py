@@ -15,7 +15,7 @@ from prometheus_client.exposition import CONTENT_TYPE_LATEST
 from prometheus_fastapi_instrumentator import Instrumentator
 from prometheus_fastapi_instrumentator import metrics as http_metrics
 
-from streamtx import workermetrics
+from streamtx.service import workermetrics
 from streamtx.service.auth import authorizer
 from streamtx.service.bodylimit import BodyLimit
 from streamtx.service.errors import error_response, install_error_handlers
@@ -23,7 +23,7 @@ from streamtx.service.fastlane import FastLane, HotRoutes, LaneTable, observer
 from streamtx.service.longpoll import LongPolls
 from streamtx.service.settings import ServiceSettings
 from streamtx.service.shutdown import bounded_exit
-from streamtx.workermetrics import track
+from streamtx.service.workermetrics import track
 
 
 class ServiceState:

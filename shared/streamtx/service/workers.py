@@ -23,7 +23,7 @@ app and serves it here. ``N > 1``: this process becomes a supervisor that
   member.
 
 ``/metrics`` answers for every worker of the port, whichever answers the scrape
-(:mod:`streamtx.workermetrics`; the service's ``__main__`` prepares it).
+(:mod:`streamtx.service.workermetrics`; the service's ``__main__`` prepares it).
 
 A worker dies with its supervisor (``PR_SET_PDEATHSIG``): a supervisor killed
 with SIGKILL leaves no orphan holding the port.
@@ -49,7 +49,7 @@ from typing import Any, TypeVar
 
 from fastapi import FastAPI
 
-from streamtx import workermetrics
+from streamtx.service import workermetrics
 from streamtx.service.run import GRACEFUL_S, LOG_FORMAT, serve
 from streamtx.service.settings import ServiceSettings
 

@@ -21,7 +21,7 @@ import orjson
 from pydantic import BaseModel
 
 from streamtx.errors import NotOwnerError, StreamtxError, UnavailableError, from_reply
-from streamtx.redirect import OwnerCache, OwnerGone, max_hops, send_to_owner
+from streamtx.transport.redirect import OwnerCache, OwnerGone, max_hops, send_to_owner
 from streamtx.transport.retry import OnRetry, RetryPolicy
 
 _json_headers = {"content-type": "application/json"}
@@ -46,7 +46,7 @@ def reply_error(response: httpx.Response) -> StreamtxError:
 
 
 def _moving(response: httpx.Response) -> bool:
-    """A 503 ``not_owner``, or a 307 still there after :data:`~streamtx.redirect.max_hops`
+    """A 503 ``not_owner``, or a 307 still there after :data:`~streamtx.transport.redirect.max_hops`
     (replicas whose owner maps disagree send it round while the log moves): nothing was served."""
     if response.status_code == 307:
         return True

@@ -27,7 +27,7 @@ including the old base) and after (the new base).
 Transaction-buffer snapshot ledgers (``tbsnapshot/<partition>``) go the same
 way: no cursor, the records kept are the newest complete snapshot as the
 broker's recovery picks it; the broker reads base then ledger, and adopts in
-:class:`streamtx.broker.tbsnapshot.Adoption` (module docstring there).
+:class:`streamtx.broker.txnbuffer.snapshot.Adoption` (module docstring there).
 
 Run: ``spark-submit spark-jobs/compact.py --ledgers file:///data``,
 ``streamtx jobs compact ...`` or ``make spark-compact``.

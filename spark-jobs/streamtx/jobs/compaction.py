@@ -18,7 +18,7 @@ stands on is kept, with its original place in the log:
   the state remembers (so a late ack found after the cut is still refused);
 * transaction-buffer snapshot ledger (no cursor, no batches): the newest
   complete snapshot as the broker's recovery picks it
-  (:func:`streamtx.broker.tbsnapshot.pick`): its index and the segments it
+  (:func:`streamtx.broker.txnbuffer.snapshot.pick`): its index and the segments it
   names, plus the segments written after it (an index past the cut may name
   them); everything when no snapshot below the cut is complete.
 """
@@ -31,8 +31,8 @@ from dataclasses import dataclass
 from streamtx.batching.codec import decode_entry
 from streamtx.batching.compacted import BaseRecord
 from streamtx.batching.replay import Deletions, replay_entries, replay_records
-from streamtx.broker import snapshot_codec as sc
-from streamtx.broker import tbsnapshot
+from streamtx.broker.txnbuffer import snapshot as tbsnapshot
+from streamtx.broker.txnbuffer import snapshot_codec as sc
 from streamtx.contracts.txnid import TxnId
 from streamtx.coordinator import records as tc
 from streamtx.coordinator.table import TxnTable

@@ -8,9 +8,9 @@ from pathlib import Path
 
 import pytest
 
-from streamtx.broker.broker import Broker
 from streamtx.broker.codec import Message
 from streamtx.broker.pendingack_client import PendingAckClient
+from streamtx.broker.registry import Broker
 from streamtx.broker.settings import BrokerSettings
 from streamtx.broker.topic import Outgoing
 from streamtx.contracts.states import Action

@@ -7,7 +7,7 @@ from collections.abc import AsyncIterator
 
 import pytest
 
-from streamtx.broker.exclusive import ExclusiveClaims
+from streamtx.broker.replicas.exclusive import ExclusiveClaims
 from streamtx.errors import ConflictError, UnavailableError
 from tests.support.suite import eventually
 

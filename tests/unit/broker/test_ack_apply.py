@@ -3,11 +3,11 @@ which markers go along, and what a retry reads."""
 
 from __future__ import annotations
 
-from streamtx.broker import markers
 from streamtx.broker.codec import Message
 from streamtx.broker.dispatch import PartitionDispatch
 from streamtx.broker.notify import Notifier
 from streamtx.broker.partition import Partition
+from streamtx.broker.replication import markers
 from streamtx.broker.settings import BrokerSettings
 from streamtx.contracts.ackset import AckSet
 from streamtx.cursor import Cursor

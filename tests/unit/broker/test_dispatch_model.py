@@ -9,9 +9,9 @@ import base64
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from streamtx.broker.broker import Broker
 from streamtx.broker.codec import Message
 from streamtx.broker.pendingack_client import PendingAckClient
+from streamtx.broker.registry import Broker
 from streamtx.broker.settings import BrokerSettings
 from streamtx.broker.subscription import SubscriptionType
 from streamtx.broker.topic import Outgoing

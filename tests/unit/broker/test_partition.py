@@ -2,12 +2,12 @@
 
 from __future__ import annotations
 
-from streamtx.broker import snapshot_codec as sc
-from streamtx.broker import tbsnapshot
 from streamtx.broker.codec import Message, ProducerInfo, parse_message_id
 from streamtx.broker.notify import Notifier
 from streamtx.broker.partition import Partition, snapshot_ledger_name
 from streamtx.broker.settings import BrokerSettings
+from streamtx.broker.txnbuffer import snapshot as tbsnapshot
+from streamtx.broker.txnbuffer import snapshot_codec as sc
 from streamtx.contracts.states import Action
 from streamtx.ledger import LedgerFactory, Position, open_ledger_factory
 
@@ -188,7 +188,7 @@ async def test_a_commit_racing_the_first_append_waits_for_it_and_releases_it() -
 
 
 async def test_tbrecovery_measure() -> None:
-    from streamtx.broker.tbrecovery import measure
+    from bench.txnbuffer_recovery import measure
 
     assert await measure("memory://", 5_000, segment_size=300) < 5
 

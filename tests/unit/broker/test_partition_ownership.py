@@ -6,10 +6,10 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from streamtx.broker.broker import partition_item, split_item, split_partition
 from streamtx.broker.codec import Message
-from streamtx.broker.fanout import merge
 from streamtx.broker.notify import Notifier
+from streamtx.broker.registry import partition_item, split_item, split_partition
+from streamtx.broker.replicas.fanout import merge
 from streamtx.broker.topic import Outgoing, Topic
 from streamtx.errors import MalformedError, NotFoundError, NotOwnerError
 from streamtx.ownership import assign
@@ -108,8 +108,8 @@ def test_a_spread_topics_stats_merge_its_partitions_answers_as_one_broker_would(
 
 
 def test_fanned_out_fetch_answers_and_acks_are_put_together_by_partition() -> None:
-    from streamtx.broker.broker import SpreadPlan
-    from streamtx.broker.spread import _count, _merge, by_owner
+    from streamtx.broker.replicas.plan import SpreadPlan
+    from streamtx.broker.replicas.spread import _count, _merge, by_owner
     from streamtx.wire import batch as wire
 
     def answer(partition: int, entry: int) -> bytes:
@@ -128,7 +128,7 @@ def test_fanned_out_fetch_answers_and_acks_are_put_together_by_partition() -> No
 
 
 def test_a_call_on_every_partition_answers_only_when_every_partition_did() -> None:
-    from streamtx.broker.spread import every_partition
+    from streamtx.broker.replicas.spread import every_partition
     from streamtx.errors import LedgerUnavailableError
 
     assert every_partition("trim", [0, 1], [{"p": 0}, {"p": 1}]) == [{"p": 0}, {"p": 1}]

@@ -7,9 +7,9 @@ from collections.abc import Awaitable, Callable
 
 import pytest
 
-from streamtx.broker import tbsnapshot
 from streamtx.broker.codec import Message
 from streamtx.broker.partition import Partition, partition_ledger_name
+from streamtx.broker.txnbuffer import snapshot as tbsnapshot
 from streamtx.contracts.states import Action
 from streamtx.errors import ConflictError, StreamtxError, UnavailableError
 from streamtx.ledger import open_ledger_factory

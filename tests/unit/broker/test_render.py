@@ -5,11 +5,11 @@ from __future__ import annotations
 import base64
 from typing import Any
 
-from streamtx.broker.broker import Broker
 from streamtx.broker.codec import Message
 from streamtx.broker.dispatch import render_batch, render_json
 from streamtx.broker.partition import RawBatch
 from streamtx.broker.pendingack_client import PendingAckClient
+from streamtx.broker.registry import Broker
 from streamtx.broker.settings import BrokerSettings
 from streamtx.broker.subscription import SubscriptionType
 from streamtx.broker.topic import Outgoing

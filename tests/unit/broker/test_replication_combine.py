@@ -1,12 +1,12 @@
 """A topic's ``replication`` stats section put together from its partitions' (broker replicas
-each answer for the partitions they own; :func:`streamtx.broker.replication.combine`)."""
+each answer for the partitions they own; :func:`streamtx.broker.replication.state.combine`)."""
 
 from __future__ import annotations
 
 from typing import Any
 
-from streamtx.broker.fanout import merge
-from streamtx.broker.replication import combine
+from streamtx.broker.replicas.fanout import merge
+from streamtx.broker.replication.state import combine
 
 TOPIC = "persistent://t/n/x"
 

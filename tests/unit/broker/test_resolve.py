@@ -6,8 +6,9 @@ from collections.abc import AsyncIterator
 
 import pytest
 
-from streamtx.broker.broker import Broker, Local, SpreadPlan, partition_item
 from streamtx.broker.pendingack_client import PendingAckClient
+from streamtx.broker.registry import Broker, Local, partition_item
+from streamtx.broker.replicas.plan import SpreadPlan
 from streamtx.broker.settings import BrokerSettings
 from streamtx.errors import NotFoundError, NotOwnerError
 from streamtx.ledger import open_ledger_factory

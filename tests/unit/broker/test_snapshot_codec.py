@@ -6,7 +6,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from streamtx.broker import snapshot_codec as sc
+from streamtx.broker.txnbuffer import snapshot_codec as sc
 from streamtx.errors import CorruptEntryError
 from streamtx.ledger import Position
 

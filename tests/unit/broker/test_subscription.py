@@ -7,9 +7,9 @@ from collections.abc import AsyncIterator
 
 import pytest
 
-from streamtx.broker.broker import Broker
 from streamtx.broker.codec import Message
 from streamtx.broker.pendingack_client import PendingAckClient, held_pairs
+from streamtx.broker.registry import Broker
 from streamtx.broker.settings import BrokerSettings
 from streamtx.broker.subscription import SubscriptionType
 from streamtx.broker.topic import Outgoing, Topic

@@ -5,7 +5,7 @@ from __future__ import annotations
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from streamtx.broker.txnbuffer import TxnBufferState
+from streamtx.broker.txnbuffer.buffer import TxnBufferState
 from streamtx.contracts.states import Action
 from streamtx.ledger import Position
 

@@ -17,9 +17,10 @@ from hypothesis import strategies as st
 
 from streamtx.batching.codec import encode_batch
 from streamtx.batching.replay import StateDeletions, replay_entries, replay_records
-from streamtx.broker import snapshot_codec, tbsnapshot
 from streamtx.broker.producers import ProducerTable
-from streamtx.broker.txnbuffer import TxnBufferState
+from streamtx.broker.txnbuffer import snapshot as tbsnapshot
+from streamtx.broker.txnbuffer import snapshot_codec
+from streamtx.broker.txnbuffer.buffer import TxnBufferState
 from streamtx.contracts.txnid import TxnId
 from streamtx.coordinator import records as tc
 from streamtx.coordinator.state import EndReason, TxnState

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from streamtx.broker.markers import response
+from streamtx.broker.replication.markers import response
 from streamtx.ledger import Position
 from streamtx.replication.snapshots import PendingSnapshot, Snapshot, SnapshotCache
 

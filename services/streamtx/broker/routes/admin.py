@@ -8,9 +8,9 @@ from typing import Any
 import orjson
 from fastapi import APIRouter, Query, Request
 
-from streamtx.broker import spread
-from streamtx.broker.broker import SpreadPlan
 from streamtx.broker.deps import BrokerDep, topic_name
+from streamtx.broker.replicas import spread
+from streamtx.broker.replicas.plan import SpreadPlan
 from streamtx.errors import NotFoundError
 
 router = APIRouter(prefix="/admin/v3/transactions", tags=["admin"])

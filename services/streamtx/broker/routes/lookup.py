@@ -3,7 +3,7 @@
 Answers which broker serves a topic, in Pulsar's ``LookupData`` shape. As in
 Pulsar, a partitioned topic is looked up per partition (``x-partition-3``), and
 each partition has its own owner (the lease is the partition's,
-:mod:`streamtx.broker.replicas`); the base name answers partition 0's owner.
+:mod:`streamtx.broker.replicas.leases`); the base name answers partition 0's owner.
 Brokers speak HTTP only, so ``brokerUrl`` is the HTTP URL as well and the TLS
 fields are empty. While the partition moves between replicas: 503
 ``not_owner`` with ``owner: null`` (retry).
@@ -14,8 +14,8 @@ from __future__ import annotations
 from fastapi import APIRouter, Request
 from pydantic import BaseModel
 
-from streamtx.broker.broker import partition_item, split_partition
 from streamtx.broker.deps import BrokerDep, topic_name
+from streamtx.broker.registry import partition_item, split_partition
 from streamtx.errors import NotFoundError, NotOwnerError
 from streamtx.ownership import Ownership
 

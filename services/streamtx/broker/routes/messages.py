@@ -15,10 +15,11 @@ import orjson
 from fastapi import APIRouter
 from pydantic import AfterValidator, BaseModel, ConfigDict, Field, ValidationError
 
-from streamtx.broker import codec, spread
-from streamtx.broker.broker import SpreadPlan
+from streamtx.broker import codec
 from streamtx.broker.deps import broker_of, topic_name
 from streamtx.broker.partition import RawBatch
+from streamtx.broker.replicas import spread
+from streamtx.broker.replicas.plan import SpreadPlan
 from streamtx.broker.settings import BrokerSettings
 from streamtx.broker.topic import Outgoing
 from streamtx.contracts.txnid import TxnId, TxnIdField

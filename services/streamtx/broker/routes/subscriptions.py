@@ -10,11 +10,12 @@ import orjson
 from fastapi import APIRouter, Request
 from pydantic import BaseModel, Field
 
-from streamtx.broker import spread
-from streamtx.broker.broker import Broker, SpreadPlan, split_partition
 from streamtx.broker.deps import BrokerDep, broker_of, topic_name
 from streamtx.broker.dispatch import Handed, render_batch, render_json
-from streamtx.broker.fanout import merge_subscription
+from streamtx.broker.registry import Broker, split_partition
+from streamtx.broker.replicas import spread
+from streamtx.broker.replicas.fanout import merge_subscription
+from streamtx.broker.replicas.plan import SpreadPlan
 from streamtx.broker.settings import BrokerSettings
 from streamtx.broker.subscription import Subscription, SubscriptionType
 from streamtx.broker.topic import Topic

@@ -9,10 +9,11 @@ import orjson
 from fastapi import APIRouter, Request
 from pydantic import BaseModel, Field
 
-from streamtx.broker import fanout, spread
-from streamtx.broker.broker import Broker, Local, SpreadPlan, partition_item
 from streamtx.broker.codec import parse_message_id
 from streamtx.broker.deps import BrokerDep, topic_name
+from streamtx.broker.registry import Broker, Local, partition_item
+from streamtx.broker.replicas import fanout, spread
+from streamtx.broker.replicas.plan import SpreadPlan
 from streamtx.broker.topic import Topic
 from streamtx.errors import MalformedError, NotFoundError
 from streamtx.ledger import Position
@@ -52,7 +53,7 @@ async def get_partitions(tenant: str, namespace: str, topic: str, broker: Broker
 async def topic_stats(tenant: str, namespace: str, topic: str, broker: BrokerDep) -> dict[str, object]:
     """The topic's stats; of one partition asked by its name (``x-partition-N``). A topic whose
     partitions are spread over broker replicas: every owner is asked for its partitions
-    (:mod:`streamtx.broker.fanout`)."""
+    (:mod:`streamtx.broker.replicas.fanout`)."""
     name = topic_name(tenant, namespace, topic)
     at = broker.resolve(name)
     if isinstance(at, SpreadPlan):

@@ -5,9 +5,9 @@ from __future__ import annotations
 import orjson
 from fastapi import APIRouter
 
-from streamtx.broker import spread
-from streamtx.broker.broker import SpreadPlan
 from streamtx.broker.deps import broker_of
+from streamtx.broker.replicas import spread
+from streamtx.broker.replicas.plan import SpreadPlan
 from streamtx.broker.subscription import Subscription
 from streamtx.contracts.models import PartitionEnd, PartitionEnded, SubscriptionAcksEnd
 from streamtx.contracts.states import Action

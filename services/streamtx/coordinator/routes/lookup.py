@@ -11,7 +11,7 @@ from fastapi import APIRouter, Path, Request
 from pydantic import BaseModel
 
 from streamtx.contracts.txnid import max_coordinator_id
-from streamtx.coordinator import replicas
+from streamtx.coordinator import leases as replicas
 from streamtx.coordinator.deps import CoordinatorsDep
 from streamtx.errors import NotFoundError
 

@@ -5,8 +5,8 @@ from __future__ import annotations
 from fastapi import APIRouter, Request
 from pydantic import BaseModel
 
+from streamtx.pendingack.leases import Slots
 from streamtx.pendingack.registry import check_names
-from streamtx.pendingack.replicas import Slots
 from streamtx.pendingack.settings import PendingAckSettings
 
 router = APIRouter(prefix="/lookup/v2", tags=["lookup"])

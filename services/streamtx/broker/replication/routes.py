@@ -13,7 +13,7 @@ Every call but ``/topics`` names one partition (``topic`` + ``partition``) and i
 served by that partition's owner, as a request to ``x-partition-N`` is: broker
 replicas split a topic's partitions, and a replica that does not own it answers
 307 to the one that does. The replicator cursor is state of the partition, so it
-opens wherever the partition is open now (:class:`~streamtx.broker.replication.PartitionLink`).
+opens wherever the partition is open now (:class:`~streamtx.broker.replication.state.PartitionLink`).
 
 Admin: Pulsar's clusters and replication paths answer on the broker, as in
 Pulsar; the replication controller does the work, so they are forwarded to it
@@ -30,10 +30,10 @@ import orjson
 from fastapi import APIRouter, Request, Response
 from pydantic import BaseModel, Field
 
-from streamtx.broker import replication as repl
-from streamtx.broker.broker import Broker, partition_item
 from streamtx.broker.deps import BrokerDep
 from streamtx.broker.partition import Partition
+from streamtx.broker.registry import Broker, partition_item
+from streamtx.broker.replication import state as repl
 from streamtx.broker.topic import Topic
 from streamtx.errors import MalformedError, NotFoundError, UnavailableError
 from streamtx.ledger import Position

@@ -1,6 +1,6 @@
 """`make run-geo`: three connected clusters ``a``, ``b``, ``c`` on this machine, on embedded defaults.
 
-Each cluster is one ``python -m streamtx.suite --cluster X --base-port P
+Each cluster is one ``python -m streamtx.launch.suite --cluster X --base-port P
 --data-dir DIR/X``; once all answer, each registers the other two as peers
 (``PUT /admin/v2/clusters/{name}``), so a namespace or topic given a
 replication list (``POST .../replication``) in a cluster replicates from there.
@@ -16,7 +16,7 @@ from pathlib import Path
 
 import httpx
 
-from streamtx.launcher import Children
+from streamtx.launch.children import Children
 from streamtx.service.readiness import wait_ready
 
 #: name -> base port (coordinator; broker +1, pending-ack +2, replication +3).
@@ -48,7 +48,7 @@ def main(argv: list[str] | None = None) -> None:
     children.on_signals()
     procs = []
     for name, port in CLUSTERS.items():
-        cmd = [sys.executable, "-m", "streamtx.suite", "--cluster", name, "--base-port", str(port),
+        cmd = [sys.executable, "-m", "streamtx.launch.suite", "--cluster", name, "--base-port", str(port),
                "--data-dir", str(Path(args.data_dir) / name), "--host", args.host]
         procs.append(children.start(f"cluster {name}", cmd, {**os.environ}))
     try:

@@ -26,14 +26,15 @@ from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from typing import Any
 
-from streamtx.broker import replication_metrics
 from streamtx.broker.catalog import Catalog, TopicRecord
 from streamtx.broker.dispatch import PartitionDispatch
-from streamtx.broker.exclusive import ExclusiveClaims
 from streamtx.broker.notify import Notifier
 from streamtx.broker.partition import Partition, partition_ledger_name
 from streamtx.broker.pendingack_client import PendingAckClient
-from streamtx.broker.replication import Replication
+from streamtx.broker.replicas.exclusive import ExclusiveClaims
+from streamtx.broker.replicas.plan import SpreadPlan
+from streamtx.broker.replication import metrics as replication_metrics
+from streamtx.broker.replication.state import Replication
 from streamtx.broker.settings import BrokerSettings
 from streamtx.broker.subscription import Subscription, SubscriptionType
 from streamtx.broker.topic import Topic
@@ -68,27 +69,6 @@ def split_partition(name: str) -> tuple[str, int | None]:
 def partition_item(topic: str, index: int) -> str:
     """The lease item (and the name) of partition ``index`` of ``topic``."""
     return f"{topic}-partition-{index}"
-
-
-@dataclass(slots=True)
-class SpreadPlan:
-    """A spread topic as one request sees it: the partitions open here, those of each owner."""
-
-    name: str
-    count: int
-    topic: Topic | None  # this replica's part of it, if any
-    local: list[int]
-    remote: dict[str, list[int]]  # owner URL -> its partitions
-    router: Topic  # routes produced messages over all ``count`` partitions
-    ledgers: dict[int, int]  # partition ledger id -> partition index
-
-    def partition_of(self, message_id: str) -> int | None:
-        head = message_id.split(":", 1)[0]
-        return self.ledgers.get(int(head)) if head.isdigit() else None
-
-    def owner_of(self, index: int) -> str | None:
-        """The URL of a remote partition's owner; None for one open here."""
-        return next((u for u, idx in self.remote.items() if index in idx), None)
 
 
 @dataclass(frozen=True, slots=True)

@@ -1,4 +1,4 @@
-"""Measure transaction-buffer recovery: ``python -m streamtx.broker.tbrecovery --aborted 1000000``.
+"""Measure transaction-buffer recovery: ``python bench/txnbuffer_recovery.py --aborted 1000000``.
 
 Builds a partition whose buffer holds N aborted ids (each with its own abort
 marker position, in marker order), writes its segmented snapshot with the

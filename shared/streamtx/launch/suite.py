@@ -3,7 +3,7 @@
 Every service runs as its own process (as in production), with file ledgers
 under one data directory. URLs are printed; Ctrl-C stops everything cleanly.
 A second installation on the same machine is another cluster:
-``python -m streamtx.suite --cluster b --base-port 18100 --data-dir data/b``
+``python -m streamtx.launch.suite --cluster b --base-port 18100 --data-dir data/b``
 (ports from the base up: coordinator, broker, pending-ack store, replication).
 """
 
@@ -15,7 +15,7 @@ import os
 import sys
 from pathlib import Path
 
-from streamtx.launcher import Children
+from streamtx.launch.children import Children
 from streamtx.service.readiness import wait_ready
 
 # Port offsets from --base-port. Start order matters: participants before the

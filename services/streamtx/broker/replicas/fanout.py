@@ -7,7 +7,7 @@ partitions open here answer from memory, every other one is asked of its owner
 under its own name (``x-partition-N``, which answers that partition alone), and
 the answers are merged (:func:`merge`, pure) as if one broker held them all.
 Each partition's ``replication`` rows (its replicator cursors live with it)
-combine as one broker's do (:func:`streamtx.broker.replication.combine`). A partition that has no
+combine as one broker's do (:func:`streamtx.broker.replication.state.combine`). A partition that has no
 owner right now (moving) makes the whole call 503, as for any request.
 """
 
@@ -20,10 +20,10 @@ from typing import Any
 import httpx
 import orjson
 
-from streamtx.broker import replication
+from streamtx.broker.replication import state as replication
 from streamtx.errors import NotOwnerError, UnavailableError
-from streamtx.redirect import send_to_owner
 from streamtx.transport.http import reply_error
+from streamtx.transport.redirect import send_to_owner
 
 __all__ = ["fetch_partition_stats", "merge", "merge_subscription"]
 

@@ -41,8 +41,8 @@ from typing import Any, TypeVar
 import httpx
 import orjson
 
-from streamtx.broker.broker import SpreadPlan
 from streamtx.broker.codec import Message, ProducerInfo
+from streamtx.broker.replicas.plan import SpreadPlan
 from streamtx.broker.topic import Outgoing
 from streamtx.contracts.txnid import TxnId
 from streamtx.errors import MalformedError, NotOwnerError, StreamtxError, UnavailableError

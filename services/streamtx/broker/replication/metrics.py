@@ -13,7 +13,7 @@ from prometheus_client import REGISTRY
 from prometheus_client.core import GaugeMetricFamily
 from prometheus_client.registry import Collector
 
-from streamtx.broker.replication import Replication
+from streamtx.broker.replication.state import Replication
 
 _labels = ["cluster", "namespace", "topic", "remote_cluster"]
 _live: weakref.WeakSet[Replication] = weakref.WeakSet()

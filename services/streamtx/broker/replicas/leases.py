@@ -19,7 +19,7 @@ from __future__ import annotations
 import asyncio
 import logging
 
-from streamtx.broker.broker import Broker
+from streamtx.broker.registry import Broker
 from streamtx.broker.settings import BrokerSettings
 from streamtx.ownership import Lease, Ownership
 from streamtx.ownership.replica import replica_ownership

@@ -17,10 +17,10 @@ from typing import Annotated, Any
 from fastapi import APIRouter, Body
 from pydantic import BaseModel, Field
 
-from streamtx.broker import markers
-from streamtx.broker.broker import Broker, split_partition
 from streamtx.broker.deps import BrokerDep, topic_name
-from streamtx.broker.routes.replication import owned_partition
+from streamtx.broker.registry import Broker, split_partition
+from streamtx.broker.replication import markers
+from streamtx.broker.replication.routes import owned_partition
 from streamtx.broker.subscription import Subscription, SubscriptionType
 from streamtx.broker.topic import Topic
 from streamtx.contracts.ackset import AckSet

@@ -1,5 +1,5 @@
-"""The local launchers' child processes (`make run`: :mod:`streamtx.suite`, `make run-geo`:
-:mod:`streamtx.geo`): started, watched and stopped together.
+"""The local launchers' child processes (`make run`: :mod:`streamtx.launch.suite`, `make run-geo`:
+:mod:`streamtx.launch.geo`): started, watched and stopped together.
 
 Ctrl-C or SIGTERM stops every child (SIGTERM, latest first, then SIGKILL after
 a grace period) and exits 0; so does any child exiting on its own, after saying

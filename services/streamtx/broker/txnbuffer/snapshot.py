@@ -32,9 +32,9 @@ from dataclasses import dataclass
 
 from streamtx.batching import compacted
 from streamtx.batching.compacted import BaseRecord, Ref
-from streamtx.broker import snapshot_codec as sc
 from streamtx.broker.producers import ProducerTable
-from streamtx.broker.txnbuffer import Segment, TxnBufferState
+from streamtx.broker.txnbuffer import snapshot_codec as sc
+from streamtx.broker.txnbuffer.buffer import Segment, TxnBufferState
 from streamtx.errors import CorruptEntryError, LedgerError, StreamtxError
 from streamtx.ledger import Ledger, LedgerFactory, Position
 

@@ -30,14 +30,15 @@ from typing import Any
 import orjson
 from pydantic import BaseModel, Field
 
-from streamtx.broker import codec, markers
+from streamtx.broker import codec
 from streamtx.broker.codec import EntryKind, ProducerInfo, SourceInfo
 from streamtx.broker.partition import Partition
+from streamtx.broker.replication import markers
 from streamtx.cursor import Cursor
 from streamtx.errors import MalformedError
 from streamtx.ledger import LedgerFactory, Position
 
-#: Replication markers that stay where they were written (see :mod:`streamtx.broker.markers`).
+#: Replication markers that stay where they were written (see :mod:`streamtx.broker.replication.markers`).
 LOCAL_ONLY = frozenset({"snapshot"})
 rate_window_s = 10.0  # msgRateIn/Out are averaged over this many seconds
 
