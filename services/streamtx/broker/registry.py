@@ -199,8 +199,15 @@ class Broker:
             await self.catch_up()
         name, index = split_item(item)
         # Partitions of one topic are taken concurrently: one at a time joins its Topic.
-        async with self._topic_locks.setdefault(name, asyncio.Lock()):
+        async with self._topic_lock(name):
             await self._acquire(name, index, item)
+
+    def _topic_lock(self, name: str) -> asyncio.Lock:
+        """What changes which partitions of ``name`` are open here, and which subscriptions are
+        open on them, holds this: a subscription opened while a partition joins (or leaves) would
+        otherwise list the partitions before the change and join the topic after it, missing the
+        new partition for good (or keeping a closed one). Taken after ``_lock``, never before."""
+        return self._topic_locks.setdefault(name, asyncio.Lock())
 
     async def _acquire(self, name: str, index: int, item: str) -> None:
         record = self.catalog.topics[name]
@@ -264,16 +271,17 @@ class Broker:
                     opened_here.replicated = sub.replicated  # another replica switched PIP-33 on or off
                     continue
                 if sub is not None:
-                    opened = await self._open_subscription(
-                        topic, r["subscription"], SubscriptionType(sub.type), sub.initial_position, new=False,
-                        fresh=True)
-                    opened.replicated = sub.replicated
+                    opened = await self._open_here(
+                        topic.name, r["subscription"], SubscriptionType(sub.type), sub.initial_position,
+                        new=False, fresh=True)
+                    if opened is not None:
+                        opened.replicated = sub.replicated
 
     async def release(self, item: str, *, lost: bool) -> None:
         """Close a partition: with a final snapshot and flushed cursors when handed over; at once
         when ``lost`` (another replica writes its ledgers now: nothing more can be written)."""
         name, index = split_item(item)
-        async with self._topic_locks.setdefault(name, asyncio.Lock()):
+        async with self._topic_lock(name):
             await self._release(name, index, lost=lost)
 
     async def _release(self, name: str, index: int, *, lost: bool) -> None:
@@ -481,13 +489,8 @@ class Broker:
                     raise ConflictError(f"subscription {name} is {sub.type.value} and has consumers")
             if record is None or record.type != sub_type.value:
                 await self._record(self._sub_record(topic_name, name, sub_type, initial_position))
-            if topic is None:
-                return None
-            sub = topic.subscriptions.get(name)
-            if sub is not None:
-                sub.type = sub_type
-                return sub
-            return await self._open_subscription(topic, name, sub_type, initial_position, new=record is None)
+            # The topic may have opened or closed here meanwhile: its lock decides.
+            return await self._open_here(topic_name, name, sub_type, initial_position, new=record is None)
 
     async def open_recorded(self, topic_name: str, name: str) -> list[int]:
         """Replicas: open a subscription another replica just recorded on the partitions open
@@ -504,8 +507,10 @@ class Broker:
             sub = topic.subscriptions.get(name)
             if sub is None:  # recorded before this replica opened the topic: opened then
                 rec = record.subscriptions[name]
-                sub = await self._open_subscription(topic, name, SubscriptionType(rec.type),
-                                                    rec.initial_position, new=False, fresh=True)
+                sub = await self._open_here(topic_name, name, SubscriptionType(rec.type),
+                                            rec.initial_position, new=False, fresh=True)
+                if sub is None:  # its last partition here was handed over meanwhile
+                    return []
                 sub.replicated = rec.replicated
             return [p.index for p in sub.parts]
 
@@ -547,15 +552,34 @@ class Broker:
             self._tasks.append(asyncio.create_task(self._restore_held(sub, names=[
                 sub.topic, partition_item(sub.topic, index)])))
 
+    async def _open_here(self, topic_name: str, name: str, sub_type: SubscriptionType, initial_position: str,
+                         *, new: bool, fresh: bool = False) -> Subscription | None:
+        """Open a subscription on the partitions of ``topic_name`` open here (None: none is), under
+        the topic's lock: no partition joins or leaves while its cursors open."""
+        async with self._topic_lock(topic_name):
+            topic = self.topics.get(topic_name)
+            if topic is None:
+                return None
+            return await self._open_subscription(topic, name, sub_type, initial_position, new=new,
+                                                 fresh=fresh)
+
     async def _open_subscription(self, topic: Topic, name: str, sub_type: SubscriptionType,
                                  initial_position: str, *, new: bool, only: list[int] | None = None,
                                  fresh: bool = False) -> Subscription:
+        """The caller holds the topic's lock (:meth:`_topic_lock`)."""
         existing = topic.subscriptions.get(name)
         if existing is not None:  # a later record changed its type
             existing.type = sub_type
             return existing
-        parts = [await self._dispatch(topic, i, name, new=new, initial=initial_position, fresh=fresh)
-                 for i in (sorted(topic.owned) if only is None else only)]
+        parts: list[PartitionDispatch] = []
+        try:
+            for i in sorted(topic.owned) if only is None else only:
+                parts.append(await self._dispatch(topic, i, name, new=new, initial=initial_position,
+                                                  fresh=fresh))
+        except BaseException:
+            for opened in parts:  # no cursor writer left behind without a subscription
+                await opened.cursor.close()
+            raise
         sub = Subscription(topic.name, name, sub_type, parts, self.settings, topic.notifier,
                            count=topic.count)
         sub.claims = self.exclusive

@@ -1,0 +1,121 @@
+"""A subscription opened on a broker replica while one of the topic's partitions joins or leaves it.
+
+Issue 21 item 5: ``_open_subscription`` listed the partitions open here, then awaited
+one cursor open per partition before the subscription joined the topic; a partition
+taken over meanwhile joined only the subscriptions registered at that moment, so the
+new one missed it for good (and a partition handed over meanwhile left a dispatch on
+a closed partition, or a KeyError). The interleavings are forced with events on the
+awaits involved (a partition's open, a cursor's open), never with sleeps.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import AsyncIterator
+from typing import Any
+
+import pytest
+
+from streamtx.broker.partition import Partition
+from streamtx.broker.pendingack_client import PendingAckClient
+from streamtx.broker.registry import Broker, partition_item
+from streamtx.broker.settings import BrokerSettings
+from streamtx.broker.subscription import SubscriptionType
+from streamtx.cursor import Cursor
+from streamtx.ledger import open_ledger_factory
+
+T = "persistent://t/n/racing"
+SUB = "late"
+
+
+class SpyLock(asyncio.Lock):
+    """A lock that says when someone had to wait for it."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.contended = asyncio.Event()
+
+    async def acquire(self) -> bool:
+        if self.locked():
+            self.contended.set()
+        return await super().acquire()
+
+
+@pytest.fixture
+async def replica() -> AsyncIterator[Broker]:
+    settings = BrokerSettings(ledger_url="memory://")  # type: ignore[call-arg]
+    b = Broker(open_ledger_factory("memory://"), settings, PendingAckClient(None, 1.0), replicas=True)
+    await b.start()
+    await b.create_topic(T, 2)
+    yield b
+    await b.close()
+
+
+async def first_of(*waits: Any) -> None:
+    """Until the first of these tasks or coroutines is done (the others are cancelled if not tasks)."""
+    futures = [w if isinstance(w, asyncio.Future) else asyncio.ensure_future(w) for w in waits]
+    _, pending = await asyncio.wait(futures, return_when=asyncio.FIRST_COMPLETED)
+    for f, w in zip(futures, waits, strict=True):
+        if f in pending and f is not w:
+            f.cancel()
+
+
+async def test_a_subscription_created_while_a_partition_is_taken_over_opens_on_it_too(
+        replica: Broker, monkeypatch: pytest.MonkeyPatch) -> None:
+    await replica.acquire(partition_item(T, 0))
+    lock = replica._topic_locks[T] = SpyLock()
+    opening, go = asyncio.Event(), asyncio.Event()
+    cursor_opening = asyncio.Event()
+    open_partition = Partition.open
+    open_cursor = Cursor.open
+
+    async def gated_partition(cls: type[Partition], store: Any, item: str, *a: Any, **k: Any) -> Partition:
+        if item == partition_item(T, 1):
+            opening.set()
+            await go.wait()
+        return await open_partition(store, item, *a, **k)
+
+    async def gated_cursor(cls: type[Cursor], store: Any, ledger: Any, name: str, **k: Any) -> Cursor:
+        if name == SUB:
+            cursor_opening.set()
+            await acquiring  # the take-over lands while the subscription's cursors open
+        return await open_cursor(store, ledger, name, **k)
+
+    monkeypatch.setattr(Partition, "open", classmethod(gated_partition))
+    monkeypatch.setattr(Cursor, "open", classmethod(gated_cursor))
+    acquiring = asyncio.create_task(replica.acquire(partition_item(T, 1)))
+    await opening.wait()  # partition 1 is opening here (its ledger recovering)
+    creating = asyncio.create_task(replica.create_subscription(T, SUB, SubscriptionType.SHARED, "earliest"))
+    # The creation waits: for the topic (fixed) or in its first cursor open (before the fix).
+    await first_of(lock.contended.wait(), cursor_opening.wait())
+    go.set()
+    await asyncio.wait_for(asyncio.gather(acquiring, creating), 10)
+    sub = replica.topics[T].subscriptions[SUB]
+    assert [p.index for p in sub.parts] == [0, 1]
+    assert sub.part(1).partition is replica.topics[T].owned[1]
+
+
+async def test_a_subscription_created_while_a_partition_is_handed_over_keeps_none_of_it(
+        replica: Broker, monkeypatch: pytest.MonkeyPatch) -> None:
+    for i in (0, 1):
+        await replica.acquire(partition_item(T, i))
+    lock = replica._topic_locks[T] = SpyLock()
+    cursor_opening, go = asyncio.Event(), asyncio.Event()
+    open_cursor = Cursor.open
+
+    async def gated_cursor(cls: type[Cursor], store: Any, ledger: Any, name: str, **k: Any) -> Cursor:
+        if name == SUB and not cursor_opening.is_set():
+            cursor_opening.set()
+            await go.wait()
+        return await open_cursor(store, ledger, name, **k)
+
+    monkeypatch.setattr(Cursor, "open", classmethod(gated_cursor))
+    creating = asyncio.create_task(replica.create_subscription(T, SUB, SubscriptionType.SHARED, "earliest"))
+    await cursor_opening.wait()  # its cursor on partition 0 is opening
+    releasing = asyncio.create_task(replica.release(partition_item(T, 1), lost=False))
+    await first_of(releasing, lock.contended.wait())
+    go.set()
+    await asyncio.wait_for(asyncio.gather(creating, releasing), 10)
+    sub = replica.topics[T].subscriptions[SUB]
+    assert [p.index for p in sub.parts] == [0]
+    assert sub.part(0).partition is replica.topics[T].owned[0]
