@@ -13,6 +13,7 @@ fan-out the other broker would open the subscription only after the produce.
 
 from __future__ import annotations
 
+import asyncio
 import base64
 import uuid
 from collections.abc import Iterator
@@ -131,3 +132,54 @@ async def test_an_exclusive_subscription_admits_one_consumer_over_every_broker(
         assert r.status_code == 409, r.text
     stats = (await http.get(f"{urls[0]}/v1/topics/{name}/subscriptions/{sub}/stats")).json()
     assert stats["activeConsumerName"] == "y", stats
+
+
+async def _open_polls(http: httpx.AsyncClient, url: str) -> float:
+    for line in (await http.get(f"{url}/metrics")).text.splitlines():
+        if line.startswith("streamtx_long_polls_open "):
+            return float(line.split()[1])
+    raise AssertionError(f"no streamtx_long_polls_open gauge on {url}")
+
+
+async def test_a_spread_fetch_whose_client_left_ends_everywhere_and_hands_nothing_out(
+        replicas: Replicas, http: httpx.AsyncClient) -> None:
+    """Issue 21 item 6: the client of a long poll on a spread topic's name leaves; before, the
+    poll the first broker had forwarded to the other ran on for its whole wait, took what was
+    produced meanwhile, and its answer went nowhere: on an Exclusive subscription that message
+    stayed out with the consumer for good (its next fetches got nothing)."""
+    urls, name, owners = await _split_topic(http, replicas, "gone")
+    sub = f"gone-{uuid.uuid4().hex[:4]}"
+    r = await http.put(f"{urls[0]}/v1/topics/{name}/subscriptions/{sub}",
+                       json={"initial_position": "earliest", "type": "Exclusive"})
+    assert r.status_code == 200, r.text
+    fetch = f"/v1/topics/{name}/subscriptions/{sub}/messages"
+
+    async def known() -> bool:  # both brokers serve it (each opens it at its catalog tick)
+        return (await _fetch(http, f"{urls[0]}{fetch}", "x")).status_code == 200
+
+    await eventually(known, timeout_s=15, what="the subscription served on both brokers")
+    before = await _open_polls(http, urls[1])
+    host, port = urls[0].removeprefix("http://").rsplit(":", 1)
+    reader, writer = await asyncio.open_connection(host, int(port))
+    writer.write(f"GET {fetch}?wait_ms=25000&consumer=x HTTP/1.1\r\nhost: x\r\n\r\n".encode())
+    await writer.drain()
+
+    async def forwarded() -> bool:
+        return await _open_polls(http, urls[1]) > before
+
+    await eventually(forwarded, timeout_s=10, what="the poll forwarded to the other broker")
+    writer.close()  # the client leaves
+    await writer.wait_closed()
+    del reader
+
+    async def ended() -> bool:
+        return await _open_polls(http, urls[1]) <= before
+
+    await eventually(ended, timeout_s=10, what="the forwarded poll to end with its client (not at 25 s)")
+    theirs = owners.index(urls[1])
+    r = await until_served(http, "POST", f"{urls[1]}/v1/topics/{name}-partition-{theirs}/messages",
+                           json={"messages": [{"value": _b64("after")}]})
+    assert r.status_code == 200, r.text
+    r = await http.get(f"{urls[0]}{fetch}", params={"max": 10, "wait_ms": 5000, "consumer": "x"})
+    assert r.status_code == 200, r.text
+    assert [base64.b64decode(m["value"]).decode() for m in r.json()["messages"]] == ["after"]

@@ -292,6 +292,19 @@ class Subscription:
             timeout = remaining if wake is None else min(remaining, max(wake - loop.time(), 0.001))
             await self.notifier.wait(timeout, poll)
 
+    def give_back(self, handed: list[Handed]) -> None:
+        """What a fetch took but could not answer (its client went away): deliverable again at
+        once, in position order, as a nack makes it (on Exclusive and Failover nothing else would
+        ever hand it out again: it would stay out with that consumer)."""
+        by_part: dict[int, list[Unit]] = {}
+        for entry, index, _ in handed:
+            by_part.setdefault(entry.partition, []).append((entry.pos, index))
+        for i, units in by_part.items():
+            if (part := self._by_index.get(i)) is not None:  # else handed over: its cursor moved on
+                part.release(units)
+                _in_position_order(part)
+        self.notifier.changed()
+
     def _still_assigned(self, consumer: str, out: list[Handed]) -> list[Handed]:
         """Drop (and hand back for redelivery) what was read from a partition that moved to
         another consumer while this fetch read it."""

@@ -24,12 +24,17 @@ from typing import Any
 
 
 class LongPoll:
-    """One long-poll request; the futures it :meth:`watch` es are settled (False) when it ends."""
+    """One long-poll request; the futures it :meth:`watch` es are settled (False) when it ends.
 
-    __slots__ = ("_waiters", "ended")
+    ``gone``: it ended because its client went away, so nothing the handler answers reaches
+    anyone (a fetch hands back what it took then, instead of leaving it out with nobody).
+    """
+
+    __slots__ = ("_waiters", "ended", "gone")
 
     def __init__(self) -> None:
         self.ended = False
+        self.gone = False
         self._waiters: set[asyncio.Future[bool]] = set()
 
     def end(self) -> None:
@@ -73,7 +78,14 @@ class LongPolls:
             poll.end()
         self._open.add(poll)
         watcher = asyncio.ensure_future(disconnected())
-        watcher.add_done_callback(lambda _: poll.end())
+
+        def client_left(done: asyncio.Future[Any]) -> None:
+            if not done.cancelled():  # cancelled: the handler answered first
+                done.exception()  # retrieved: a receive that failed is a client gone too
+                poll.gone = True
+            poll.end()
+
+        watcher.add_done_callback(client_left)
         try:
             yield poll
         finally:

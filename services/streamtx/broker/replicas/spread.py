@@ -35,7 +35,8 @@ retries (a named producer's retry is deduplicated per partition).
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Awaitable, Callable, Coroutine, Sequence
+import logging
+from collections.abc import Awaitable, Callable, Coroutine, Mapping, Sequence
 from typing import Any, TypeVar
 
 import httpx
@@ -46,8 +47,10 @@ from streamtx.broker.replicas.plan import SpreadPlan
 from streamtx.broker.topic import Outgoing
 from streamtx.contracts.txnid import TxnId
 from streamtx.errors import MalformedError, NotOwnerError, StreamtxError, UnavailableError
+from streamtx.service.longpoll import LongPoll
 from streamtx.transport.http import reply_error
 from streamtx.wire import batch as wire
+from streamtx.wire import fetch as wire_fetch
 from streamtx.wire.frame import MESSAGES, U32, prelude_of
 from streamtx.wire.produce import Section, decode_produced_rows
 
@@ -57,6 +60,7 @@ __all__ = ["HERE", "Forwarder", "every_partition"]
 HERE = "streamtx-partitions-here"
 
 _messages_prelude = prelude_of(MESSAGES)
+log = logging.getLogger(__name__)
 
 T = TypeVar("T")
 
@@ -172,8 +176,14 @@ LocalFetch = Callable[[list[int], int, int], Awaitable[bytes]]
 
 
 async def fetch(fwd: Forwarder, plan: SpreadPlan, path: str, params: dict[str, Any], asked: list[int] | None,
-                max_messages: int, wait_ms: int, binary: bool, local: LocalFetch) -> bytes:
-    """A fetch on a spread topic: each owner's partitions (of ``asked``), put together."""
+                max_messages: int, wait_ms: int, binary: bool, local: LocalFetch,
+                poll: LongPoll | None = None) -> bytes:
+    """A fetch on a spread topic: each owner's partitions (of ``asked``), put together.
+
+    ``poll`` ends (the client left, the service stops): the polls forwarded to other owners end
+    with it (cancelled: each owner sees its client leave and gives back what it took then), and
+    when the client left, what an owner's answer carried all the same is nacked on that owner
+    (``local`` gives back its own share): nobody would ever receive it."""
     want = set(range(plan.count) if asked is None else asked)
     groups: dict[str, list[int]] = {}
     if mine := [i for i in plan.local if i in want]:
@@ -193,18 +203,73 @@ async def fetch(fwd: Forwarder, plan: SpreadPlan, path: str, params: dict[str, A
         return (await fwd.send(owner, "GET", path, params=q, headers=headers, wait_s=wait / 1000)).content
 
     async def round_of(wait: int) -> list[bytes]:
-        got = await asyncio.gather(*(one(o, idx, wait) for o, idx in groups.items()), return_exceptions=True)
-        answers = [a for a in got if isinstance(a, bytes)]
-        failed = [a for a in got if isinstance(a, BaseException)]
+        calls = {o: asyncio.ensure_future(one(o, idx, wait)) for o, idx in groups.items()}
+        await _until_answered_or_ended(calls, poll)
+        got = {o: _outcome(c) for o, c in calls.items()}
+        answers = {o: a for o, a in got.items() if isinstance(a, bytes)}
+        if poll is not None and poll.gone:  # the answer goes nowhere: what it carries goes back
+            await _give_back(fwd, path, {o: a for o, a in answers.items() if o}, binary)
+            return []
+        failed = [a for a in got.values() if isinstance(a, BaseException)]
         # What an owner handed out is the consumer's now: never dropped for another's failure.
-        if failed and not any(_count(a, binary) for a in answers):
+        if failed and not any(_count(a, binary) for a in answers.values()):
             raise failed[0]
-        return answers
+        return list(answers.values())
 
     answers = await round_of(0)
-    if wait_ms > 0 and not any(_count(a, binary) for a in answers):
+    if wait_ms > 0 and not any(_count(a, binary) for a in answers) and not (poll is not None and poll.ended):
         answers = await round_of(wait_ms)
     return _merge(answers, binary)
+
+
+async def _until_answered_or_ended(calls: Mapping[str, asyncio.Future[bytes]], poll: LongPoll | None) -> None:
+    """Wait for every call, or for ``poll`` to end: then the forwarded ones ("" is the local
+    share, which ends with the poll by itself) are cancelled and waited for."""
+    everything: asyncio.Future[Any] = asyncio.gather(*calls.values(), return_exceptions=True)
+    if poll is None:
+        await everything
+        return
+    ended: asyncio.Future[bool] = asyncio.get_running_loop().create_future()
+    poll.watch(ended)
+    try:
+        await asyncio.wait([everything, ended], return_when=asyncio.FIRST_COMPLETED)
+    finally:
+        poll.unwatch(ended)
+    if not everything.done():
+        for owner, call in calls.items():
+            if owner:
+                call.cancel()
+    await everything
+
+
+def _outcome(call: asyncio.Future[bytes]) -> bytes | BaseException | None:
+    """A finished call's answer, its error, or None when it was cancelled (no answer)."""
+    if call.cancelled():
+        return None
+    return call.exception() or call.result()
+
+
+async def _give_back(fwd: Forwarder, path: str, answers: dict[str, bytes], binary: bool) -> None:
+    """Nack on each owner what its answer handed out (a fetch path ``.../messages``)."""
+    nacks = path.rsplit("/", 1)[0] + "/nacks"
+
+    async def one(owner: str, answer: bytes) -> None:
+        ids = _ids(answer, binary)
+        if not ids:
+            return
+        try:
+            await fwd.send(owner, "POST", nacks, content=orjson.dumps({"message_ids": ids}),
+                           headers={"content-type": "application/json"})
+        except StreamtxError as exc:  # as for a consumer that never acks: the ack timeout, a new owner
+            log.warning("giving back %d messages on %s failed: %s", len(ids), owner, exc)
+
+    await asyncio.gather(*(one(o, a) for o, a in answers.items()))
+
+
+def _ids(answer: bytes, binary: bool) -> list[str]:
+    if binary and answer.startswith(_messages_prelude):
+        return [m.message_id for m in wire_fetch.decode_messages_answer(answer)]
+    return [str(m["message_id"]) for m in orjson.loads(answer)["messages"]]
 
 
 def _count(answer: bytes, binary: bool) -> int:

@@ -22,6 +22,7 @@ from streamtx.broker.topic import Topic
 from streamtx.contracts.txnid import TxnId, TxnIdField
 from streamtx.errors import MalformedError, NotOwnerError
 from streamtx.service import HotRequest, HotRoutes
+from streamtx.service.longpoll import LongPoll
 from streamtx.wire import batch as wire
 
 router = APIRouter(prefix="/v1/topics/{tenant}/{namespace}/{topic}/subscriptions/{sub}",
@@ -148,16 +149,29 @@ async def fetch(request: HotRequest) -> bytes:
 
         async def local(idx: list[int], n: int, wait: int) -> bytes:
             assert sub is not None
-            return _render(await sub.fetch_raw(q.consumer, n, wait, idx, request.poll), binary)
+            return _render(await _answered(sub, q.consumer, n, wait, idx, request.poll), binary)
 
         return await spread.fetch(request.state.forwarder, plan, _path(p, "messages"),
-                                  {"consumer": q.consumer}, only, max_messages, wait_ms, binary, local)
+                                  {"consumer": q.consumer}, only, max_messages, wait_ms, binary, local,
+                                  request.poll)
     s = await broker.subscription(at.topic, p["sub"])
     if (index := at.index) is not None:  # the partition's own name: that partition only
         if only is not None and only != [index]:
             raise MalformedError(f"partitions={q.partitions} asked of partition {index}")
         only = [index]
-    return _render(await s.fetch_raw(q.consumer, max_messages, wait_ms, only, request.poll), binary)
+    return _render(await _answered(s, q.consumer, max_messages, wait_ms, only, request.poll), binary)
+
+
+async def _answered(s: Subscription, consumer: str, max_messages: int, wait_ms: int, only: list[int] | None,
+                    poll: LongPoll | None) -> list[Handed]:
+    """A fetch's messages; none when its client went away meanwhile: those are given back, as the
+    answer would reach nobody (a replica forwarding a spread fetch whose client left cancels its
+    forwarded polls: the owner sees that as its client leaving)."""
+    got = await s.fetch_raw(consumer, max_messages, wait_ms, only, poll)
+    if got and poll is not None and poll.gone:
+        s.give_back(got)
+        return []
+    return got
 
 
 def _render(got: list[Handed], binary: bool) -> bytes:
