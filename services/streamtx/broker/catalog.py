@@ -6,6 +6,7 @@ Each entry is one JSON record, replayed in order::
     {"kind": "subscription", "topic", "subscription", "type", "initial_position"}
     {"kind": "subscription_replicated", "topic", "subscription", "replicated": bool}   (PIP-33)
     {"kind": "replication_cursor", "topic", "remote"}   (a partition of it has ``pulsar.repl.<remote>``)
+    {"kind": "replication_cursor_removed", "topic", "remote"}   (the remote left its policy: cursors go)
 
 One broker alone holds the ledger as its only writer. Broker replicas
 (``STREAMTX_REDIS_URL``) all read it, and each writes it only to create a topic or
@@ -131,6 +132,8 @@ class Catalog:
             sub.replicated = bool(r["replicated"])
         elif kind == "replication_cursor":
             topic.remotes.add(r["remote"])
+        elif kind == "replication_cursor_removed":
+            topic.remotes.discard(r["remote"])
 
     async def close(self) -> None:
         if self._ledger is not None:

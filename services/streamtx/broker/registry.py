@@ -263,8 +263,12 @@ class Broker:
                 if topic is None or r["kind"] == "topic":
                     continue
                 if r["kind"] == "replication_cursor":  # another replica's partition replicates there
-                    for index, part in list(topic.owned.items()):
-                        await self.replication.link(topic.name, index, part, r["remote"])
+                    if r["remote"] in self.catalog.topics[topic.name].remotes:  # not removed since
+                        for index, part in list(topic.owned.items()):
+                            await self.replication.link(topic.name, index, part, r["remote"])
+                    continue
+                if r["kind"] == "replication_cursor_removed":  # removed through another replica
+                    await self._drop_remote(topic.name, r["remote"])
                     continue
                 sub = self.catalog.topics[r["topic"]].subscriptions.get(r["subscription"])
                 if sub is not None and (opened_here := topic.subscriptions.get(r["subscription"])):
@@ -314,6 +318,22 @@ class Broker:
         async with self._lock:
             if remote not in self.catalog.topics[topic].remotes:
                 await self._record({"kind": "replication_cursor", "topic": topic, "remote": remote})
+
+    async def forget_remote(self, topic: str, remote: str) -> None:
+        """``topic`` no longer replicates to ``remote`` (it left the topic's policy, or was deleted):
+        recorded, so no owner opens its ``pulsar.repl.<remote>`` cursors again, and those of the
+        partitions open here are deleted (other replicas delete theirs when they catch up). As
+        Pulsar removes a replicator's cursor when its cluster leaves the replication clusters:
+        a cursor nobody moves any more would hold back every trim for good."""
+        await self.known(topic)
+        async with self._lock:
+            if remote in self.catalog.topics[topic].remotes:
+                await self._record({"kind": "replication_cursor_removed", "topic": topic, "remote": remote})
+            await self._drop_remote(topic, remote)
+
+    async def _drop_remote(self, topic: str, remote: str) -> None:
+        async with self._topic_lock(topic):  # no partition joins with the cursor meanwhile
+            await self.replication.drop(topic, remote)
 
     def _fenced(self, partition: Partition) -> None:
         if self.on_fenced is not None:

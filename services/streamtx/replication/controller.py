@@ -2,8 +2,13 @@
 
 Every ``scan_interval_s`` it lists the local broker's topics, works out each
 topic's remote clusters from the policies, starts the replicators that are
-missing and stops those no longer wanted. Policies change through the admin
-API (:mod:`streamtx.replication.routes.admin`), durably first.
+missing and stops those no longer wanted. A remote the broker still keeps
+replicator cursors for but that no longer applies (it left the topic's or its
+namespace's list, or its cluster was deleted) has its cursors deleted, as Pulsar
+deletes a replicator's cursor when its cluster leaves the replication clusters:
+nobody moves them any more, so they would hold back every trim for good.
+Policies change through the admin API (:mod:`streamtx.replication.routes.admin`),
+durably first.
 """
 
 from __future__ import annotations
@@ -75,9 +80,15 @@ class Controller:
             for remote in self.policies.remotes_for(t["topic"]):
                 for i in range(int(t["partitions"])):
                     wanted[(t["topic"], i, remote)] = int(t["partitions"])
+        stopped = []
         for key in [k for k in self.replicators if k not in wanted]:
             _, task = self.replicators.pop(key)
             task.cancel()
+            stopped.append(task)
+        for task in stopped:  # its last calls are over before its cursors go
+            with contextlib.suppress(asyncio.CancelledError, Exception):
+                await task
+        await self._delete_gone_remotes(body["topics"])
         self._scan_snapshots({(t, i) for t, i, _ in wanted})
         for key, partitions in wanted.items():
             if key not in self.replicators:
@@ -88,6 +99,19 @@ class Controller:
                                         local_cluster=self.settings.cluster, remote=remote, topic=topic,
                                         partition=index, partitions=partitions, settings=self.settings)
                 self.replicators[key] = (r, asyncio.create_task(r.run()))
+
+    async def _delete_gone_remotes(self, topics: list[dict[str, Any]]) -> None:
+        """Delete the replicator cursors the broker keeps for remotes a topic no longer goes to."""
+        for t in topics:
+            gone = set(t.get("remotes") or ()) - set(self.policies.remotes_for(t["topic"]))
+            for remote in sorted(gone):
+                try:
+                    await self.local.request("POST", "/v1/replication/cursor/delete", retry=ONCE,
+                                             json={"topic": t["topic"], "remote": remote})
+                    log.info("%s no longer replicates to %s: its replicator cursors are deleted",
+                             t["topic"], remote)
+                except StreamtxError as exc:  # the next scan asks again
+                    log.warning("deleting the cursors of %s towards %s failed: %s", t["topic"], remote, exc)
 
     def _scan_snapshots(self, wanted: set[tuple[str, int]]) -> None:
         """One PIP-33 loop per partition of every topic that replicates somewhere."""

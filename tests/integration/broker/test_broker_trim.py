@@ -65,3 +65,28 @@ def test_a_replication_cursor_holds_back_trims_as_soon_as_its_partition_opens(
     out = b.call("POST", "/admin/v2/persistent/t/n/rp/trim", json={"partition": 0, "before": ids[-1]})
     first = tuple(int(x) for x in out["firstPosition"].split(":"))
     assert first <= tuple(int(x) for x in ids[0].split(":")[:2]), "trimmed what z has yet to receive"
+
+
+def test_a_removed_remotes_cursor_holds_back_no_trim_and_never_reopens(
+        broker_factory: BrokerFactory, tmp_path: Path) -> None:
+    # Issue 21 item 7: the remote z left the topic's policy (or was deleted); the controller
+    # asks the broker to delete its cursors. Before, nothing could: pulsar.repl.z reopened with
+    # the partition at every start and held back every trim for good.
+    b = broker_factory(f"file://{tmp_path / 'ledgers'}?segment_bytes=256")
+    b.create_topic("gone", 1)
+    topic = "persistent://t/n/gone"
+    b.call("POST", "/v1/replication/cursor", json={"topic": topic, "partition": 0, "remote": "z"})
+    ids = [b.produce("gone", [f"m{i}"])["message_ids"][0] for i in range(30)]
+    listed = {t["topic"]: t for t in b.call("GET", "/v1/replication/topics")["topics"]}
+    assert listed[topic]["remotes"] == ["z"]
+    for _ in range(2):  # idempotent
+        b.call("POST", "/v1/replication/cursor/delete", json={"topic": topic, "remote": "z"})
+    listed = {t["topic"]: t for t in b.call("GET", "/v1/replication/topics")["topics"]}
+    assert listed[topic]["remotes"] == []
+    b.proc.restart()
+    assert "z" not in b.call("GET", "/admin/v2/persistent/t/n/gone/stats")["replication"]
+    out = b.call("POST", "/admin/v2/persistent/t/n/gone/trim", json={"partition": 0, "before": ids[-1]})
+    first = tuple(int(x) for x in out["firstPosition"].split(":"))
+    assert first > tuple(int(x) for x in ids[0].split(":")[:2]), "z's deleted cursor still held the trim back"
+    b.call("POST", "/v1/replication/cursor/delete", 404,
+           json={"topic": "persistent://t/n/nope", "remote": "z"})

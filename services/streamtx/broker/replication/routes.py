@@ -2,6 +2,7 @@
 
 Internal (the replication controller calls them; service credential):
 ``POST /v1/replication/cursor`` (open the ``pulsar.repl.<remote>`` cursor, reached or not),
+``POST /v1/replication/cursor/delete`` (the topic no longer replicates to the remote: its cursors go),
 ``POST /v1/replication/read`` (a partition's local entries for a remote),
 ``POST /v1/replication/ack`` (move the ``pulsar.repl.<remote>`` cursor),
 ``POST /v1/replication/write`` (append entries copied from another cluster),
@@ -64,6 +65,13 @@ class CursorRequest(BaseModel):
     connected: bool = False
 
 
+class CursorDelete(BaseModel):
+    """``topic`` no longer replicates to ``remote``: delete its replicator cursors (idempotent)."""
+
+    topic: TopicName
+    remote: str = Field(min_length=1)
+
+
 class AckRequest(BaseModel):
     """Everything through ``position`` reached ``remote``: ``messages`` of ``bytes`` were sent."""
 
@@ -103,8 +111,10 @@ class TopicEnsure(BaseModel):
 async def topics(broker: BrokerDep) -> dict[str, Any]:
     # Every topic of the cluster (the catalog), wherever it is served: the controller's calls
     # about one partition are redirected to its owner.
+    # ``remotes``: those it has replicator cursors for (the controller deletes those it no longer wants).
     topics = broker.catalog.topics.items()
-    return {"topics": [{"topic": name, "partitions": t.partitions} for name, t in topics]}
+    return {"topics": [{"topic": name, "partitions": t.partitions, "remotes": sorted(t.remotes)}
+                       for name, t in topics]}
 
 
 @router.post("/topics")
@@ -132,6 +142,15 @@ async def open_cursor(body: CursorRequest, broker: BrokerDep) -> dict[str, Any]:
     link = await broker.replication.link(t.name, body.partition, part, body.remote)
     link.reaches = body.connected
     return {"firstUnreplicated": str(link.cursor.first_undeleted())}
+
+
+@router.post("/cursor/delete")
+async def delete_cursor(body: CursorDelete, broker: BrokerDep) -> dict[str, Any]:
+    """The remote left the topic's replication policy (or was deleted): its ``pulsar.repl.<remote>``
+    cursors stop holding back trims, on every partition (each broker replica deletes those of the
+    partitions it owns; the others at their next catalog tick)."""
+    await broker.forget_remote(body.topic, body.remote)
+    return {"topic": body.topic, "remote": body.remote, "deleted": True}
 
 
 @router.post("/read")

@@ -34,7 +34,7 @@ from streamtx.broker import codec
 from streamtx.broker.codec import EntryKind, ProducerInfo, SourceInfo
 from streamtx.broker.partition import Partition
 from streamtx.broker.replication import markers
-from streamtx.cursor import Cursor
+from streamtx.cursor import Cursor, cursor_ledger_name
 from streamtx.errors import MalformedError
 from streamtx.ledger import LedgerFactory, Position
 
@@ -307,6 +307,15 @@ class Replication:
             await self.links.pop(key).cursor.close()
         for key in [k for k in self.incoming if k[:2] == (topic, index)]:
             del self.incoming[key]
+
+    async def drop(self, topic: str, remote: str) -> None:
+        """Delete the ``pulsar.repl.<remote>`` cursors of the topic's partitions open here: the
+        remote is no longer replicated to (a later link starts a new cursor)."""
+        async with self._lock:
+            for key in [k for k in self.links if k[0] == topic and k[2] == remote]:
+                link = self.links.pop(key)
+                await link.cursor.close()
+                await self.store.delete(cursor_ledger_name(link.part.ledger.name, cursor_name(remote)))
 
     async def close(self) -> None:
         for link in self.links.values():
