@@ -88,11 +88,5 @@ def lost(manager: Ownership | None, cid: int) -> None:
     next keepalive finds the lease gone (or gives it up) and the owner map points there."""
     if manager is None:
         return
-    lease = manager.held.pop(str(cid), None)
+    lease = manager.lose(str(cid))  # closed by the loop (after its opening, if any)
     log.error("coordinator %d: fenced by another replica (lease %s)", cid, lease)
-    task = asyncio.get_running_loop().create_task(manager.on_release(str(cid), True))
-    _background.add(task)
-    task.add_done_callback(_background.discard)
-
-
-_background: set[asyncio.Task[None]] = set()

@@ -47,7 +47,6 @@ class Slots:
         stores.gate = self.gate
         stores.before_open = self.before_open
         stores.on_fenced = self.fenced
-        self._background: set[asyncio.Task[None]] = set()
         self.ownership: Ownership = replica_ownership(
             settings, service_name, [str(s) for s in range(self.count)],
             on_acquire=self._acquire, on_release=self._release, after_balance=self._refresh_owners)
@@ -85,14 +84,11 @@ class Slots:
         """A log of ours was fenced: another replica took its slot (we were paused or cut off
         past the lease). Stop serving the slot now rather than at the next lease renewal."""
         slot = self.slot(key)
-        lease = self.ownership.held.pop(str(slot), None)
+        lease = self.ownership.lose(str(slot))  # closed by the loop (after its opening, if any)
         if lease is None:
             return  # already given up
         log.error("pending-ack slot %d: fenced by another replica (lease token %d)", slot, lease.token)
         self.ready.discard(slot)
-        task = asyncio.get_running_loop().create_task(self._release(str(slot), True))
-        self._background.add(task)
-        task.add_done_callback(self._background.discard)
 
     async def _acquire(self, item: str, lease: Lease) -> None:
         slot = int(item)

@@ -12,12 +12,14 @@ check and the write are one step), renewed and released only by its holder with
 its token. Tokens only grow, so a token names one tenure of one owner.
 
 Time is Redis's: TTLs run on the server, so a paused process cannot stretch its
-lease; it finds the lease gone (or another's) when it wakes.
+lease; it finds the lease gone (or another's) when it wakes. Membership expiries
+are the server's time too (``TIME`` in the scripts): written and compared with
+each replica's own clock, one running ahead dropped every other member at each
+heartbeat, and one running behind was never a member to the others.
 """
 
 from __future__ import annotations
 
-import time
 from dataclasses import dataclass
 
 import redis.asyncio as redis
@@ -59,6 +61,27 @@ return 0
 """
 
 
+# The server's clock in ms (scripts calling TIME write their effects, not themselves: Redis 5+).
+_server_now = """
+if redis.replicate_commands then redis.replicate_commands() end
+local t = redis.call('TIME')
+local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+"""
+
+# KEYS: members, urls; ARGV: member, url, ttl ms. Alive until the server's now + ttl.
+_heartbeat = _server_now + """
+redis.call('ZADD', KEYS[1], now + tonumber(ARGV[3]), ARGV[1])
+redis.call('HSET', KEYS[2], ARGV[1], ARGV[2])
+redis.call('ZREMRANGEBYSCORE', KEYS[1], '-inf', now)
+return now
+"""
+
+# KEYS: members. The members alive at the server's now.
+_members = _server_now + """
+return redis.call('ZRANGEBYSCORE', KEYS[1], now, '+inf')
+"""
+
+
 @dataclass(frozen=True, slots=True)
 class Lease:
     """One tenure: ``member`` owns ``item`` with fencing token ``token``."""
@@ -83,6 +106,8 @@ class LeaseStore:
         self._acquire = client.register_script(_acquire)
         self._renew = client.register_script(_renew)
         self._release = client.register_script(_release)
+        self._heartbeat = client.register_script(_heartbeat)
+        self._members = client.register_script(_members)
 
     @classmethod
     def from_url(cls, url: str, *, cluster: str, service: str) -> LeaseStore:
@@ -104,13 +129,8 @@ class LeaseStore:
 
     # -- membership -----------------------------------------------------------------
     async def heartbeat(self, member: str, url: str, ttl_ms: int) -> None:
-        """Say ``member`` is alive for ``ttl_ms`` more, serving on ``url``."""
-        now = _now_ms()
-        async with self._r.pipeline(transaction=True) as p:
-            p.zadd(self._key("members"), {member: now + ttl_ms})
-            p.hset(self._key("urls"), member, url)
-            p.zremrangebyscore(self._key("members"), "-inf", now)
-            await p.execute()
+        """Say ``member`` is alive for ``ttl_ms`` more (by the server's clock), serving on ``url``."""
+        await self._heartbeat(keys=[self._key("members"), self._key("urls")], args=[member, url, ttl_ms])
 
     async def leave(self, member: str) -> None:
         async with self._r.pipeline(transaction=True) as p:
@@ -120,7 +140,7 @@ class LeaseStore:
 
     async def members(self) -> list[str]:
         """The members whose heartbeat has not expired, sorted."""
-        names = await self._r.zrangebyscore(self._key("members"), _now_ms(), "+inf")
+        names = await self._members(keys=[self._key("members")])
         return sorted(str(n) for n in names)
 
     async def url_of(self, member: str) -> str | None:
@@ -173,6 +193,3 @@ class LeaseStore:
         """Every member's URL."""
         return {str(k): str(v) for k, v in (await self._r.hgetall(self._key("urls"))).items()}
 
-
-def _now_ms() -> int:
-    return int(time.time() * 1000)

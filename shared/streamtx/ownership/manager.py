@@ -9,7 +9,10 @@ Every ``ttl / 3`` the replica
    renew is *lost* (it expired while the process was paused or cut off from
    Redis): the service is told to stop serving that item at once
    (``on_release(item, lost=True)``, in a task of its own, so that closing it
-   delays nothing else; the item is taken again only once closed);
+   delays nothing else; the item is taken again only once closed). A lease lost
+   while its item is still opening is closed once the opening is over, never
+   beside it: closed first, the opening would go on and serve an item it lost
+   (a pending-ack slot left ready, a coordinator id's mailbox drained);
 
 and, on its event loop (a loop of its own beside the renewals, so that renewing
 never waits behind a long recovery),
@@ -69,6 +72,7 @@ class Ownership:
         self.held: dict[str, Lease] = {}
         self._tasks: list[asyncio.Task[None]] = []
         self._releasing: dict[str, asyncio.Task[None]] = {}  # lost items being closed
+        self._opening: dict[str, asyncio.Event] = {}  # items whose on_acquire runs now
         self._renewer: Renewer | None = None
         self.ticks = 0
         self.balanced = asyncio.Event()  # set once the first share was taken
@@ -111,16 +115,26 @@ class Ownership:
 
     def _mark_lost(self, lost: list[Lease]) -> None:
         for lease in lost:
-            item = lease.item
-            if self.held.get(item) is not lease:
+            if self.held.get(lease.item) is not lease:
                 continue  # handed over (or found lost) meanwhile
-            log.error("ownership %s: lease of %s lost (token %d)", self.member, item, lease.token)
-            del self.held[item]
+            log.error("ownership %s: lease of %s lost (token %d)", self.member, lease.item, lease.token)
+            self.lose(lease.item)
+
+    def lose(self, item: str) -> Lease | None:
+        """Stop holding ``item`` now (its lease was found lost, or its log fenced by another
+        replica): closed (``on_release(item, lost=True)``) in a task of its own, after its
+        opening if it is still opening. The lease it held, None if it held none."""
+        lease = self.held.pop(item, None)
+        if lease is not None and item not in self._releasing:
             # Closing the item flushes its logs, which may take a while: in a task of its own.
             self._releasing[item] = asyncio.get_running_loop().create_task(self._lost(item))
+        return lease
 
     async def _lost(self, item: str) -> None:
         try:
+            opening = self._opening.get(item)
+            if opening is not None:  # closed beside its opening, the opening would serve it still
+                await opening.wait()
             await self.on_release(item, True)
         except Exception as exc:
             log.warning("ownership %s: closing lost %s failed: %r", self.member, item, exc)
@@ -163,6 +177,7 @@ class Ownership:
         if lease is None:
             return  # its owner has not let it go yet
         self.held[item] = lease  # renewed by keepalive while it opens
+        opening = self._opening[item] = asyncio.Event()
         try:
             await self.on_acquire(item, lease)
         except Exception as exc:
@@ -171,6 +186,9 @@ class Ownership:
                 del self.held[item]
                 await self.leases.release(lease)
             return
+        finally:
+            opening.set()
+            self._opening.pop(item, None)
         log.info("ownership %s: owns %s (token %d)", self.member, item, lease.token)
 
     async def owner_url(self, item: str) -> str | None:

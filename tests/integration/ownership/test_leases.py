@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import time
 import uuid
 from collections.abc import AsyncIterator
 
@@ -247,3 +248,55 @@ async def test_the_renewal_thread_stops_renewing_when_the_event_loop_stalls(leas
         assert renewer.rounds == 1  # not renewed: its items are to move
     finally:
         await twin.aclose()
+
+
+class SlowOpen(Opened):
+    """A service whose opening of an item waits for ``go`` (a log replaying) and which marks it
+    served at the end, as the pending-ack store marks a slot ready and a coordinator worker
+    starts draining an id's mailbox."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.opening, self.go = asyncio.Event(), asyncio.Event()
+
+    async def acquire(self, item: str, lease: Lease) -> None:
+        self.opening.set()
+        await self.go.wait()
+        self.open.add(item)
+
+
+@pytest.mark.parametrize("how", ["renewal", "fenced"])
+async def test_a_lease_lost_while_its_item_opens_is_closed_after_the_opening_never_beside_it(
+        leases: LeaseStore, how: str) -> None:
+    # Issue 21 item 15: closed beside its opening (the closing found nothing open yet), the
+    # opening went on and served an item the replica no longer held, for good.
+    service = SlowOpen()
+    a = replica(leases, "a", ["0"], service, ttl_ms=60_000)
+    balancing = asyncio.create_task(a.tick())
+    await service.opening.wait()
+    if how == "renewal":
+        assert await leases.release(a.held["0"])  # as if it had expired while we were paused
+        await a.keepalive()
+    else:  # the item's log was fenced by another replica (pendingack, coordinator, broker)
+        assert a.lose("0") is not None
+    service.go.set()
+    await asyncio.wait_for(balancing, 10)
+    await asyncio.wait_for(a.settled(), 10)
+    assert service.open == set() and service.lost == ["0"] and "0" not in a.held
+    await a.stop()
+
+
+async def test_membership_is_on_the_servers_clock_not_each_replicas(
+        leases: LeaseStore, monkeypatch: pytest.MonkeyPatch) -> None:
+    # Issue 21 item 15: each replica wrote its expiry, and dropped the expired, by its own
+    # clock: one whose clock ran 30 s ahead dropped every other member at each heartbeat (and
+    # one behind was never a member to the others), so the shares were computed without them.
+    await leases.heartbeat("a", "http://a", 3000)
+    real = time.time
+    monkeypatch.setattr(time, "time", lambda: real() + 30)
+    await leases.heartbeat("b", "http://b", 3000)  # b's clock is 30 s ahead
+    assert await leases.members() == ["a", "b"]  # as b sees it
+    monkeypatch.setattr(time, "time", lambda: real() - 30)
+    await leases.heartbeat("c", "http://c", 3000)  # c's clock is 30 s behind
+    monkeypatch.setattr(time, "time", real)
+    assert await leases.members() == ["a", "b", "c"]  # as a sees it

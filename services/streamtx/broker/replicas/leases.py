@@ -76,11 +76,8 @@ def ownership(settings: BrokerSettings, broker: Broker) -> Ownership:
                 await asyncio.sleep(_created_poll_s)
 
     def fenced(item: str) -> None:
-        lease = manager.held.pop(item, None)
+        lease = manager.lose(item)  # closed by the loop (after its opening, if any)
         log.error("broker: %s was fenced by another replica (lease %s)", item, lease)
-        task = asyncio.get_running_loop().create_task(broker.release(item, lost=True))
-        _background.add(task)
-        task.add_done_callback(_background.discard)
 
     manager = replica_ownership(settings, service_name, partitions, on_acquire=acquire, on_release=release,
                                 after_balance=refresh_owners)
@@ -96,5 +93,3 @@ async def join(manager: Ownership, state: ServiceState) -> None:
     state.ready, state.reason = True, "ready"
     log.info("broker replica %s ready, owns %s", manager.member, sorted(manager.held))
 
-
-_background: set[asyncio.Task[None]] = set()
