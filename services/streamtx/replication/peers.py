@@ -12,9 +12,12 @@ from streamtx.transport import HttpClient, RetryPolicy
 log = logging.getLogger(__name__)
 
 
-async def discover(service_url: str, *, timeout_s: float, token: str | None) -> tuple[str, str]:
-    """``(cluster name, broker URL)`` a service of a cluster advertises."""
-    client = HttpClient(service_url, timeout_s=timeout_s, retry=RetryPolicy(attempts=2), token=token)
+async def discover(service_url: str, *, timeout_s: float) -> tuple[str, str]:
+    """``(cluster name, broker URL)`` a service of a cluster advertises.
+
+    Asked with no credential (``/v1/cluster`` is open to anyone): the URL is whatever an admin
+    registered, and the service token goes only to a broker of the cluster the name says."""
+    client = HttpClient(service_url, timeout_s=timeout_s, retry=RetryPolicy(attempts=2))
     try:
         body = await client.request("GET", "/v1/cluster")
     except httpx.InvalidURL as exc:  # not an httpx.HTTPError: it was a 500 (fuzzer)
@@ -36,7 +39,7 @@ class Peers:
     async def check(self, name: str, service_url: str) -> str | None:
         """The broker URL of ``service_url`` if it answers; 409 if it is another cluster."""
         try:
-            cluster, broker = await discover(service_url, timeout_s=self.timeout_s, token=self.token)
+            cluster, broker = await discover(service_url, timeout_s=self.timeout_s)
         except UnavailableError as exc:
             log.warning("cluster %s at %s does not answer yet: %s", name, service_url, exc)
             return None
@@ -49,7 +52,7 @@ class Peers:
         got = self._clients.get(name)
         if got is not None and got[0] == service_url:
             return got[1]
-        cluster, broker = await discover(service_url, timeout_s=self.timeout_s, token=self.token)
+        cluster, broker = await discover(service_url, timeout_s=self.timeout_s)
         if cluster != name:
             raise UnavailableError(f"{service_url} answers as cluster {cluster!r}, not {name!r}")
         client = HttpClient(broker, timeout_s=self.timeout_s, retry=RetryPolicy(attempts=2), token=self.token)
