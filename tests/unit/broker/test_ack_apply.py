@@ -66,3 +66,24 @@ async def test_entries_not_here_yet_are_missing_and_a_retry_reads_on_from_the_en
     more = await part.append_marker(b'{"type": "snapshot_request"}')
     again = await markers.acked_here(part, dispatch, "b", late, 1000, start=got.next)
     assert again.units == [] and again.fillers == [more] and again.missing == [("c", 7)]
+
+
+async def test_an_export_names_no_aborted_entry_so_no_cluster_waits_for_it() -> None:
+    """Issue 21 item 15: the dispatcher deletes an aborted entry as it passes it, and the export
+    named it among the acknowledged messages; being last of its origin, it was the entry every
+    other cluster waited for (aborted entries are never replicated): the marker stayed
+    incomplete there, applied again at every arrival, until this cluster wrote anything later."""
+    from streamtx.contracts.states import Action
+    from streamtx.contracts.txnid import TxnId
+
+    part, dispatch, pos = await setup("m")
+    txn = TxnId(1, 1)
+    aborted = (await part.produce([Message(b"no")], txn, None, None))[0][1]
+    await part.end_txn(txn, Action.ABORT)
+    aborted_pos = Position(*map(int, aborted.split(":")[:2]))
+    end = part.ledger.last_position()
+    assert end is not None and end > aborted_pos  # the abort marker
+    await dispatch.cursor.apply([pos[0], aborted_pos, end])  # consumed: m acked, the rest passed
+    acks = await markers.export_acks(part, dispatch, "a", None, 100, 1000)
+    assert acks.last() == {("a", pos[0].ledger_id): pos[0].entry_id}
+    assert acks.lookup(("a", aborted_pos.ledger_id, aborted_pos.entry_id)) is False

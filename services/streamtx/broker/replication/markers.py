@@ -122,8 +122,10 @@ async def export_acks(part: Partition, dispatch: PartitionDispatch, cluster: str
     its mark-delete position), by origin.
 
     Only message entries count (markers the dispatcher deleted as it passed them
-    would make every marker look like news). Reads at most ``max_entries`` entries:
-    acks further on are left for a later export.
+    would make every marker look like news), and not aborted ones, which the dispatcher
+    deletes as it passes them too: never replicated, an aborted entry named last of its
+    origin was the entry every other cluster waited for, for good if nothing followed.
+    Reads at most ``max_entries`` entries: acks further on are left for a later export.
     """
     cursor = dispatch.cursor
     spans = cursor.deleted_ranges()
@@ -141,7 +143,8 @@ async def export_acks(part: Partition, dispatch: PartitionDispatch, cluster: str
         entries = await _read_span(part.ledger, first, last, budget)
         budget -= len(entries)
         runs.append([origin_of(h, e.position, cluster) for e in entries
-                     if (h := codec.decode_header(e.data)).kind is EntryKind.BATCH])
+                     if (h := codec.decode_header(e.data)).kind is EntryKind.BATCH
+                     and not (h.txn is not None and part.tb.is_aborted(h.txn))])
     partial: list[tuple[Ref, int, int]] = []
     for pos, size, bits in cursor.partial_batches()[:max(budget, 0)]:
         entries = await part.ledger.read(pos, 1)
