@@ -149,10 +149,12 @@ class Subscription:
     # --- consumers ------------------------------------------------------------
 
     def _refuse_if_taken(self, consumer: str, now: float) -> None:
-        """Exclusive: 409 while another consumer fetched here within ``exclusive_idle_ms``."""
+        """Exclusive: 409 while another consumer fetches here, or fetched within ``exclusive_idle_ms``
+        (a long poll longer than that is no silence: its consumer may still be handed messages)."""
         owner = self.consumers.get(self.owner) if self.owner else None
         idle_s = self.settings.exclusive_idle_ms / 1000
-        if owner is not None and owner.name != consumer and now - owner.last_seen < idle_s:
+        if owner is not None and owner.name != consumer and (owner.fetching > 0 or
+                                                             now - owner.last_seen < idle_s):
             raise ConflictError(f"subscription {self.name} is Exclusive and has consumer {owner.name}")
 
     def _admit(self, consumer: str, now: float) -> None:
@@ -247,7 +249,7 @@ class Subscription:
         end = loop.time() + wait_ms / 1000
         if self.type is SubscriptionType.EXCLUSIVE and self.claims is not None:
             self._refuse_if_taken(consumer, loop.time())  # no Redis call to refuse a local rival
-            await self.claims.claim(self.topic, self.name, consumer)
+            await self.claims.claim(self.topic, self.name, consumer, hold_ms=wait_ms)
         self._admit(consumer, loop.time())
         info = self.consumers[consumer]
         info.fetching += 1
@@ -266,6 +268,8 @@ class Subscription:
                 if self.consumers.get(consumer) is not info:
                     return []  # it closed meanwhile: its next fetch joins again
                 self._reassign(loop.time())
+            elif self.type is SubscriptionType.EXCLUSIVE and self.owner != consumer:
+                return []  # it closed and another consumer holds the subscription now
             parts = self._assigned(consumer, asked)
             await _until_ready(parts)
             remaining = end - loop.time()

@@ -9,11 +9,14 @@ consumer of a partitioned topic holds every partition (a second one is refused),
 the consumer is chosen once for the topic: a fetch of an Exclusive subscription
 first claims it in Redis (the lease store's server), under
 ``streamtx:<cluster>:broker:exclusive:<topic>|<subscription>`` = the consumer's
-name, for ``exclusive_idle_ms``. The holder's fetches renew the claim (asked of
-Redis at most every quarter of that time: a claim renewed less than that long
-ago is alive for sure), another consumer's claim is refused (409, as a busy
-Exclusive subscription is on one broker), and the claim is given up when the
-consumer closes or expires after ``exclusive_idle_ms`` without a fetch.
+name, for ``exclusive_idle_ms`` past the fetch's own wait (a long poll longer than
+that must not let the claim expire under it: a second consumer would be let in
+while the first one's poll may still hand it messages). The holder's fetches renew
+the claim (asked of Redis only when less than three quarters of that time is
+left: a claim renewed less than a quarter ago is alive for sure), another
+consumer's claim is refused (409, as a busy Exclusive subscription is on one
+broker), and the claim is given up when the consumer closes or expires after
+``exclusive_idle_ms`` without a fetch.
 
 Redis decides who consumes, not what is stored: acks and the cursors stay with
 the partitions' owners, so a lost Redis key (a Redis restart) can at worst let
@@ -60,7 +63,7 @@ class ExclusiveClaims:
         self._ttl_ms = ttl_ms
         self._claim = client.register_script(_claim)
         self._release = client.register_script(_release)
-        self._renewed: dict[tuple[str, str], tuple[str, float]] = {}  # -> (consumer, when)
+        self._renewed: dict[tuple[str, str], tuple[str, float]] = {}  # -> (consumer, expiry)
 
     @classmethod
     def from_url(cls, url: str, cluster: str, ttl_ms: int) -> ExclusiveClaims:
@@ -70,20 +73,23 @@ class ExclusiveClaims:
     def _key(self, topic: str, sub: str) -> str:
         return f"{self._prefix}{topic}|{sub}"
 
-    async def claim(self, topic: str, sub: str, consumer: str) -> None:
-        """Hold (or keep holding) ``sub`` for ``consumer``; 409 when another consumer holds it."""
+    async def claim(self, topic: str, sub: str, consumer: str, hold_ms: int = 0) -> None:
+        """Hold (or keep holding) ``sub`` for ``consumer``, for ``hold_ms`` (the fetch's wait) and
+        ``exclusive_idle_ms`` after; 409 when another consumer holds it."""
         now = asyncio.get_running_loop().time()
         held = self._renewed.get((topic, sub))
-        if held is not None and held[0] == consumer and now - held[1] < self._ttl_ms / 4000:
+        left_s = held[1] - now if held is not None and held[0] == consumer else 0.0
+        if left_s > (hold_ms + self._ttl_ms * 3 / 4) / 1000:
             return
+        ttl_ms = hold_ms + self._ttl_ms
         try:
-            holder = str(await self._claim(keys=[self._key(topic, sub)], args=[consumer, self._ttl_ms]))
+            holder = str(await self._claim(keys=[self._key(topic, sub)], args=[consumer, ttl_ms]))
         except (redis.RedisError, OSError) as exc:
             raise UnavailableError(f"the Exclusive claim of {topic}/{sub} (Redis): {exc!r}") from exc
         if holder != consumer:
             self._renewed.pop((topic, sub), None)
             raise ConflictError(f"subscription {sub} is Exclusive and has consumer {holder}")
-        self._renewed[(topic, sub)] = (consumer, now)
+        self._renewed[(topic, sub)] = (consumer, now + ttl_ms / 1000)
 
     async def release(self, topic: str, sub: str, consumer: str) -> None:
         """``consumer`` closed: the subscription is free for the next one at once."""
