@@ -22,6 +22,7 @@ from streamtx.ledger import open_ledger_factory
 from streamtx.ownership import Ownership
 from streamtx.ownership.mailbox import Mailbox
 from streamtx.service import ServiceState, create_app, include_hot
+from streamtx.service.auth import authorizer
 from streamtx.service.bodylimit import BodyLimit
 
 log = logging.getLogger(__name__)
@@ -58,7 +59,7 @@ def build_app(settings: CoordinatorSettings) -> FastAPI:
                 mailbox = Mailbox.from_url(
                     settings.redis_url, cluster=settings.cluster, service=replicas.service_name,
                     consumer=replicas.member_name(settings), timeout_s=settings.mailbox_timeout_ms / 1000,
-                    max_batch=settings.batching.max_records)
+                    max_batch=settings.batching.max_records, max_queued=settings.mailbox_max_queued)
             ownership = replicas.ownership(settings, coordinators, mailbox=mailbox,
                                            serve=functools.partial(forwarding.serve, app))
         else:
@@ -109,5 +110,6 @@ def build_app(settings: CoordinatorSettings) -> FastAPI:
         # and the owner checks the caller's credentials when it plays the request.
         assert app.user_middleware[0].cls is BodyLimit  # type: ignore[comparison-overlap]
         app.user_middleware.insert(1, Middleware(SiblingForwarder, state=app.state,
-                                                 own_url=replicas.advertised_url(settings)))
+                                                 own_url=replicas.advertised_url(settings),
+                                                 authorize=authorizer(settings)))
     return app

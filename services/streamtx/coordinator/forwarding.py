@@ -32,12 +32,14 @@ import re
 
 from starlette.types import ASGIApp, Receive, Scope, Send
 
+from streamtx.auth.policy import Denial
 from streamtx.contracts.txnid import TxnId
 from streamtx.coordinator import requests
 from streamtx.coordinator.registry import Coordinators
 from streamtx.errors import MalformedError, UnavailableError
 from streamtx.ownership import Ownership
 from streamtx.ownership.mailbox import Mailbox
+from streamtx.service.auth import Authorize
 from streamtx.service.bodylimit import BodyTooLarge
 from streamtx.service.errors import error_response
 from streamtx.service.inprocess import Answer, Call, call_app, read_body, send_answer
@@ -72,10 +74,15 @@ def coordinator_of_path(path: str) -> int | None:
 class SiblingForwarder:
     """ASGI layer: a request for an id a sibling worker owns goes to that id's mailbox."""
 
-    def __init__(self, app: ASGIApp, *, state: object, own_url: str) -> None:
+    def __init__(self, app: ASGIApp, *, state: object, own_url: str,
+                 authorize: Authorize | None = None) -> None:
+        """``authorize``: the service's token check (None: auth is off), made before a request is
+        queued in Redis: an unauthenticated caller must not reach the mailbox (the owner checks
+        again when it plays the request, with the same rule)."""
         self.app = app
         self._state = state  # the app's state: coordinators and mailbox appear there at start-up
         self._own_url = own_url
+        self._authorize = authorize
 
     async def _sibling_owns(self, cid: int) -> bool:
         coordinators: Coordinators | None = getattr(self._state, "coordinators", None)
@@ -102,6 +109,12 @@ class SiblingForwarder:
         if cid is None or mailbox is None or not await self._sibling_owns(cid):
             await self.app(scope, receive, send)
             return
+        if self._authorize is not None:
+            header = dict(scope["headers"]).get(b"authorization", b"").decode("latin-1")
+            verdict = self._authorize(scope["method"], scope["path"], header)
+            if type(verdict) is Denial:
+                await error_response(verdict.status, verdict.code, verdict.message)(scope, receive, send)
+                return
         try:
             body = await read_body(receive)
         except BodyTooLarge as exc:

@@ -37,6 +37,8 @@ class CoordinatorSettings(ReplicaSettings):
     # STREAMTX_WORKERS > 1: requests for a sibling worker's id go through Redis (coordinator/mailbox.py).
     mailbox_timeout_ms: int = Field(
         30_000, ge=100, description="a request forwarded to a sibling worker waits this long, then 503")
+    mailbox_max_queued: int = Field(
+        10_000, ge=1, description="requests one id's mailbox holds at most; past it a forwarded one is 503")
 
     supports_workers: ClassVar[bool] = True
     # PIP-160 transactionLogBatchedWrite*: validated like Pulsar's (max_records >= 10, ...).

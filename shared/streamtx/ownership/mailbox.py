@@ -51,6 +51,11 @@ or ids stays with the worker that receives it.
 Metrics (forwarded calls and their wait, batch sizes, served, expired, Redis
 errors): :mod:`.mailbox_metrics`.
 
+A mailbox holds at most ``max_queued`` requests: past that the caller answers
+503 at once (the owner is behind; retry) rather than let Redis fill up. Only
+authenticated requests come this far (the forwarding layer checks the token
+first; the owner checks it again when it plays the request).
+
 Redis down: the caller's XADD or BLPOP fails, or its wait ends, and it answers
 503 (retry). Nothing a caller was answered 200 for depends on Redis afterwards:
 the owner answers only after its ledger append.
@@ -88,6 +93,14 @@ _group = "owner"
 _block_ms = 1000  # how long one XREADGROUP waits: the drain notices it should stop within this
 _retry_s = 0.5  # after a Redis error on the owner side
 _answer_attempts = 3
+
+# KEYS: the mailbox; ARGV: the cap, then field, value, ... The entry's id, or nil when full.
+_post = """
+if redis.call('XLEN', KEYS[1]) >= tonumber(ARGV[1]) then
+  return false
+end
+return redis.call('XADD', KEYS[1], '*', unpack(ARGV, 2))
+"""
 
 
 # -- wire format (pure) ---------------------------------------------------------------
@@ -137,9 +150,12 @@ class Mailbox:
     """The mailboxes of one service of one cluster: post and wait (any worker), drain (the owner)."""
 
     def __init__(self, client: redis.Redis, *, cluster: str, service: str, consumer: str,
-                 timeout_s: float, max_batch: int) -> None:
-        """``client`` must answer bytes (no ``decode_responses``); ``consumer``: this worker's member name."""
+                 timeout_s: float, max_batch: int, max_queued: int = 10_000) -> None:
+        """``client`` must answer bytes (no ``decode_responses``); ``consumer``: this worker's member name;
+        ``max_queued``: requests one mailbox holds at most (then 503)."""
         self._r = client
+        self._post = client.register_script(_post)
+        self.max_queued = max_queued
         self._prefix = f"streamtx:{cluster}:{service}:"
         self.consumer = consumer
         self.timeout_s = timeout_s
@@ -174,12 +190,17 @@ class Mailbox:
         started = time.monotonic()
         try:
             async with asyncio.timeout(self.timeout_s + 2):
-                await self._r.xadd(self.key(item), encode_call(call, reply, deadline))  # type: ignore[arg-type]
-                got: Any = await self._r.blpop([reply], timeout=self.timeout_s)
+                fields = [x for kv in encode_call(call, reply, deadline).items() for x in kv]
+                posted = await self._post(keys=[self.key(item)], args=[self.max_queued, *fields])
+                got: Any = None if posted is None else await self._r.blpop([reply], timeout=self.timeout_s)
         except (RedisError, OSError, TimeoutError) as exc:
             self._called("error", started)
             metrics.errors.labels(*self._labels, "caller", type(exc).__name__).inc()
             raise UnavailableError(f"the batch buffer (Redis) failed: {type(exc).__name__}: {exc}") from None
+        if posted is None:
+            self._called("full", started)
+            raise UnavailableError(f"{item}'s mailbox holds {self.max_queued} requests already: its owner "
+                                   "is behind; retry")
         if got is None:
             self._called("timeout", started)
             raise UnavailableError(f"{item}'s owner did not answer within {self.timeout_s:g}s (moving?)")

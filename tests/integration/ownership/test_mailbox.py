@@ -182,3 +182,28 @@ async def test_a_slow_request_holds_up_no_other(mailboxes: MakeMailbox) -> None:
 
 async def _in_flight(box: Mailbox, item: str) -> bool:
     return bool(box._drains[item].serving)
+
+
+async def test_a_full_mailbox_refuses_at_once_instead_of_growing(redis_url: str) -> None:
+    """Issue 21 item 15: a mailbox had no cap; with its owner behind (or gone), every forwarded
+    request stayed in the Redis stream. Past ``max_queued`` a call is refused at once (503)."""
+    box = Mailbox.from_url(redis_url, cluster=f"m{uuid.uuid4().hex[:6]}", service="tc", consumer="w0",
+                           timeout_s=5.0, max_batch=64, max_queued=2)
+    try:
+        def commit(i: int) -> Call:
+            return Call("POST", f"/v1/transactions/9:{i}/commit", b"", [], b"")
+
+        calls = [asyncio.create_task(box.call("9", commit(i))) for i in range(2)]
+
+        async def queued() -> bool:
+            return int(await box._r.xlen(box.key("9"))) == 2
+
+        await eventually(queued, timeout_s=5, what="two requests queued")
+        with pytest.raises(UnavailableError, match="holds 2 requests"):
+            await asyncio.wait_for(box.call("9", commit(3)), 2)
+        assert int(await box._r.xlen(box.key("9"))) == 2
+        for c in calls:
+            c.cancel()
+        await asyncio.gather(*calls, return_exceptions=True)
+    finally:
+        await box.aclose()
