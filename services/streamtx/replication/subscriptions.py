@@ -73,7 +73,9 @@ class PartitionSnapshots:
         self.scans = 0
         self._after: str | None = None
         self._dirty = True  # one snapshot after a start, then only after new messages
-        self._last_start = 0.0
+        # Monotonic time starts anywhere (near 0 on a machine just booted): never started is -inf,
+        # so the first snapshot starts at once whatever the clock says.
+        self._last_start = -math.inf
         self._marks: dict[str, str | None] | None = None  # the mark-deletes the last scan gave
         self.acks = AckSync(local=local, cluster=cluster, topic=topic, partition=partition,
                             period_s=self.frequency_s, back=settings.rescan_entries)
@@ -168,7 +170,7 @@ class PartitionSnapshots:
         self._dirty = False
         # Keep to the beat: a start a little late (a scan to wait for, a slow round trip)
         # does not push every later one back; after a pause the beat starts again now.
-        late = now - (self._last_start + self.frequency_s)
+        late = now - (self._last_start + self.frequency_s)  # inf after no start yet: the beat starts now
         self._last_start = now - late if late < self.frequency_s / 2 else now
 
     def _drop(self, snapshot_id: str) -> None:

@@ -115,7 +115,7 @@ class Worker(SharedJob, Intake, Outputs):
         self.progress_sub = f"progress-{self.name}-{uuid.uuid4().hex[:8]}"
         self.progress_seen: dict[int, int] = {}  # highest committed next read per partition
         self.stuck_since: dict[int, float] = {}
-        self.assignment_at = 0.0
+        self.assignment_at = -math.inf  # the first check runs at once, however young the machine's clock
         self.last_fetch = time.monotonic()
         self.commit_interval_s = commit_interval_ms / 1000
         self.txn_timeout_ms = txn_timeout_ms

@@ -272,3 +272,17 @@ async def test_after_a_conflict_the_next_transaction_starts_at_the_reread_progre
     await w.settle()
     assert suite.destination() == [(0, 2)]
     assert sorted(suite.acked) == ["7:2", "c:7:2"]
+
+
+async def test_the_first_assignment_check_runs_on_a_machine_booted_a_moment_ago(
+    worker: tuple[Worker, FakeSuite], monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    # Monotonic time may start near 0 (issue 21 item 16): "last checked at 0.0" skipped the check.
+    import streamtx.demo.intake as intake
+
+    monkeypatch.setattr(intake.time, "monotonic", lambda: 0.5)
+    w, suite = worker
+    w.offer(msgs((1, 1), (1, 2)))
+    suite.assignment = [0, 2, 4, 6]
+    await w.sync_partitions()
+    assert 1 not in w.known

@@ -73,3 +73,18 @@ async def test_remotes_that_stopped_answering_get_one_request_per_timeout_again(
     await start(loop)  # both time out; the next one starts alone
     await start(loop)
     assert len(loop.pending) == 1 and len(broker.requests()) == 4
+
+
+async def test_the_first_snapshot_starts_at_once_on_a_machine_booted_a_moment_ago(monkeypatch: Any) -> None:
+    # Monotonic time may start near 0 (issue 21 item 16): a "last start" of 0.0 held the
+    # first snapshot back (and the scan waited for it) until the clock passed one period.
+    import streamtx.replication.subscriptions as subs
+
+    monkeypatch.setattr(subs.time, "monotonic", lambda: 0.5)
+    broker = Broker()
+    loop = make(broker)
+    loop.frequency_s = 60.0
+    loop._after, loop.caches = "1:1", {"s": object()}  # type: ignore[dict-item]  # scanning, one subscription
+    assert loop._wait_ms() == 0
+    await start(loop)
+    assert len(broker.requests()) == 1
