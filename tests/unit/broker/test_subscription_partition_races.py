@@ -60,29 +60,43 @@ async def first_of(*waits: Any) -> None:
             f.cancel()
 
 
+def gate_partition_open(monkeypatch: pytest.MonkeyPatch, item: str) -> tuple[asyncio.Event, asyncio.Event]:
+    """Partition ``item``'s open waits for the second event; the first says it began."""
+    opening, go = asyncio.Event(), asyncio.Event()
+    open_partition = Partition.open
+
+    async def gated(cls: type[Partition], store: Any, name: str, *a: Any, **k: Any) -> Partition:
+        if name == item:
+            opening.set()
+            await go.wait()
+        return await open_partition(store, name, *a, **k)
+
+    monkeypatch.setattr(Partition, "open", classmethod(gated))
+    return opening, go
+
+
+def gate_cursor_open(monkeypatch: pytest.MonkeyPatch, until: Any) -> asyncio.Event:
+    """Cursor opens of the subscription SUB await ``until()`` first; the event says one began."""
+    cursor_opening = asyncio.Event()
+    open_cursor = Cursor.open
+
+    async def gated(cls: type[Cursor], store: Any, ledger: Any, name: str, **k: Any) -> Cursor:
+        if name == SUB:
+            cursor_opening.set()
+            await until()
+        return await open_cursor(store, ledger, name, **k)
+
+    monkeypatch.setattr(Cursor, "open", classmethod(gated))
+    return cursor_opening
+
+
 async def test_a_subscription_created_while_a_partition_is_taken_over_opens_on_it_too(
         replica: Broker, monkeypatch: pytest.MonkeyPatch) -> None:
     await replica.acquire(partition_item(T, 0))
     lock = replica._topic_locks[T] = SpyLock()
-    opening, go = asyncio.Event(), asyncio.Event()
-    cursor_opening = asyncio.Event()
-    open_partition = Partition.open
-    open_cursor = Cursor.open
-
-    async def gated_partition(cls: type[Partition], store: Any, item: str, *a: Any, **k: Any) -> Partition:
-        if item == partition_item(T, 1):
-            opening.set()
-            await go.wait()
-        return await open_partition(store, item, *a, **k)
-
-    async def gated_cursor(cls: type[Cursor], store: Any, ledger: Any, name: str, **k: Any) -> Cursor:
-        if name == SUB:
-            cursor_opening.set()
-            await acquiring  # the take-over lands while the subscription's cursors open
-        return await open_cursor(store, ledger, name, **k)
-
-    monkeypatch.setattr(Partition, "open", classmethod(gated_partition))
-    monkeypatch.setattr(Cursor, "open", classmethod(gated_cursor))
+    opening, go = gate_partition_open(monkeypatch, partition_item(T, 1))
+    # The take-over lands while the subscription's cursors open (before the fix).
+    cursor_opening = gate_cursor_open(monkeypatch, lambda: acquiring)
     acquiring = asyncio.create_task(replica.acquire(partition_item(T, 1)))
     await opening.wait()  # partition 1 is opening here (its ledger recovering)
     creating = asyncio.create_task(replica.create_subscription(T, SUB, SubscriptionType.SHARED, "earliest"))
@@ -100,16 +114,8 @@ async def test_a_subscription_created_while_a_partition_is_handed_over_keeps_non
     for i in (0, 1):
         await replica.acquire(partition_item(T, i))
     lock = replica._topic_locks[T] = SpyLock()
-    cursor_opening, go = asyncio.Event(), asyncio.Event()
-    open_cursor = Cursor.open
-
-    async def gated_cursor(cls: type[Cursor], store: Any, ledger: Any, name: str, **k: Any) -> Cursor:
-        if name == SUB and not cursor_opening.is_set():
-            cursor_opening.set()
-            await go.wait()
-        return await open_cursor(store, ledger, name, **k)
-
-    monkeypatch.setattr(Cursor, "open", classmethod(gated_cursor))
+    go = asyncio.Event()
+    cursor_opening = gate_cursor_open(monkeypatch, go.wait)
     creating = asyncio.create_task(replica.create_subscription(T, SUB, SubscriptionType.SHARED, "earliest"))
     await cursor_opening.wait()  # its cursor on partition 0 is opening
     releasing = asyncio.create_task(replica.release(partition_item(T, 1), lost=False))
@@ -119,3 +125,29 @@ async def test_a_subscription_created_while_a_partition_is_handed_over_keeps_non
     sub = replica.topics[T].subscriptions[SUB]
     assert [p.index for p in sub.parts] == [0]
     assert sub.part(0).partition is replica.topics[T].owned[0]
+
+
+async def test_a_subscription_another_replica_recorded_opens_on_a_partition_taken_meanwhile(
+        replica: Broker, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Issue 21 item 15 (the broker's catch-up outside the topic lock): the ownership tick's
+    catch-up opens a subscription another replica recorded, on the partitions open here, while
+    a partition is being taken over: before, the same miss as a creation here."""
+    settings = BrokerSettings(ledger_url="memory://")  # type: ignore[call-arg]
+    other = Broker(replica.store, settings, PendingAckClient(None, 1.0), replicas=True)
+    await other.start()
+    try:
+        await replica.acquire(partition_item(T, 0))
+        lock = replica._topic_locks[T] = SpyLock()
+        opening, go = gate_partition_open(monkeypatch, partition_item(T, 1))
+        cursor_opening = gate_cursor_open(monkeypatch, lambda: acquiring)
+        acquiring = asyncio.create_task(replica.acquire(partition_item(T, 1)))
+        await opening.wait()
+        # The other replica (owning no partition) records the subscription meanwhile.
+        assert await other.create_subscription(T, SUB, SubscriptionType.SHARED, "earliest") is None
+        catching_up = asyncio.create_task(replica.catch_up())  # this replica's next tick
+        await first_of(lock.contended.wait(), cursor_opening.wait())
+        go.set()
+        await asyncio.wait_for(asyncio.gather(acquiring, catching_up), 10)
+        assert [p.index for p in replica.topics[T].subscriptions[SUB].parts] == [0, 1]
+    finally:
+        await other.close()
