@@ -9,10 +9,12 @@ from __future__ import annotations
 from typing import Annotated, Any
 
 from fastapi import APIRouter, Body
-from pydantic import BaseModel, Field
+from urllib.parse import urlsplit
+
+from pydantic import BaseModel, Field, field_validator
 
 from streamtx.errors import MalformedError, NotFoundError
-from streamtx.names import check_name
+from streamtx.names import check_name, topic_name
 from streamtx.replication.deps import ControllerDep
 
 router = APIRouter(prefix="/admin/v2", tags=["admin: replication"])
@@ -27,6 +29,36 @@ class ClusterData(BaseModel):
     # A host after the scheme, printable ASCII (the fuzzer's finds: "http://" alone was stored as
     # "http:" and broke every later read; non-ASCII was an invalid URL to httpx, a 500).
     service_url: str = Field(min_length=1, max_length=2048, pattern=r"^https?://[A-Za-z0-9\[][!-~]*$")
+
+    @field_validator("service_url")
+    @classmethod
+    def _a_plain_service_url(cls, url: str) -> str:
+        return check_service_url(url)
+
+
+def check_service_url(url: str) -> str:
+    """``url`` when it is http(s)://host[:port][/path] with a port in 1-65535 and no credentials in it.
+
+    The controller sends the service token to this URL, and every later call parses it again:
+    ``user:pass@`` would put a secret in the log and the policy store, a port of 99999 fails
+    each call instead of this one (``ValueError``: a 400 ``malformed``).
+    """
+    try:
+        parts = urlsplit(url)
+        port = parts.port  # raises on a port out of range or not a number
+    except ValueError as exc:
+        raise ValueError(f"service_url {url[:100]!r}: {exc}") from None
+    if parts.scheme not in ("http", "https"):
+        raise ValueError("service_url: http:// or https:// only")
+    if "@" in parts.netloc:
+        raise ValueError("service_url: no user or password in the URL (the service token is sent)")
+    if not parts.hostname:
+        raise ValueError("service_url: no host")
+    if port == 0:
+        raise ValueError("service_url: port 0")
+    if parts.query or parts.fragment:
+        raise ValueError("service_url: no query or fragment")
+    return url
 
 
 class ClusterPublic(ClusterData):
@@ -88,6 +120,8 @@ async def get_namespace_replication(tenant: str, namespace: str, controller: Con
 @router.post("/namespaces/{tenant}/{namespace}/replication")
 async def set_namespace_replication(tenant: str, namespace: str, controller: ControllerDep,
                                     body: ClusterList) -> list[str]:
+    check_name("tenant", tenant)
+    check_name("namespace", namespace)
     clusters = controller.policies.check_clusters(_clusters(body))
     await controller.store.record({"kind": "namespace", "namespace": f"{tenant}/{namespace}",
                                    "clusters": clusters})
@@ -107,9 +141,9 @@ async def get_topic_replication(tenant: str, namespace: str, topic: str, control
 @router.post("/persistent/{tenant}/{namespace}/{topic}/replication")
 async def set_topic_replication(tenant: str, namespace: str, topic: str, controller: ControllerDep,
                                 body: ClusterList) -> list[str]:
+    name = topic_name(tenant, namespace, topic)  # 400 on a control character, as a topic create
     clusters = controller.policies.check_clusters(_clusters(body))
-    await controller.store.record({"kind": "topic", "topic": f"persistent://{tenant}/{namespace}/{topic}",
-                                   "clusters": clusters})
+    await controller.store.record({"kind": "topic", "topic": name, "clusters": clusters})
     return clusters
 
 
