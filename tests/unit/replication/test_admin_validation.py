@@ -1,4 +1,4 @@
-"""The replication admin refuses what it must never store (issue 21 item 12): odd cluster URLs, bad topic names."""
+"""The replication admin refuses what it must never store (issue 21 item 12): odd cluster URLs, bad names."""
 
 from __future__ import annotations
 

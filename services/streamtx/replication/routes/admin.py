@@ -7,10 +7,9 @@ sets where a namespace's or topic's messages go; ``GET`` reads them back.
 from __future__ import annotations
 
 from typing import Annotated, Any
-
-from fastapi import APIRouter, Body
 from urllib.parse import urlsplit
 
+from fastapi import APIRouter, Body
 from pydantic import BaseModel, Field, field_validator
 
 from streamtx.errors import MalformedError, NotFoundError
