@@ -131,9 +131,9 @@ async def producer_snapshot() -> str:
     except ImportError:  # an older tree
         from streamtx.ledger import open_ledger_factory  # type: ignore[attr-defined,no-redef]
 
-    store = open_ledger_factory("memory://")
+    ledgers = open_ledger_factory("memory://")
     settings = BrokerSettings(snapshot_every_ops=10**9)  # type: ignore[call-arg]
-    part = await Partition.open(store, "persistent://t/n/x-partition-0", "persistent://t/n/x", settings,
+    part = await Partition.open(ledgers, "persistent://t/n/x-partition-0", "persistent://t/n/x", settings,
                                 Notifier())
     for seq in range(40):
         await part.produce([Message(b"v", request_index=i) for i in range(500)], None,

@@ -104,11 +104,11 @@ async def run_cases(url: str, backend: str, writers: int, seconds: float, slice_
     Interleaving spreads the drift of a shared machine (disk and CPU noise) over
     every mode alike, rather than over whichever ran last.
     """
-    store = open_ledger_factory(url)
+    ledgers = open_ledger_factory(url)
     try:
         runs: dict[str, _Run] = {}
         for mode in MODES:
-            ledger = await store.open(f"bench-{mode}-{writers}-{uuid.uuid4().hex[:8]}")
+            ledger = await ledgers.open(f"bench-{mode}-{writers}-{uuid.uuid4().hex[:8]}")
             writer = BufferedWriter(
                 ledger, _identity, enabled=mode != "unbatched",
                 policy="fixed" if mode == "fixed" else "auto", max_delay_s=0.001,
@@ -130,7 +130,7 @@ async def run_cases(url: str, backend: str, writers: int, seconds: float, slice_
             ))
         return cases
     finally:
-        await store.close()
+        await ledgers.close()
 
 
 @contextlib.contextmanager

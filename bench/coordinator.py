@@ -205,8 +205,8 @@ async def build_log(url: str, records: int) -> int:
     from streamtx.coordinator.state import EndReason, TxnState
     from streamtx.ledger import open_ledger_factory
 
-    store = open_ledger_factory(url)
-    ledger = await store.open(ledger_name("standalone", 0), writer=True)
+    ledgers = open_ledger_factory(url)
+    ledger = await ledgers.open(ledger_name("standalone", 0), writer=True)
     now = int(time.time() * 1000)
     written = 0
     batch: list[bytes] = []
@@ -234,7 +234,7 @@ async def build_log(url: str, records: int) -> int:
     if batch:
         await ledger.append(encode_batch(batch))
     await ledger.append(encode_batch([rec.encode(rec.ReserveIds(counter + 10_000))]))
-    await store.close()
+    await ledgers.close()
     return written + 1
 
 
@@ -249,10 +249,10 @@ async def time_replay(url: str) -> tuple[int, float, float]:
     from streamtx.coordinator.participants_client import Participants
     from streamtx.ledger import open_ledger_factory
 
-    store = open_ledger_factory(url)
+    ledgers = open_ledger_factory(url)
     participants = Participants(None, None, backoff_s=0.05, max_backoff_s=1, timeout_s=1, prepare_attempts=1)
     start, cpu = time.perf_counter(), time.process_time()
-    txn_log = await TransactionLog.open(store, cluster="standalone", coordinator_id=0,
+    txn_log = await TransactionLog.open(ledgers, cluster="standalone", coordinator_id=0,
                                         batching=BatchingSettings())
     tc = TransactionCoordinator(0, txn_log, participants, CoordinatorMetrics("bench", 0, CollectorRegistry()),
                                 CoordinatorConfig(finished_retention_ms=3_600_000))
@@ -261,7 +261,7 @@ async def time_replay(url: str) -> tuple[int, float, float]:
     replayed = tc.table.records
     await tc.close()
     await participants.aclose()
-    await store.close()
+    await ledgers.close()
     return replayed, elapsed, cpu
 
 

@@ -157,11 +157,11 @@ def wait_workers(redis_url: str, cluster: str, workers: int) -> None:
 def records_per_entry(data: Path) -> float:
     """Records over entries of every coordinator's transaction log under ``data``."""
     async def count() -> tuple[int, int]:
-        store = open_ledger_factory(f"file://{data}")
+        ledgers = open_ledger_factory(f"file://{data}")
         records = entries = 0
         try:
             for cid in range(4):
-                ledger = await store.open(ledger_name(data.name, cid), writer=False)
+                ledger = await ledgers.open(ledger_name(data.name, cid), writer=False)
                 start = ledger.first_position()
                 while start is not None:
                     got = await ledger.read(start, 1000)
@@ -173,7 +173,7 @@ def records_per_entry(data: Path) -> float:
                     start = Position(last.ledger_id, last.entry_id + 1)
                 await ledger.close()
         finally:
-            await store.close()
+            await ledgers.close()
         return records, entries
 
     records, entries = asyncio.run(count())

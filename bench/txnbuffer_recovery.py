@@ -30,23 +30,23 @@ async def measure(ledger_url: str, aborted: int, segment_size: int = 1000) -> fl
     """Seconds a fresh partition takes to recover ``aborted`` aborted ids from its snapshot."""
     settings = BrokerSettings(ledger_url=ledger_url, snapshot_segment_size=segment_size,  # type: ignore[call-arg]
                               snapshot_every_ops=1 << 62)
-    store = open_ledger_factory(ledger_url)
-    part = await Partition.open(store, _name, _name.rsplit("-partition-", 1)[0], settings, Notifier())
+    ledgers = open_ledger_factory(ledger_url)
+    part = await Partition.open(ledgers, _name, _name.rsplit("-partition-", 1)[0], settings, Notifier())
     lid = part.ledger.ledger_id
     for i in range(aborted):
         part.tb.add_aborted(TxnId(1, i), Position(lid, 1_000 + 2 * i))
     await part.take_snapshot()
     if not ledger_url.startswith("memory:"):  # a memory store forgets everything on close
         await part.close()
-        await store.close()
-        store = open_ledger_factory(ledger_url)
+        await ledgers.close()
+        ledgers = open_ledger_factory(ledger_url)
     t0 = time.perf_counter()
-    again = await Partition.open(store, _name, _name.rsplit("-partition-", 1)[0], settings, Notifier())
+    again = await Partition.open(ledgers, _name, _name.rsplit("-partition-", 1)[0], settings, Notifier())
     took = time.perf_counter() - t0
     if len(again.tb.aborted) != aborted:
         raise AssertionError(f"recovered {len(again.tb.aborted)} aborted ids, not {aborted}")
     await again.close()
-    await store.close()
+    await ledgers.close()
     return took
 
 

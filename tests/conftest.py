@@ -43,7 +43,7 @@ def ledger_url(request: pytest.FixtureRequest, tmp_path: Path) -> str:
 
 
 @pytest.fixture
-async def ledger_store(ledger_url: str) -> AsyncIterator[LedgerFactory]:
-    store = open_ledger_factory(ledger_url)
-    yield store
-    await store.close()
+async def ledgers(ledger_url: str) -> AsyncIterator[LedgerFactory]:
+    ledgers = open_ledger_factory(ledger_url)
+    yield ledgers
+    await ledgers.close()

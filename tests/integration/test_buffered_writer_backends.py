@@ -8,8 +8,8 @@ from streamtx.batching import BufferedWriter, decode_entry
 from streamtx.ledger import LedgerFactory
 
 
-async def test_batched_and_unbatched_records_replay_in_order(ledger_store: LedgerFactory) -> None:
-    ledger = await ledger_store.open("bw/replay")
+async def test_batched_and_unbatched_records_replay_in_order(ledgers: LedgerFactory) -> None:
+    ledger = await ledgers.open("bw/replay")
     writer: BufferedWriter[bytes] = BufferedWriter(ledger, bytes, max_records=16)
     first = await asyncio.gather(*(writer.write(b"a%03d" % i) for i in range(100)))
     writer.set_enabled(False)
@@ -22,7 +22,7 @@ async def test_batched_and_unbatched_records_replay_in_order(ledger_store: Ledge
     assert any(r.batch_size > 1 for r in first), "100 concurrent writes never shared an entry"
     assert all(r.batch_size == 1 for r in second)
 
-    reader = await ledger_store.open("bw/replay", writer=False)
+    reader = await ledgers.open("bw/replay", writer=False)
     replayed: list[tuple[object, int, bytes]] = []
     for entry in await reader.read(max_entries=10_000):
         records = decode_entry(entry.data)

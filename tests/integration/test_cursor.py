@@ -35,10 +35,10 @@ def snapshot_of(cursor: Cursor, positions: list[Position]) -> list[object]:
     return seen
 
 
-async def test_reopen_recovers_exactly(ledger_store: LedgerFactory) -> None:
-    ledger = await ledger_store.open("cur/recover")
+async def test_reopen_recovers_exactly(ledgers: LedgerFactory) -> None:
+    ledger = await ledgers.open("cur/recover")
     positions = await fill(ledger, 30)
-    cursor = await Cursor.open(ledger_store, ledger, "sub")
+    cursor = await Cursor.open(ledgers, ledger, "sub")
     assert cursor.mark_delete_position is None
     await cursor.mark_delete(positions[3])
     await cursor.delete([positions[5], positions[6], positions[9], positions[20]])
@@ -51,7 +51,7 @@ async def test_reopen_recovers_exactly(ledger_store: LedgerFactory) -> None:
     assert cursor.deleted_batch_indexes(positions[12]) == 0b1010
     await cursor.close()
 
-    again = await Cursor.open(ledger_store, ledger, "sub")
+    again = await Cursor.open(ledgers, ledger, "sub")
     assert snapshot_of(again, positions) == before
     assert again.first_undeleted() == positions[4]
     assert again.first_undeleted(positions[5]) == positions[7]
@@ -61,29 +61,29 @@ async def test_reopen_recovers_exactly(ledger_store: LedgerFactory) -> None:
 async def test_cursor_survives_a_new_store(ledger_url: str) -> None:
     if ledger_url.startswith("memory"):
         pytest.skip("the memory backend keeps nothing across stores by design")
-    store = open_ledger_factory(ledger_url)
-    ledger = await store.open("cur/durable")
+    ledgers = open_ledger_factory(ledger_url)
+    ledger = await ledgers.open("cur/durable")
     positions = await fill(ledger, 10)
-    cursor = await Cursor.open(store, ledger, "sub")
+    cursor = await Cursor.open(ledgers, ledger, "sub")
     await cursor.delete([positions[0], positions[1], positions[7]])
     await cursor.delete_batch_index(positions[3], 2, batch_size)
     before = snapshot_of(cursor, positions)
-    await store.close()  # no cursor.close(): as if the process died
+    await ledgers.close()  # no cursor.close(): as if the process died
 
-    store = open_ledger_factory(ledger_url)
+    ledgers = open_ledger_factory(ledger_url)
     try:
-        ledger = await store.open("cur/durable", writer=False)
-        cursor = await Cursor.open(store, ledger, "sub")
+        ledger = await ledgers.open("cur/durable", writer=False)
+        cursor = await Cursor.open(ledgers, ledger, "sub")
         assert snapshot_of(cursor, positions) == before
         assert cursor.mark_delete_position == positions[1]
     finally:
-        await store.close()
+        await ledgers.close()
 
 
-async def test_last_batch_index_deletes_the_entry(ledger_store: LedgerFactory) -> None:
-    ledger = await ledger_store.open("cur/batch")
+async def test_last_batch_index_deletes_the_entry(ledgers: LedgerFactory) -> None:
+    ledger = await ledgers.open("cur/batch")
     positions = await fill(ledger, 3)
-    cursor = await Cursor.open(ledger_store, ledger, "sub")
+    cursor = await Cursor.open(ledgers, ledger, "sub")
     for index in (2, 0, 3):
         assert await cursor.delete_batch_index(positions[0], index, batch_size) is False
     assert not cursor.is_deleted(positions[0])
@@ -95,19 +95,19 @@ async def test_last_batch_index_deletes_the_entry(ledger_store: LedgerFactory) -
     assert cursor.mark_delete_position == positions[0]
     assert cursor.stats().partially_deleted_batches == 0
     await cursor.close()
-    again = await Cursor.open(ledger_store, ledger, "sub")
+    again = await Cursor.open(ledgers, ledger, "sub")
     assert again.mark_delete_position == positions[0]
     assert again.first_undeleted() == positions[1]
 
 
-async def test_mark_delete_hops_over_fence_ids(ledger_store: LedgerFactory) -> None:
-    first = await ledger_store.open("cur/gaps")
+async def test_mark_delete_hops_over_fence_ids(ledgers: LedgerFactory) -> None:
+    first = await ledgers.open("cur/gaps")
     early = await fill(first, 3, "a")
-    ledger = await ledger_store.open("cur/gaps")  # a new writer: its fence takes an id
+    ledger = await ledgers.open("cur/gaps")  # a new writer: its fence takes an id
     late = await fill(ledger, 3, "b")
     assert late[0].entry_id > early[-1].entry_id + 1  # there is a gap to hop over
     positions = early + late
-    cursor = await Cursor.open(ledger_store, ledger, "sub")
+    cursor = await Cursor.open(ledgers, ledger, "sub")
     await cursor.delete(reversed(positions[1:]))
     assert cursor.mark_delete_position is None
     assert cursor.stats().individually_deleted_ranges == 2  # the fence id splits them
@@ -115,14 +115,14 @@ async def test_mark_delete_hops_over_fence_ids(ledger_store: LedgerFactory) -> N
     assert cursor.mark_delete_position == positions[-1]
     assert cursor.stats().individually_deleted_ranges == 0
     await cursor.close()
-    again = await Cursor.open(ledger_store, ledger, "sub")
+    again = await Cursor.open(ledgers, ledger, "sub")
     assert again.mark_delete_position == positions[-1]
 
 
-async def test_concurrent_deletes_cost_few_appends(ledger_store: LedgerFactory) -> None:
-    ledger = await ledger_store.open("cur/coalesce")
+async def test_concurrent_deletes_cost_few_appends(ledgers: LedgerFactory) -> None:
+    ledger = await ledgers.open("cur/coalesce")
     positions = await fill(ledger, 200)
-    cursor = await Cursor.open(ledger_store, ledger, "sub")
+    cursor = await Cursor.open(ledgers, ledger, "sub")
     await asyncio.gather(*(cursor.delete([p]) for p in positions[1:]))
     assert cursor.stats().snapshots_written <= 2
     assert cursor.stats().individually_deleted_ranges == 1
@@ -134,15 +134,15 @@ async def test_concurrent_deletes_cost_few_appends(ledger_store: LedgerFactory) 
     assert cursor.stats().snapshots_written <= 4
     assert cursor.mark_delete_position == positions[-1]
     await cursor.close()
-    again = await Cursor.open(ledger_store, ledger, "sub")
+    again = await Cursor.open(ledgers, ledger, "sub")
     assert again.mark_delete_position == positions[-1]
 
 
-async def test_change_returns_only_once_durable(ledger_store: LedgerFactory) -> None:
+async def test_change_returns_only_once_durable(ledgers: LedgerFactory) -> None:
     """A delete that changed nothing still waits for the snapshot holding that delete."""
-    ledger = await ledger_store.open("cur/wait")
+    ledger = await ledgers.open("cur/wait")
     positions = await fill(ledger, 3)
-    cursor = await Cursor.open(ledger_store, ledger, "sub")
+    cursor = await Cursor.open(ledgers, ledger, "sub")
     first = asyncio.create_task(cursor.delete([positions[1]]))
     await asyncio.sleep(0)  # the first snapshot is now in flight
     await cursor.delete([positions[1]])
@@ -150,12 +150,12 @@ async def test_change_returns_only_once_durable(ledger_store: LedgerFactory) -> 
     await first
 
 
-async def test_second_cursor_fences_the_first(ledger_store: LedgerFactory) -> None:
-    ledger = await ledger_store.open("cur/fence")
+async def test_second_cursor_fences_the_first(ledgers: LedgerFactory) -> None:
+    ledger = await ledgers.open("cur/fence")
     positions = await fill(ledger, 5)
-    zombie = await Cursor.open(ledger_store, ledger, "sub")
+    zombie = await Cursor.open(ledgers, ledger, "sub")
     await zombie.delete([positions[0]])
-    cursor = await Cursor.open(ledger_store, ledger, "sub")
+    cursor = await Cursor.open(ledgers, ledger, "sub")
     assert cursor.is_deleted(positions[0])
     with pytest.raises(FencedError):
         await zombie.delete([positions[1]])
@@ -165,34 +165,34 @@ async def test_second_cursor_fences_the_first(ledger_store: LedgerFactory) -> No
     await cursor.delete([positions[2]])
     await cursor.close()
     await zombie.close()
-    again = await Cursor.open(ledger_store, ledger, "sub")
+    again = await Cursor.open(ledgers, ledger, "sub")
     assert [again.is_deleted(p) for p in positions] == [True, False, True, False, False]
 
 
-async def test_cursor_ledger_is_trimmed_to_the_latest_snapshot(ledger_store: LedgerFactory) -> None:
-    ledger = await ledger_store.open("cur/trim-own")
+async def test_cursor_ledger_is_trimmed_to_the_latest_snapshot(ledgers: LedgerFactory) -> None:
+    ledger = await ledgers.open("cur/trim-own")
     positions = await fill(ledger, 40)
-    cursor = await Cursor.open(ledger_store, ledger, "sub", trim_every=5)
+    cursor = await Cursor.open(ledgers, ledger, "sub", trim_every=5)
     for p in positions[::2]:
         await cursor.delete([p])
     last = cursor.stats().last_snapshot
     assert cursor.stats().snapshots_written == 20
     await cursor.close()  # waits for the housekeeping trim too
-    own = await ledger_store.open(cursor_ledger_name(ledger.name, "sub"), writer=False)
+    own = await ledgers.open(cursor_ledger_name(ledger.name, "sub"), writer=False)
     first = own.first_position()
     assert first is not None and last is not None
     assert len(await own.read(first)) <= 5
     assert [e.position for e in await own.read(first)][-1] == last
     await own.close()
-    again = await Cursor.open(ledger_store, ledger, "sub")
+    again = await Cursor.open(ledgers, ledger, "sub")
     assert all(again.is_deleted(p) for p in positions[::2])
     assert not any(again.is_deleted(p) for p in positions[1::2])
 
 
-async def test_trim_ledger_drops_what_is_mark_deleted(ledger_store: LedgerFactory) -> None:
-    ledger = await ledger_store.open("cur/trim-data")
+async def test_trim_ledger_drops_what_is_mark_deleted(ledgers: LedgerFactory) -> None:
+    ledger = await ledgers.open("cur/trim-data")
     positions = await fill(ledger, 10)
-    cursor = await Cursor.open(ledger_store, ledger, "sub")
+    cursor = await Cursor.open(ledgers, ledger, "sub")
     await cursor.trim_ledger()  # nothing deleted: nothing trimmed
     assert ledger.first_position() == positions[0]
     await cursor.mark_delete(positions[5])
@@ -203,10 +203,10 @@ async def test_trim_ledger_drops_what_is_mark_deleted(ledger_store: LedgerFactor
     assert cursor.first_undeleted() == positions[6]
 
 
-async def test_positions_of_another_ledger_are_refused(ledger_store: LedgerFactory) -> None:
-    ledger = await ledger_store.open("cur/foreign")
+async def test_positions_of_another_ledger_are_refused(ledgers: LedgerFactory) -> None:
+    ledger = await ledgers.open("cur/foreign")
     await fill(ledger, 2)
-    cursor = await Cursor.open(ledger_store, ledger, "sub")
+    cursor = await Cursor.open(ledgers, ledger, "sub")
     alien = Position(ledger.ledger_id + 1, 0)
     with pytest.raises(InvalidPositionError):
         await cursor.delete([alien])
@@ -217,27 +217,27 @@ async def test_positions_of_another_ledger_are_refused(ledger_store: LedgerFacto
         await cursor.mark_delete(Position(ledger.ledger_id, 0))
 
 
-async def test_a_failed_persist_is_carried_by_the_next(ledger_store: LedgerFactory) -> None:
-    if not isinstance(ledger_store, MemoryLedgerFactory):
+async def test_a_failed_persist_is_carried_by_the_next(ledgers: LedgerFactory) -> None:
+    if not isinstance(ledgers, MemoryLedgerFactory):
         pytest.skip("append failures are injected through the memory backend")
-    ledger = await ledger_store.open("cur/fail")
+    ledger = await ledgers.open("cur/fail")
     positions = await fill(ledger, 4)
-    cursor = await Cursor.open(ledger_store, ledger, "sub")
-    ledger_store.inject_append_failures(cursor_ledger_name(ledger.name, "sub"), 10)
+    cursor = await Cursor.open(ledgers, ledger, "sub")
+    ledgers.inject_append_failures(cursor_ledger_name(ledger.name, "sub"), 10)
     with pytest.raises(LedgerUnavailableError):
         await cursor.delete([positions[0]])
-    ledger_store.inject_append_failures(cursor_ledger_name(ledger.name, "sub"), 0)
+    ledgers.inject_append_failures(cursor_ledger_name(ledger.name, "sub"), 0)
     await cursor.delete([positions[2]])
     await cursor.close()
-    again = await Cursor.open(ledger_store, ledger, "sub")
+    again = await Cursor.open(ledgers, ledger, "sub")
     assert [again.is_deleted(p) for p in positions] == [True, False, True, False]
 
 
-async def test_apply_mixed_batch_is_one_snapshot_and_same_as_one_by_one(ledger_store: LedgerFactory) -> None:
-    ledger = await ledger_store.open("cur/apply")
+async def test_apply_mixed_batch_is_one_snapshot_and_same_as_one_by_one(ledgers: LedgerFactory) -> None:
+    ledger = await ledgers.open("cur/apply")
     positions = await fill(ledger, 40)
-    one = await Cursor.open(ledger_store, ledger, "one")
-    many = await Cursor.open(ledger_store, ledger, "many")
+    one = await Cursor.open(ledgers, ledger, "one")
+    many = await Cursor.open(ledgers, ledger, "many")
     await one.mark_delete(positions[2])
     await one.delete([positions[5], positions[6], positions[7], positions[30]])
     for i in range(batch_size):  # the whole batch: the entry becomes deleted
@@ -253,16 +253,16 @@ async def test_apply_mixed_batch_is_one_snapshot_and_same_as_one_by_one(ledger_s
     assert snapshot_of(many, positions) == snapshot_of(one, positions)
     assert many.mark_delete_position == positions[3]
     await many.close()
-    again = await Cursor.open(ledger_store, ledger, "many")
+    again = await Cursor.open(ledgers, ledger, "many")
     assert snapshot_of(again, positions) == snapshot_of(one, positions)
     await again.close()
     await one.close()
 
 
-async def test_apply_checks_everything_before_applying(ledger_store: LedgerFactory) -> None:
-    ledger = await ledger_store.open("cur/apply-bad")
+async def test_apply_checks_everything_before_applying(ledgers: LedgerFactory) -> None:
+    ledger = await ledgers.open("cur/apply-bad")
     positions = await fill(ledger, 5)
-    cursor = await Cursor.open(ledger_store, ledger, "sub")
+    cursor = await Cursor.open(ledgers, ledger, "sub")
     await cursor.delete_batch_index(positions[1], 0, batch_size)
     before = snapshot_of(cursor, positions)
     with pytest.raises(MalformedError):

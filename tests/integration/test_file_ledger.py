@@ -68,11 +68,11 @@ async def read_all(ledger: Ledger) -> dict[int, bytes]:
 
 
 async def read_store(root: Path, name: str) -> dict[int, bytes]:
-    store = FileLedgerFactory(str(root))
+    ledgers = FileLedgerFactory(str(root))
     try:
-        return await read_all(await store.open(name, writer=False))
+        return await read_all(await ledgers.open(name, writer=False))
     finally:
-        await store.close()
+        await ledgers.close()
 
 
 def _ack_lines(out: Path) -> int:
@@ -83,8 +83,8 @@ def _file_size(path: str) -> int:
     return os.path.getsize(path)
 
 
-def segment_files(store: FileLedgerFactory, name: str) -> list[str]:
-    return sorted(n for n in os.listdir(store.ledger_dir(name)) if n.endswith(".seg"))
+def segment_files(ledgers: FileLedgerFactory, name: str) -> list[str]:
+    return sorted(n for n in os.listdir(ledgers.ledger_dir(name)) if n.endswith(".seg"))
 
 
 # --- (1) kill -9 while 64 appenders run ------------------------------------------
@@ -117,13 +117,13 @@ async def test_acknowledged_appends_survive_kill_9(tmp_path: Path) -> None:
         for data in entries.values():  # nothing partial or foreign
             assert data == payload_for(key_of(data))
 
-    store = FileLedgerFactory(str(root))
+    ledgers = FileLedgerFactory(str(root))
     try:
-        ledger = await store.open(name)
+        ledger = await ledgers.open(name)
         after = await ledger.append(b"after the crashes")
         assert after.entry_id > max(acked)
     finally:
-        await store.close()
+        await ledgers.close()
 
 
 # --- (2) torn and corrupt tails ------------------------------------------------------
@@ -150,32 +150,32 @@ _DAMAGES: dict[str, tuple[_Damage, bool]] = {  # name -> (damage, whether the la
 
 @pytest.mark.parametrize("damage", sorted(_DAMAGES))
 async def test_a_torn_or_corrupt_tail_is_cut_off(tmp_path: Path, damage: str) -> None:
-    store = FileLedgerFactory(str(tmp_path))
-    ledger = await store.open("tail")
+    ledgers = FileLedgerFactory(str(tmp_path))
+    ledger = await ledgers.open("tail")
     positions = [await ledger.append(b"entry-%02d" % i * 3) for i in range(10)]
-    await store.close()
+    await ledgers.close()
 
-    (seg_name,) = segment_files(store, "tail")
-    path = os.path.join(store.ledger_dir("tail"), seg_name)
+    (seg_name,) = segment_files(ledgers, "tail")
+    path = os.path.join(ledgers.ledger_dir("tail"), seg_name)
     damage_fn, last_survives = _DAMAGES[damage]
     good_size, last = _damage_last_entry(path, damage_fn)
 
-    store = FileLedgerFactory(str(tmp_path))
+    ledgers = FileLedgerFactory(str(tmp_path))
     try:
         damaged_size = _file_size(path)
-        ledger = await store.open("tail", writer=False)  # reads up to the tail, never cuts it
+        ledger = await ledgers.open("tail", writer=False)  # reads up to the tail, never cuts it
         assert _file_size(path) == damaged_size
         kept = positions if last_survives else positions[:-1]
         assert list((await read_all(ledger)).items()) == [
             (p.entry_id, b"entry-%02d" % i * 3) for i, p in enumerate(kept)
         ]
-        writer = await store.open("tail")  # a writer cuts the torn tail (then appends its fence)
+        writer = await ledgers.open("tail")  # a writer cuts the torn tail (then appends its fence)
         fence = segment.HEADER_SIZE + frames.HEADER_SIZE
         assert _file_size(path) == (good_size if last_survives else last) + fence
         newer = await writer.append(b"after repair")
         assert newer > kept[-1]
     finally:
-        await store.close()
+        await ledgers.close()
     entries = await read_store(tmp_path, "tail")
     assert list(entries) == [p.entry_id for p in kept] + [newer.entry_id]
     assert entries[newer.entry_id] == b"after repair"
@@ -197,18 +197,18 @@ def _flip_middle_byte(path: str) -> int:
 
 
 async def test_corruption_before_the_last_segment_is_an_error(tmp_path: Path) -> None:
-    store = FileLedgerFactory(str(tmp_path), segment_bytes=512)
-    ledger = await store.open("rot")
+    ledgers = FileLedgerFactory(str(tmp_path), segment_bytes=512)
+    ledger = await ledgers.open("rot")
     for i in range(40):
         await ledger.append(b"r%03d" % i * 10)
-    await store.close()
-    first = os.path.join(store.ledger_dir("rot"), segment_files(store, "rot")[0])
+    await ledgers.close()
+    first = os.path.join(ledgers.ledger_dir("rot"), segment_files(ledgers, "rot")[0])
     size = _flip_middle_byte(first)
 
-    store = FileLedgerFactory(str(tmp_path), segment_bytes=512)
+    ledgers = FileLedgerFactory(str(tmp_path), segment_bytes=512)
     with pytest.raises(CorruptEntryError):
-        await store.open("rot", writer=False)
-    await store.close()
+        await ledgers.open("rot", writer=False)
+    await ledgers.close()
     assert _file_size(first) == size  # nothing was cut from a sealed segment
 
 
@@ -216,28 +216,28 @@ async def test_corruption_before_the_last_segment_is_an_error(tmp_path: Path) ->
 
 
 async def test_rollover_and_trim_delete_whole_segments_and_survive_reopen(tmp_path: Path) -> None:
-    store = FileLedgerFactory(str(tmp_path), segment_bytes=1024)
-    ledger = await store.open("roll")
+    ledgers = FileLedgerFactory(str(tmp_path), segment_bytes=1024)
+    ledger = await ledgers.open("roll")
     positions = [await ledger.append(b"%04d" % i + b"x" * 96) for i in range(100)]
     stats = list(ledger.stats())
     assert len(stats) >= 8
     for a, b in itertools.pairwise(stats):
         assert b.segment_id == a.segment_id + a.entries  # consecutive offsets
         assert a.size >= 1024  # a segment is only left once full
-    assert segment_files(store, "roll") == [segment.segment_name(s.segment_id) for s in stats]
+    assert segment_files(ledgers, "roll") == [segment.segment_name(s.segment_id) for s in stats]
 
     cut = positions[50].entry_id
     await ledger.trim(positions[50])
     trimmed = list(ledger.stats())
     assert trimmed == [s for s in stats if s.segment_id + s.entries > cut]
     assert trimmed[0].segment_id <= cut
-    assert segment_files(store, "roll") == [segment.segment_name(s.segment_id) for s in trimmed]
+    assert segment_files(ledgers, "roll") == [segment.segment_name(s.segment_id) for s in trimmed]
     assert [e.position for e in await ledger.read(max_entries=1000)] == positions[50:]
-    await store.close()
+    await ledgers.close()
 
-    store = FileLedgerFactory(str(tmp_path), segment_bytes=1024)
+    ledgers = FileLedgerFactory(str(tmp_path), segment_bytes=1024)
     try:
-        reader = await store.open("roll", writer=False)
+        reader = await ledgers.open("roll", writer=False)
         assert reader.first_position() == positions[50]
         assert list(reader.stats()) == trimmed
         entries = await read_all(reader)
@@ -245,13 +245,13 @@ async def test_rollover_and_trim_delete_whole_segments_and_survive_reopen(tmp_pa
         # Below the start nothing is returned, even though its segment is still on disk.
         assert [e.position for e in await reader.read(positions[45], 2)] == positions[50:52]
 
-        writer = await store.open("roll")
+        writer = await ledgers.open("roll")
         end = Position(writer.ledger_id, positions[-1].entry_id + 1)
         await writer.trim(end)  # everything: the last segment stays, offsets go on
-        assert len(segment_files(store, "roll")) == 1
+        assert len(segment_files(ledgers, "roll")) == 1
         newer = await writer.append(b"after trimming everything")
     finally:
-        await store.close()
+        await ledgers.close()
     entries = await read_store(tmp_path, "roll")
     assert list(entries.items()) == [(newer.entry_id, b"after trimming everything")]
     assert newer.entry_id > positions[-1].entry_id
@@ -277,8 +277,8 @@ async def test_a_second_store_fences_the_first_writer(tmp_path: Path) -> None:
         await second.append(b"c")
         assert list((await read_all(reader)).values()) == [b"a", b"b", b"c"]
     finally:
-        for store in (one, two, three):
-            await store.close()
+        for ledgers in (one, two, three):
+            await ledgers.close()
 
 
 async def test_raw_handles_in_one_process_share_offsets(tmp_path: Path) -> None:
@@ -324,26 +324,26 @@ async def test_raw_appenders_in_two_processes_share_offsets(tmp_path: Path) -> N
 
 
 async def test_reopen_keeps_entries_positions_and_stats(tmp_path: Path) -> None:
-    store = FileLedgerFactory(str(tmp_path), segment_bytes=8 << 20)
-    ledger = await store.open("reopen")
+    ledgers = FileLedgerFactory(str(tmp_path), segment_bytes=8 << 20)
+    ledger = await ledgers.open("reopen")
     sizes = [1, 10, 1000, 5 << 20, 3, 70_000]  # 5 MiB: larger than one scan chunk
     payloads = [bytes([i % 251]) * n for i, n in enumerate(sizes * 3)]
     positions = await asyncio.gather(*(ledger.append(p) for p in payloads))
     stats = list(ledger.stats())
-    await store.close()
+    await ledgers.close()
 
-    store = FileLedgerFactory(str(tmp_path), segment_bytes=8 << 20)
+    ledgers = FileLedgerFactory(str(tmp_path), segment_bytes=8 << 20)
     try:
-        again = await store.open("reopen", writer=False)
+        again = await ledgers.open("reopen", writer=False)
         assert list(again.stats()) == stats
         assert again.last_position() == max(positions)
         assert await read_all(again) == {
             p.entry_id: data for p, data in zip(positions, payloads, strict=True)
         }
-        writer = await store.open("reopen")
+        writer = await ledgers.open("reopen")
         assert (await writer.append(b"next")) > max(positions)
     finally:
-        await store.close()
+        await ledgers.close()
 
 
 async def test_read_raw_uses_one_pread_per_run(
@@ -380,19 +380,19 @@ async def test_read_raw_uses_one_pread_per_run(
 
 
 async def test_an_open_writer_cuts_a_torn_tail_another_process_left(tmp_path: Path) -> None:
-    store = FileLedgerFactory(str(tmp_path))
+    ledgers = FileLedgerFactory(str(tmp_path))
     try:
-        ledger = await store.open("torn")
+        ledger = await ledgers.open("torn")
         first = await ledger.append(b"first")
-        (seg_name,) = segment_files(store, "torn")
-        path = os.path.join(store.ledger_dir("torn"), seg_name)
+        (seg_name,) = segment_files(ledgers, "torn")
+        path = os.path.join(ledgers.ledger_dir("torn"), seg_name)
         size = _file_size(path)
         _append_bytes(path, segment.encode_entries([b"z" * 50])[:30])  # a crashed writer's half
         second = await ledger.append(b"second")
         assert second.entry_id == first.entry_id + 1
         assert _file_size(path) == size + segment.HEADER_SIZE + len(b"second") + 21
     finally:
-        await store.close()
+        await ledgers.close()
     assert list((await read_store(tmp_path, "torn")).values()) == [b"first", b"second"]
 
 
@@ -402,16 +402,16 @@ def _append_bytes(path: str, data: bytes) -> None:
 
 
 async def test_delete_removes_the_ledger_and_closes_its_handles(tmp_path: Path) -> None:
-    store = FileLedgerFactory(str(tmp_path))
+    ledgers = FileLedgerFactory(str(tmp_path))
     try:
-        ledger = await store.open("gone")
+        ledger = await ledgers.open("gone")
         await ledger.append(b"x")
-        await store.delete("gone")
-        assert not await asyncio.to_thread(os.path.exists, store.ledger_dir("gone"))
+        await ledgers.delete("gone")
+        assert not await asyncio.to_thread(os.path.exists, ledgers.ledger_dir("gone"))
         with pytest.raises(LedgerClosedError):
             await ledger.append(b"late")
-        again = await store.open("gone")
+        again = await ledgers.open("gone")
         assert await again.read() == []
-        await store.delete("never-existed")
+        await ledgers.delete("never-existed")
     finally:
-        await store.close()
+        await ledgers.close()

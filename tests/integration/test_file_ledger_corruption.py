@@ -28,12 +28,12 @@ NAME = "orders/p-0"
 
 async def write_entries(root: Path, n: int = 10) -> tuple[str, list[Position], list[int]]:
     """A ledger of ``n`` entries in one segment: its file, positions, and the entries' byte offsets."""
-    store = FileLedgerFactory(str(root))
-    ledger = await store.open(NAME)
+    ledgers = FileLedgerFactory(str(root))
+    ledger = await ledgers.open(NAME)
     positions = [await ledger.append(b"entry-%02d" % i * 4) for i in range(n)]
-    await store.close()
-    (seg,) = sorted(f for f in os.listdir(store.ledger_dir(NAME)) if f.endswith(".seg"))
-    path = os.path.join(store.ledger_dir(NAME), seg)
+    await ledgers.close()
+    (seg,) = sorted(f for f in os.listdir(ledgers.ledger_dir(NAME)) if f.endswith(".seg"))
+    path = os.path.join(ledgers.ledger_dir(NAME), seg)
     starts = list(segment.scan(read(path)).positions)
     return path, positions, starts[-n:]  # the first entry is the writer's fence
 
@@ -78,17 +78,17 @@ async def test_a_bad_entry_followed_by_valid_ones_refuses_every_open(tmp_path: P
     ledger_dir = os.path.dirname(path)
     counted = corruptions(ledger_dir)
 
-    store = FileLedgerFactory(str(tmp_path))
+    ledgers = FileLedgerFactory(str(tmp_path))
     try:
         for writer in (False, True):
             with pytest.raises(CorruptEntryError) as info:
-                await store.open(NAME, writer=writer)
+                await ledgers.open(NAME, writer=writer)
             assert f"{path} at byte {bad} " in info.value.message
             assert "corruption" in info.value.message
         assert read(path) == before  # nothing was cut, not even by the writer
         assert corruptions(ledger_dir) == counted + 2
     finally:
-        await store.close()
+        await ledgers.close()
 
     status, report = await ledger_cli("check", str(tmp_path))
     assert status == 2 and not report["clean"]
@@ -104,14 +104,14 @@ async def test_a_bad_entry_followed_by_valid_ones_refuses_every_open(tmp_path: P
     # The damaged entry is gone; every other keeps its position, and writing goes on.
     entries = await read_store(tmp_path, NAME)
     assert entries == {p.entry_id: b"entry-%02d" % i * 4 for i, p in enumerate(positions) if i != 4}
-    store = FileLedgerFactory(str(tmp_path))
+    ledgers = FileLedgerFactory(str(tmp_path))
     try:
-        writer = await store.open(NAME)
+        writer = await ledgers.open(NAME)
         after = await writer.append(b"after")
         assert after > positions[-1]
         assert (await read_all(writer))[after.entry_id] == b"after"
     finally:
-        await store.close()
+        await ledgers.close()
     assert (await ledger_cli("check", str(tmp_path)))[0] == 0
 
 

@@ -32,16 +32,16 @@ async def test_acknowledged_appends_survive_a_power_loss(tmp_path: Path) -> None
     result = lose_power_after(url, "power/loss", 200)
     acked = result["acked"]
     assert isinstance(acked, list) and len(acked) == 200
-    store = open_ledger_factory(url)
+    ledgers = open_ledger_factory(url)
     try:
-        ledger = await store.open("power/loss")
+        ledger = await ledgers.open("power/loss")
         entries = {e.position.entry_id: e.data for e in await ledger.read(None, 10_000)}
         lost = [(eid, data) for eid, data in acked if entries.get(int(eid)) != bytes.fromhex(str(data))]
         assert not lost, f"{len(lost)} of {len(acked)} acknowledged entries lost, first at {lost[0][0]}"
         after = await ledger.append(b"after the power loss")
         assert after.entry_id > max(int(eid) for eid, _ in acked)
     finally:
-        await store.close()
+        await ledgers.close()
     # Concurrent appends share syncs (group commit): fewer syncs than appends.
     syncs = result["syncs"]
     assert isinstance(syncs, int) and 0 < syncs < 200

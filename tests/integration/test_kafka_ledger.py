@@ -19,19 +19,19 @@ from tests.support.procs import free_port, tansu_broker
 pytestmark = pytest.mark.kafka
 
 
-def kafka_store(url: str) -> KafkaLedgerFactory:
-    store = open_ledger_factory(url)
-    assert isinstance(store, KafkaLedgerFactory)
-    return store
+def kafka_ledgers(url: str) -> KafkaLedgerFactory:
+    ledgers = open_ledger_factory(url)
+    assert isinstance(ledgers, KafkaLedgerFactory)
+    return ledgers
 
 
 @contextlib.asynccontextmanager
 async def opened(url: str):  # type: ignore[no-untyped-def]
-    store = kafka_store(url)
+    ledgers = kafka_ledgers(url)
     try:
-        yield store
+        yield ledgers
     finally:
-        await asyncio.wait_for(store.close(), 30)
+        await asyncio.wait_for(ledgers.close(), 30)
 
 
 async def read_all(ledger: Ledger) -> list[tuple[Position, bytes]]:
@@ -66,8 +66,8 @@ def test_topic_names_are_legal_distinct_and_leave_room_for_the_sidecar() -> None
 
 
 async def test_append_read_round_trip(kafka_bootstrap: str) -> None:
-    async with opened(kafka_url(kafka_bootstrap)) as store:
-        ledger = await store.open("round-trip")
+    async with opened(kafka_url(kafka_bootstrap)) as ledgers:
+        ledger = await ledgers.open("round-trip")
         assert ledger.last_position() is None
         sequential = [await ledger.append(f"s{i}".encode()) for i in range(5)]
         concurrent = await asyncio.gather(*(ledger.append(f"c{i}".encode()) for i in range(50)))
@@ -89,14 +89,14 @@ async def test_append_read_round_trip(kafka_bootstrap: str) -> None:
 
 async def test_reopen_through_a_new_store_sees_every_entry(kafka_bootstrap: str) -> None:
     url = kafka_url(kafka_bootstrap)
-    async with opened(url) as store:
-        ledger = await store.open("reopen")
+    async with opened(url) as ledgers:
+        ledger = await ledgers.open("reopen")
         positions = list(await asyncio.gather(*(ledger.append(b"e%d" % i) for i in range(40))))
-    async with opened(url) as store:
-        reader = await store.open("reopen", writer=False)
+    async with opened(url) as ledgers:
+        reader = await ledgers.open("reopen", writer=False)
         assert reader.last_position() == positions[-1]
         assert [p for p, _ in await read_all(reader)] == positions
-        writer = await store.open("reopen")
+        writer = await ledgers.open("reopen")
         more = await writer.append(b"after")
         assert more > positions[-1]
         assert [d for _, d in await read_all(writer)][-1] == b"after"
@@ -106,9 +106,9 @@ async def test_a_fresh_reader_sees_the_last_record_batch(kafka_bootstrap: str) -
     """tansu reports a partition's end as the start of its last record batch (or one
     past it); a reader that trusted it would miss the tail of the log."""
     url = kafka_url(kafka_bootstrap)
-    async with opened(url) as store:
-        await store.open("hw", writer=False)  # creates the topics, appends nothing
-        raw = store.raw_log("hw")
+    async with opened(url) as ledgers:
+        await ledgers.open("hw", writer=False)  # creates the topics, appends nothing
+        raw = ledgers.raw_log("hw")
         frames = [encode_data(7, 1, seq, b"p%d" % seq) for seq in range(12)]
         offsets: list[int] = []
         for frame in frames[:5]:  # single-record batches
@@ -118,8 +118,8 @@ async def test_a_fresh_reader_sees_the_last_record_batch(kafka_bootstrap: str) -
         assert offsets == list(range(offsets[0], offsets[0] + 12))
         await raw.close()
     for last_batch_is_multi in (False, True):
-        async with opened(url) as store:
-            fresh = store.raw_log("hw")
+        async with opened(url) as ledgers:
+            fresh = ledgers.raw_log("hw")
             if last_batch_is_multi:  # a reader starting inside the last multi-record batch
                 got = await fresh.read_raw(offsets[7], 100)
                 assert [o for o, _ in got] == offsets[7:]
@@ -130,36 +130,36 @@ async def test_a_fresh_reader_sees_the_last_record_batch(kafka_bootstrap: str) -
                 assert seen == offsets
             assert await fresh.end_offset() == offsets[-1] + 1
             await fresh.close()
-        async with opened(url) as store:
-            fresh_end = store.raw_log("hw")
+        async with opened(url) as ledgers:
+            fresh_end = ledgers.raw_log("hw")
             assert await fresh_end.end_offset() == offsets[-1] + 1  # a cold end_offset too
             await fresh_end.close()
-            reader = await store.open("hw", writer=False)
+            reader = await ledgers.open("hw", writer=False)
             assert reader.last_position() == Position(reader.ledger_id, offsets[-1])
             assert [d for _, d in await read_all(reader)] == [b"p%d" % i for i in range(12)]
 
 
 async def test_trim_persists_across_reopen(kafka_bootstrap: str) -> None:
     url = kafka_url(kafka_bootstrap)
-    async with opened(url) as store:
-        ledger = await store.open("trim")
+    async with opened(url) as ledgers:
+        ledger = await ledgers.open("trim")
         positions = [await ledger.append(b"t%d" % i) for i in range(10)]
         await ledger.trim(positions[6])
         assert ledger.first_position() == positions[6]
         assert [d for _, d in await read_all(ledger)] == [b"t6", b"t7", b"t8", b"t9"]
         # a second trim: the last sidecar record wins
         await ledger.trim(positions[7])
-    async with opened(url) as store:
-        reader = await store.open("trim", writer=False)
+    async with opened(url) as ledgers:
+        reader = await ledgers.open("trim", writer=False)
         assert reader.first_position() == positions[7]
         assert [d for _, d in await read_all(reader)] == [b"t7", b"t8", b"t9"]
         assert await reader.read(positions[0]) == await reader.read(positions[7])
-        raw = store.raw_log("trim")
+        raw = ledgers.raw_log("trim")
         start, _state = await raw.trim_state()
         assert start == positions[7].entry_id
         assert min(o for o, _ in await raw.read_raw(0, 100)) == positions[7].entry_id
         await raw.close()
-        writer = await store.open("trim")  # fences the old writer's state correctly
+        writer = await ledgers.open("trim")  # fences the old writer's state correctly
         new = await writer.append(b"new")
         assert [d for _, d in await read_all(writer)] == [b"t7", b"t8", b"t9", b"new"]
         assert new > positions[-1]
@@ -201,41 +201,41 @@ async def test_a_reader_waits_for_a_writer(kafka_bootstrap: str) -> None:
 
 async def test_delete_drops_the_ledger(kafka_bootstrap: str) -> None:
     url = kafka_url(kafka_bootstrap)
-    async with opened(url) as store:
-        ledger = await store.open("gone")
+    async with opened(url) as ledgers:
+        ledger = await ledgers.open("gone")
         await ledger.append(b"x")
         await ledger.close()
-        await store.delete("gone")
-        await store.delete("gone")  # deleting twice is fine
-    async with opened(url) as store:
-        ledger = await store.open("gone", writer=False)
+        await ledgers.delete("gone")
+        await ledgers.delete("gone")  # deleting twice is fine
+    async with opened(url) as ledgers:
+        ledger = await ledgers.open("gone", writer=False)
         assert await read_all(ledger) == []
 
 
 async def test_trim_with_delete_records_on_tansu_is_bounded(kafka_bootstrap: str) -> None:
     """tansu closes the connection on DeleteRecords: the trim must stand anyway."""
     prefix = f"dr{time.monotonic_ns() % 10**8}."
-    store = KafkaLedgerFactory(
+    ledgers = KafkaLedgerFactory(
         kafka_bootstrap, idempotence=False, delete_records=True, topic_prefix=prefix, timeout_s=3
     )
     try:
-        ledger = await store.open("dr")
+        ledger = await ledgers.open("dr")
         positions = [await ledger.append(b"d%d" % i) for i in range(5)]
         await asyncio.wait_for(ledger.trim(positions[3]), 20)
         assert [d for _, d in await read_all(ledger)] == [b"d3", b"d4"]
         await ledger.append(b"d5")
     finally:
-        await asyncio.wait_for(store.close(), 30)
+        await asyncio.wait_for(ledgers.close(), 30)
 
 
 async def test_broker_down_append_fails_retriably_in_bounded_time() -> None:
     with contextlib.ExitStack() as stack:
         bootstrap = stack.enter_context(tansu_broker())
-        store = KafkaLedgerFactory(
+        ledgers = KafkaLedgerFactory(
             bootstrap, idempotence=False, delete_records=False, timeout_s=1.5
         )
         try:
-            ledger = await store.open("down")
+            ledger = await ledgers.open("down")
             await ledger.append(b"up")
             stack.close()  # stops the broker: nothing listens on its port any more
             started = time.monotonic()
@@ -244,19 +244,19 @@ async def test_broker_down_append_fails_retriably_in_bounded_time() -> None:
             assert caught.value.retriable
             assert time.monotonic() - started < 15
         finally:
-            await asyncio.wait_for(store.close(), 30)
+            await asyncio.wait_for(ledgers.close(), 30)
 
 
 async def test_no_broker_at_all_fails_retriably_and_fast() -> None:
-    store = KafkaLedgerFactory(
+    ledgers = KafkaLedgerFactory(
         f"127.0.0.1:{free_port()}", idempotence=False, delete_records=False, timeout_s=1
     )
     try:
         started = time.monotonic()
         with pytest.raises(LedgerUnavailableError) as caught:
-            await store.open("nowhere")
+            await ledgers.open("nowhere")
         assert caught.value.retriable
-        raw = store.raw_log("nowhere")
+        raw = ledgers.raw_log("nowhere")
         with pytest.raises(LedgerUnavailableError):
             await raw.append_batch([encode_data(1, 1, 0, b"x")])
         with pytest.raises(LedgerUnavailableError):
@@ -264,4 +264,4 @@ async def test_no_broker_at_all_fails_retriably_and_fast() -> None:
         await raw.close()
         assert time.monotonic() - started < 10
     finally:
-        await asyncio.wait_for(store.close(), 10)
+        await asyncio.wait_for(ledgers.close(), 10)

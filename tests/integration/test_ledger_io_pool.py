@@ -14,15 +14,15 @@ from streamtx.ledger.ioexec import SerialExecutor
 
 async def test_many_file_ledgers_share_a_bounded_pool(tmp_path: Path) -> None:
     before = threading.active_count()
-    store = FileLedgerFactory(str(tmp_path), io_threads=3)
+    factory = FileLedgerFactory(str(tmp_path), io_threads=3)
     try:
-        ledgers = [await store.open(f"l{i}") for i in range(40)]
+        ledgers = [await factory.open(f"l{i}") for i in range(40)]
         positions = await asyncio.gather(*(led.append(b"x%d" % i) for i, led in enumerate(ledgers)))
         assert len(set(positions)) == 40
         assert (await ledgers[7].read(None, 10))[0].data == b"x7"
         during = threading.active_count()
     finally:
-        await store.close()
+        await factory.close()
     print(f"40 file ledgers: {during - before} I/O threads (was one per ledger: 40)")
     assert during - before <= 3
 

@@ -46,12 +46,12 @@ class _Broker:
                                        snapshot_every_ops=1 << 62)
         self.loop = asyncio.new_event_loop()
         self.aborted: list[TxnId] = []
-        self.store, self.part = self.loop.run_until_complete(self._open())
+        self.ledgers, self.part = self.loop.run_until_complete(self._open())
 
     async def _open(self) -> tuple[Any, Partition]:
-        store = open_ledger_factory(self.url)
-        part = await Partition.open(store, self.name, "persistent://t/ns/tb", self.settings, Notifier())
-        return store, part
+        ledgers = open_ledger_factory(self.url)
+        part = await Partition.open(ledgers, self.name, "persistent://t/ns/tb", self.settings, Notifier())
+        return ledgers, part
 
     def abort(self, n: int) -> None:
         """``n`` more aborted ids, a snapshot after every 7th."""
@@ -70,13 +70,13 @@ class _Broker:
         async def go() -> None:
             await self.part.take_snapshot()  # the ids since the last one (no partition entries to replay)
             await self._close()
-            self.store, self.part = await self._open()
+            self.ledgers, self.part = await self._open()
 
         self.loop.run_until_complete(go())
 
     async def _close(self) -> None:
         await self.part.close()
-        await self.store.close()
+        await self.ledgers.close()
 
     def close(self) -> None:
         self.loop.run_until_complete(self._close())

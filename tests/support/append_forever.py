@@ -60,13 +60,13 @@ async def main() -> None:
 
         close = raw.close
     else:
-        store = FileLedgerFactory(args.root, segment_bytes=args.segment_bytes)
-        ledger = await store.open(args.name)
+        ledgers = FileLedgerFactory(args.root, segment_bytes=args.segment_bytes)
+        ledger = await ledgers.open(args.name)
 
         async def append(data: bytes) -> int:
             return (await ledger.append(data)).entry_id
 
-        close = store.close
+        close = ledgers.close
 
     out.write("READY\n")
     out.flush()

@@ -58,8 +58,8 @@ async def run(url: str, name: str, count: int) -> dict[str, Any]:
 
     from streamtx.ledger import open_ledger_factory
 
-    store = open_ledger_factory(url)
-    ledger = await store.open(name)
+    ledgers = open_ledger_factory(url)
+    ledger = await ledgers.open(name)
     payloads = [f"entry {i} ".encode() * (1 + i % 50) for i in range(count)]
     acked: list[list[Any]] = []
 

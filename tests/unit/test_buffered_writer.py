@@ -35,15 +35,15 @@ TC_LABELS = {"cluster": "c1", "coordinator_id": "3"}
 
 
 @pytest.fixture
-async def store() -> AsyncIterator[LedgerFactory]:
+async def ledgers() -> AsyncIterator[LedgerFactory]:
     s = open_ledger_factory("memory://")
     yield s
     await s.close()
 
 
 @pytest.fixture
-async def ledger(store: LedgerFactory) -> Ledger:
-    return await store.open(LOG)
+async def ledger(ledgers: LedgerFactory) -> Ledger:
+    return await ledgers.open(LOG)
 
 
 class DoubleLedger(Ledger):
@@ -277,16 +277,16 @@ async def test_an_unbatched_record_starting_with_the_magic_is_wrapped(ledger: Le
 
 
 @pytest.mark.parametrize("enabled", [True, False])
-async def test_storage_always_failing(store: MemoryLedgerFactory, ledger: Ledger, enabled: bool) -> None:
+async def test_storage_always_failing(ledgers: MemoryLedgerFactory, ledger: Ledger, enabled: bool) -> None:
     writer: BufferedWriter[str] = BufferedWriter(ledger, str.encode, max_records=4, enabled=enabled)
-    store.inject_append_failures(LOG, 1_000_000)
+    ledgers.inject_append_failures(LOG, 1_000_000)
     results = await asyncio.gather(
         *(writer.write(r) for r in names(20)), return_exceptions=True
     )
     assert all(isinstance(r, LedgerUnavailableError) for r in results)
     assert await records_of(ledger) == []
     assert writer.records_written == 0
-    store.inject_append_failures(LOG, 0)  # the storage is back: so is the writer
+    ledgers.inject_append_failures(LOG, 0)  # the storage is back: so is the writer
     res = await writer.write("after")
     assert await records_of(ledger) == ["after"] and res.batch_size == 1
 
@@ -321,7 +321,7 @@ async def test_storage_sometimes_failing_fails_exactly_those_entries(
 
 
 async def test_storage_failing_for_a_while_on_the_real_ledger(
-    store: MemoryLedgerFactory, ledger: Ledger
+    ledgers: MemoryLedgerFactory, ledger: Ledger
 ) -> None:
     writer: BufferedWriter[str] = BufferedWriter(ledger, str.encode)
     outcomes: dict[str, WriteResult | BaseException] = {}
@@ -341,7 +341,7 @@ async def test_storage_failing_for_a_while_on_the_real_ledger(
     async def break_storage() -> None:
         for _ in range(3):
             await asyncio.sleep(0.02)
-            store.inject_append_failures(LOG, 3)  # the ledger retries twice: one append fails
+            ledgers.inject_append_failures(LOG, 3)  # the ledger retries twice: one append fails
             await asyncio.sleep(0.2)  # past the ledger's retry backoff (0.05 + 0.1 s)
         stop.set()
 
@@ -623,10 +623,10 @@ async def test_switching_under_load_loses_and_reorders_nothing(ledger: Ledger, p
 
 
 @pytest.mark.parametrize("seed", range(12))
-async def test_random_mix_keeps_every_record_in_order(store: LedgerFactory, seed: int) -> None:
+async def test_random_mix_keeps_every_record_in_order(ledgers: LedgerFactory, seed: int) -> None:
     """Batches, idle flushes, timers, large records, switching: the log is the write order."""
     rng = random.Random(seed)
-    ledger = await store.open(f"mix-{seed}")
+    ledger = await ledgers.open(f"mix-{seed}")
     writer: BufferedWriter[str] = BufferedWriter(
         DoubleLedger(ledger, delay_s=rng.choice([0, 0.001])), str.encode,
         max_records=rng.choice([1, 2, 7, 64]), max_bytes=rng.choice([300, 2000, 1 << 20]),
@@ -649,11 +649,11 @@ async def test_random_mix_keeps_every_record_in_order(store: LedgerFactory, seed
 
 
 @pytest.mark.parametrize("seed", range(12))
-async def test_random_mix_with_failures_and_cancels(store: LedgerFactory, seed: int) -> None:
+async def test_random_mix_with_failures_and_cancels(ledgers: LedgerFactory, seed: int) -> None:
     """As above, with failing appends and cancelled writes: what is stored is in order,
     holds every success and no failure."""
     rng, fail_rng = random.Random(seed), random.Random(-seed)
-    ledger = await store.open(f"mixf-{seed}")
+    ledger = await ledgers.open(f"mixf-{seed}")
     writer: BufferedWriter[str] = BufferedWriter(
         DoubleLedger(ledger, fail=lambda call: fail_rng.random() < 0.05), str.encode,
         max_records=rng.choice([2, 7, 64]), max_bytes=rng.choice([300, 1 << 20]),

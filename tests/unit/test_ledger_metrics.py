@@ -14,16 +14,16 @@ def errors(kind: str) -> float:
 
 
 async def test_failed_appends_are_counted_once_per_entry() -> None:
-    store = MemoryLedgerFactory()
-    ledger = await store.open("metrics-log")
+    ledgers = MemoryLedgerFactory()
+    ledger = await ledgers.open("metrics-log")
     before = errors("LedgerUnavailableError")
-    store.inject_append_failures("metrics-log", 1_000_000)
+    ledgers.inject_append_failures("metrics-log", 1_000_000)
     with pytest.raises(LedgerUnavailableError):
         await ledger.append(b"a")
     assert errors("LedgerUnavailableError") == before + 1
-    store.inject_append_failures("metrics-log", 1)  # one failure, then the retry lands
+    ledgers.inject_append_failures("metrics-log", 1)  # one failure, then the retry lands
     await ledger.append(b"b")
-    store.inject_append_failures("metrics-log", 0)
+    ledgers.inject_append_failures("metrics-log", 0)
     await ledger.append(b"c")
     assert errors("LedgerUnavailableError") == before + 1
     await ledger.close()

@@ -32,10 +32,10 @@ def build_app(settings: BrokerSettings) -> FastAPI:
 
     @asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
-        store = open_ledger_factory(settings.ledger_url)
+        ledgers = open_ledger_factory(settings.ledger_url)
         pendingack = PendingAckClient(settings.pendingack_url, settings.pendingack_timeout_s,
                                       settings.outgoing_token())
-        broker = Broker(store, settings, pendingack, replicas=bool(settings.redis_url))
+        broker = Broker(ledgers, settings, pendingack, replicas=bool(settings.redis_url))
         await broker.start()
         app.state.broker = broker
         app.state.forwarder = spread.Forwarder(settings.outgoing_token(), settings.pendingack_timeout_s)
@@ -55,7 +55,7 @@ def build_app(settings: BrokerSettings) -> FastAPI:
                 await ownership.leases.aclose()
             await broker.close()
             await app.state.forwarder.aclose()
-            await store.close()
+            await ledgers.close()
             if (client := getattr(app.state, "replication_client", None)) is not None:
                 await client.aclose()
 

@@ -53,8 +53,8 @@ class TopicRecord:
 class Catalog:
     """The registry's records folded into topics and their subscriptions."""
 
-    def __init__(self, store: LedgerFactory, cluster: str, *, shared: bool) -> None:
-        self._store = store
+    def __init__(self, ledgers: LedgerFactory, cluster: str, *, shared: bool) -> None:
+        self._ledgers = ledgers
         self._name = f"broker/{cluster}/topics"
         self._shared = shared
         self._ledger: Ledger | None = None
@@ -66,7 +66,7 @@ class Catalog:
 
     async def open(self) -> list[dict[str, Any]]:
         """Open the registry and replay it; the records, in order (the broker opens what they name)."""
-        self._ledger = await self._store.open(self._name)
+        self._ledger = await self._ledgers.open(self._name)
         return await self._read_new()
 
     async def refresh(self) -> list[dict[str, Any]]:
@@ -103,7 +103,7 @@ class Catalog:
                     raise
                 async with self._lock:  # another replica created something: take the pen back
                     await self._ledger.close()
-                    self._ledger = await self._store.open(self._name)
+                    self._ledger = await self._ledgers.open(self._name)
                     self.reopens += 1
         if not self._shared:
             self._apply(record)

@@ -68,12 +68,12 @@ class Partition:
     """Create with :meth:`open`; everything the broker stores for one partition."""
 
     def __init__(self, name: str, topic: str, ledger: Ledger, snap: Ledger,
-                 settings: BrokerSettings, notifier: Notifier, store: LedgerFactory | None = None) -> None:
+                 settings: BrokerSettings, notifier: Notifier, ledgers: LedgerFactory | None = None) -> None:
         self.name = name
         self.topic = topic
         self.ledger = ledger
         self.snap = snap
-        self.compaction = tbsnapshot.Adoption(store, snap)  # of the snapshot ledger (``compact`` job)
+        self.compaction = tbsnapshot.Adoption(ledgers, snap)  # of the snapshot ledger (``compact`` job)
         self.settings = settings
         self.notifier = notifier
         self.tb = TxnBufferState(segment_size=settings.snapshot_segment_size)
@@ -103,11 +103,11 @@ class Partition:
         metrics.watch(self)
 
     @classmethod
-    async def open(cls, store: LedgerFactory, name: str, topic: str, settings: BrokerSettings,
+    async def open(cls, ledgers: LedgerFactory, name: str, topic: str, settings: BrokerSettings,
                    notifier: Notifier) -> Partition:
-        ledger = await store.open(partition_ledger_name(name))
-        snap = await store.open(snapshot_ledger_name(name))
-        part = cls(name, topic, ledger, snap, settings, notifier, store)
+        ledger = await ledgers.open(partition_ledger_name(name))
+        snap = await ledgers.open(snapshot_ledger_name(name))
+        part = cls(name, topic, ledger, snap, settings, notifier, ledgers)
         await part.recover()
         return part
 

@@ -92,13 +92,13 @@ def split_item(item: str) -> tuple[str, int]:
 class Broker:
     """The topics this process serves; with ``replicas`` only the partitions it holds the lease of."""
 
-    def __init__(self, store: LedgerFactory, settings: BrokerSettings, pendingack: PendingAckClient,
+    def __init__(self, ledgers: LedgerFactory, settings: BrokerSettings, pendingack: PendingAckClient,
                  *, replicas: bool = False) -> None:
-        self.store = store
+        self.ledgers = ledgers
         self.settings = settings
         self.pendingack = pendingack
         self.replicas = replicas
-        self.catalog = Catalog(store, settings.cluster, shared=replicas)
+        self.catalog = Catalog(ledgers, settings.cluster, shared=replicas)
         self.topics: dict[str, Topic] = {}  # the open ones (replicas: with some partitions)
         self.owners: dict[str, str | None] = {}  # replicas: the owner URL of each partition not ours
         # replicas: returns once the topic created here has an owner (replicas.py)
@@ -109,7 +109,7 @@ class Broker:
         self._ledger_partitions: dict[str, dict[int, int]] = {}
         self._tasks: list[asyncio.Task[None]] = []
         self._checker: StuckTxnChecker | None = None
-        self.replication = Replication(store, settings.cluster)
+        self.replication = Replication(ledgers, settings.cluster)
         replication_metrics.watch(self.replication)
         self.exclusive = (ExclusiveClaims.from_url(settings.redis_url, settings.cluster,
                                                    settings.exclusive_idle_ms)
@@ -216,7 +216,7 @@ class Broker:
         if topic is None:
             topic = Topic(name, [], Notifier(), self.replication.first_unreplicated, count=record.partitions,
                           indexes=[], owner_of=self._owner_of(name))
-        part = await Partition.open(self.store, item, name, self.settings, topic.notifier)
+        part = await Partition.open(self.ledgers, item, name, self.settings, topic.notifier)
         part.on_fenced = self._fenced
         added: list[Subscription] = []
         try:
@@ -557,7 +557,7 @@ class Broker:
         """``fresh``: the subscription was just recorded (by another replica): a ``latest`` one
         starts at the end here too, unless its cursor was saved already."""
         p = topic.owned[index]
-        cursor = await Cursor.open(self.store, p.ledger, name)
+        cursor = await Cursor.open(self.ledgers, p.ledger, name)
         # A saved cursor is an existing subscription's position on this partition: never moved.
         if initial == "latest" and (new or fresh) and not cursor.saved:
             last = p.ledger.last_position()

@@ -36,7 +36,7 @@ def build_app(settings: CoordinatorSettings) -> FastAPI:
 
     @contextlib.asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
-        store = open_ledger_factory(settings.ledger_url)
+        ledgers = open_ledger_factory(settings.ledger_url)
         participants = Participants(
             settings.broker_url, settings.pendingack_url,
             backoff_s=settings.fanout_backoff_ms / 1000,
@@ -53,7 +53,7 @@ def build_app(settings: CoordinatorSettings) -> FastAPI:
         ownership: Ownership | None = None
         mailbox: Mailbox | None = None
         if settings.redis_url:
-            coordinators = Coordinators(settings, store, participants,
+            coordinators = Coordinators(settings, ledgers, participants,
                                         on_fenced=lambda cid: replicas.lost(app.state.ownership, cid))
             if settings.workers > 1:
                 mailbox = Mailbox.from_url(
@@ -63,7 +63,7 @@ def build_app(settings: CoordinatorSettings) -> FastAPI:
             ownership = replicas.ownership(settings, coordinators, mailbox=mailbox,
                                            serve=functools.partial(forwarding.serve, app))
         else:
-            coordinators = Coordinators(settings, store, participants, on_fenced=fenced)
+            coordinators = Coordinators(settings, ledgers, participants, on_fenced=fenced)
         app.state.coordinators = coordinators
         app.state.ownership = ownership
         app.state.mailbox = mailbox
@@ -97,7 +97,7 @@ def build_app(settings: CoordinatorSettings) -> FastAPI:
                 await mailbox.aclose()
             await coordinators.close()
             await participants.aclose()
-            await store.close()
+            await ledgers.close()
 
     app = create_app(
         title="streamtx transaction coordinator", settings=settings, lifespan=lifespan, state=state

@@ -54,7 +54,7 @@ class TransactionLog:
     @classmethod
     async def open(
         cls,
-        store: LedgerFactory,
+        ledgers: LedgerFactory,
         *,
         cluster: str,
         coordinator_id: int,
@@ -62,16 +62,16 @@ class TransactionLog:
         metrics: BatchedLogMetrics | None = None,
     ) -> TransactionLog:
         """Open the ledger as its one writer (fencing any earlier one) and its cursor."""
-        ledger = await store.open(ledger_name(cluster, coordinator_id), writer=True)
+        ledger = await ledgers.open(ledger_name(cluster, coordinator_id), writer=True)
         try:
-            cursor = await Cursor.open(store, ledger, cursor_name)
+            cursor = await Cursor.open(ledgers, ledger, cursor_name)
         except BaseException:
             await ledger.close()
             raise
         writer: BufferedWriter[Record] = BufferedWriter(
             ledger, records.encode, metrics=metrics, **batching.writer_kwargs()
         )
-        return cls(ledger, cursor, writer, store)
+        return cls(ledger, cursor, writer, ledgers)
 
     @property
     def name(self) -> str:

@@ -53,7 +53,7 @@ class Coordinators:
     def __init__(
         self,
         settings: CoordinatorSettings,
-        store: LedgerFactory,
+        ledgers: LedgerFactory,
         participants: Participants,
         *,
         registry: CollectorRegistry = REGISTRY,
@@ -61,7 +61,7 @@ class Coordinators:
     ) -> None:
         self.settings = settings
         self._on_fenced = on_fenced
-        self._store = store
+        self._ledgers = ledgers
         self._participants = participants
         self._registry = registry
         self.all_ids = list(settings.coordinator_ids)
@@ -103,7 +103,7 @@ class Coordinators:
             txn_log: TransactionLog | None = None
             try:
                 txn_log = await TransactionLog.open(
-                    self._store, cluster=s.cluster, coordinator_id=cid, batching=s.batching,
+                    self._ledgers, cluster=s.cluster, coordinator_id=cid, batching=s.batching,
                     metrics=tc_metrics(s.cluster, cid, registry=self._registry),
                 )
                 tc = TransactionCoordinator(

@@ -120,15 +120,15 @@ class PendingAckStore:
 
     @classmethod
     async def open(
-        cls, store: LedgerFactory, topic: str, subscription: str, *, writer_factory: WriterFactory,
+        cls, ledgers: LedgerFactory, topic: str, subscription: str, *, writer_factory: WriterFactory,
         notifier: BrokerNotifier, batch_enabled: bool,
         max_committed_ids: int, max_ended_txns: int, trim_every_ends: int,
         metrics: PendingAckMetrics | None = None,
     ) -> PendingAckStore:
         """Open the subscription's log as its writer (fencing any earlier store) and replay it."""
-        ledger = await store.open(log_name(topic, subscription), writer=True)
+        ledger = await ledgers.open(log_name(topic, subscription), writer=True)
         try:
-            cursor = await Cursor.open(store, ledger, cursor_name)
+            cursor = await Cursor.open(ledgers, ledger, cursor_name)
         except BaseException:
             await ledger.close()
             raise
@@ -137,7 +137,7 @@ class PendingAckStore:
             topic, subscription, ledger, cursor, writer_factory(ledger, batch_enabled), state, notifier,
             batch_enabled=batch_enabled, trim_every_ends=trim_every_ends, metrics=metrics,
         )
-        self._factory = store
+        self._factory = ledgers
         garbage = await self._replay()
         if garbage:
             await self._delete(garbage)

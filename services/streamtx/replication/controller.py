@@ -37,9 +37,9 @@ Key = tuple[str, int, str]  # (topic, partition, remote cluster)
 class Controller:
     """Create with :meth:`open`; :meth:`start` runs the scan loop."""
 
-    def __init__(self, settings: ReplicationSettings, store: PolicyStore, local: HttpClient) -> None:
+    def __init__(self, settings: ReplicationSettings, policy_store: PolicyStore, local: HttpClient) -> None:
         self.settings = settings
-        self.store = store
+        self.policy_store = policy_store
         self.local = local
         self.peers = Peers(timeout_s=settings.remote_timeout_s,
                            token=settings.remote_token or settings.outgoing_token())
@@ -52,14 +52,14 @@ class Controller:
     async def open(cls, settings: ReplicationSettings, ledgers: LedgerFactory) -> Controller:
         if not settings.broker_url:
             raise UnavailableError("the replication controller needs STREAMTX_BROKER_URL")
-        store = await PolicyStore.open(ledgers, settings.cluster)
+        policy_store = await PolicyStore.open(ledgers, settings.cluster)
         local = HttpClient(settings.broker_url, token=settings.outgoing_token(),
                            timeout_s=settings.read_wait_ms / 1000 + 10, retry=RetryPolicy(attempts=5))
-        return cls(settings, store, local)
+        return cls(settings, policy_store, local)
 
     @property
     def policies(self) -> Policies:
-        return self.store.policies
+        return self.policy_store.policies
 
     def start(self) -> None:
         self._scan = asyncio.create_task(self._scan_loop())
@@ -149,4 +149,4 @@ class Controller:
                 await t
         await self.peers.aclose()
         await self.local.aclose()
-        await self.store.close()
+        await self.policy_store.close()

@@ -23,8 +23,8 @@ class PolicyStore:
         self._lock = asyncio.Lock()
 
     @classmethod
-    async def open(cls, store: LedgerFactory, cluster: str) -> PolicyStore:
-        ledger = await store.open(f"replication/{cluster}/policies")
+    async def open(cls, ledgers: LedgerFactory, cluster: str) -> PolicyStore:
+        ledger = await ledgers.open(f"replication/{cluster}/policies")
         policies = Policies(cluster)
         start: Position | None = None
         while entries := await ledger.read(start, 1000):

@@ -94,7 +94,7 @@ class Cursor:
     @classmethod
     async def open(
         cls,
-        store: LedgerFactory,
+        ledgers: LedgerFactory,
         ledger: Ledger,
         name: str,
         *,
@@ -105,7 +105,7 @@ class Cursor:
             raise MalformedError(f"bad cursor name {name!r}")
         if trim_every < 1:
             raise MalformedError(f"trim_every must be >= 1, not {trim_every}")
-        own = await store.open(cursor_ledger_name(ledger.name, name), writer=True)
+        own = await ledgers.open(cursor_ledger_name(ledger.name, name), writer=True)
         try:
             successor = _successor_of(ledger)
             last = own.last_position()

@@ -112,19 +112,19 @@ _ERR_UNKNOWN_TOPIC = 3
 class KafkaRawLog(RawLog):
     """Partition 0 of one topic as a raw log; created by :class:`KafkaLedgerFactory`."""
 
-    def __init__(self, store: KafkaLedgerFactory, name: str, topic: str) -> None:
+    def __init__(self, factory: KafkaLedgerFactory, name: str, topic: str) -> None:
         self.name = name
         self.topic = topic
         self.trim_topic = topic + TRIM_SUFFIX
-        self._store = store
+        self._factory = factory
         self._tp = TopicPartition(topic, 0)
         self._trim_tp = TopicPartition(self.trim_topic, 0)
         self._fetcher = PartitionFetcher(
             name=name,
-            bootstrap=store.bootstrap,
+            bootstrap=factory.bootstrap,
             client_id=f"streamtx-ledger-reader-{topic}"[:200],
-            request_timeout_ms=store.request_timeout_ms,
-            fetch_wait_ms=store.fetch_wait_ms,
+            request_timeout_ms=factory.request_timeout_ms,
+            fetch_wait_ms=factory.fetch_wait_ms,
         )
         self._start = 0
         self._state = FenceState()
@@ -170,8 +170,8 @@ class KafkaRawLog(RawLog):
         if not frames:
             return []
         check_frame_sizes(self.name, frames)
-        async with self._store.op(f"append to {self.topic}"):
-            producer = await self._store.producer()
+        async with self._factory.op(f"append to {self.topic}"):
+            producer = await self._factory.producer()
             batches = build_batches(producer, frames, self.name)
             futures = [await send_batch(producer, b, self._tp) for b, _ in batches]
             metas = await asyncio.gather(*futures)
@@ -189,7 +189,7 @@ class KafkaRawLog(RawLog):
         cached = self._cache.run(start, max_frames)
         if cached:
             return cached
-        async with self._store.op(f"read {self.topic}"):
+        async with self._factory.op(f"read {self.topic}"):
             while True:
                 frames, _, out_of_range = await self._read_through(
                     self._tp, start, fetch_bytes(self._cache.average_size(256.0), max_frames)
@@ -215,7 +215,7 @@ class KafkaRawLog(RawLog):
 
     async def end_offset(self) -> int:
         self._check_open()
-        async with self._store.op(f"find the end of {self.topic}"):
+        async with self._factory.op(f"find the end of {self.topic}"):
             pos = max(self._start, self._end_seen)
             while True:
                 frames, nxt, _ = await self._read_through(self._tp, pos)
@@ -231,21 +231,21 @@ class KafkaRawLog(RawLog):
         if before <= self._start:
             return
         record = encode_trim(before, state)
-        async with self._store.op(f"persist the trim of {self.topic}"):
-            producer = await self._store.producer()
+        async with self._factory.op(f"persist the trim of {self.topic}"):
+            producer = await self._factory.producer()
             builder = producer.create_batch()
             builder.append(timestamp=None, key=None, value=record)
             meta = await (await send_batch(producer, builder, self._trim_tp))
         self._start, self._state = before, FenceState.decode(state.encode())
         self._cache.drop_below(before)
-        if self._store.delete_records:
-            await self._store.delete_below(
+        if self._factory.delete_records:
+            await self._factory.delete_below(
                 {self._tp: before, self._trim_tp: int(meta.offset)}, what=self.topic
             )
 
     async def trim_state(self) -> tuple[int, FenceState]:
         self._check_open()
-        async with self._store.op(f"read the trim state of {self.topic}"):
+        async with self._factory.op(f"read the trim state of {self.topic}"):
             await self._load_trim()
         return self._start, FenceState.decode(self._state.encode())
 
@@ -283,7 +283,7 @@ class KafkaRawLog(RawLog):
         self._closed = True
         self._cache.clear()
         await self._fetcher.close()
-        self._store.forget(self)
+        self._factory.forget(self)
 
     # --- bookkeeping -------------------------------------------------------------
 

@@ -33,11 +33,11 @@ __all__ = ["Renewer", "renew_round"]
 log = logging.getLogger(__name__)
 
 
-async def renew_round(store: LeaseStore, member: str, url: str, held: list[Lease], ttl_ms: int
+async def renew_round(leases: LeaseStore, member: str, url: str, held: list[Lease], ttl_ms: int
                       ) -> list[Lease]:
     """Heartbeat ``member`` and renew ``held``; the leases that could not be renewed (lost)."""
-    await store.heartbeat(member, url, ttl_ms)
-    renewed = await store.renew_all(held, ttl_ms)
+    await leases.heartbeat(member, url, ttl_ms)
+    renewed = await leases.renew_all(held, ttl_ms)
     return [lease for lease, ok in zip(held, renewed, strict=True) if not ok]
 
 
@@ -95,13 +95,13 @@ class Renewer:
         asyncio.run(self._rounds())
 
     async def _rounds(self) -> None:
-        store = self._leases.twin()  # a client of this thread's loop
+        leases = self._leases.twin()  # a client of this thread's loop
         wakeup = asyncio.Event()
         self._wakeup = asyncio.get_running_loop(), wakeup
         try:
             due = time.monotonic()
             while not self._stopping.is_set():
-                await self._round(store)
+                await self._round(leases)
                 due += self.interval_s
                 now = time.monotonic()
                 if now > due:
@@ -111,16 +111,16 @@ class Renewer:
                 with contextlib.suppress(TimeoutError):  # stop() sets it
                     await asyncio.wait_for(wakeup.wait(), max(0.0, due - now))
         finally:
-            await store.aclose()
+            await leases.aclose()
 
-    async def _round(self, store: LeaseStore) -> None:
+    async def _round(self, leases: LeaseStore) -> None:
         stalled = time.monotonic() - self._pulse
         if stalled * 1000 > self.ttl_ms:
             log.error("ownership %s: event loop stalled for %.0f ms: not renewing (the items move)",
                       self.member, stalled * 1000)
             return
         try:
-            lost = await renew_round(store, self.member, self.url, self._held(), self.ttl_ms)
+            lost = await renew_round(leases, self.member, self.url, self._held(), self.ttl_ms)
         except Exception as exc:  # Redis down: keep what we hold until the leases run out
             log.warning("ownership %s: renewing failed: %r", self.member, exc)
             return

@@ -32,10 +32,10 @@ _kafka_chunk = 2000
 
 def _kafka_frames(split: Split) -> list[tuple[int, bytes]]:
     async def go() -> list[tuple[int, bytes]]:
-        store = open_ledger_factory(split.ledger.url)
+        ledgers = open_ledger_factory(split.ledger.url)
         out: list[tuple[int, bytes]] = []
         try:
-            raw = store.raw_log(split.ledger.name)  # type: ignore[attr-defined]
+            raw = ledgers.raw_log(split.ledger.name)  # type: ignore[attr-defined]
             try:
                 pos = split.lo
                 while pos < split.hi:
@@ -48,7 +48,7 @@ def _kafka_frames(split: Split) -> list[tuple[int, bytes]]:
             finally:
                 await raw.close()
         finally:
-            await store.close()
+            await ledgers.close()
         return out
 
     return asyncio.run(go())

@@ -138,16 +138,16 @@ def _plan_file(ref: LedgerRef, split_bytes: int) -> tuple[int, FenceState, list[
 
 
 async def _plan_kafka(ref: LedgerRef, split_entries: int) -> tuple[int, FenceState, list[Split]]:
-    store = open_ledger_factory(ref.url)
+    ledgers = open_ledger_factory(ref.url)
     try:
-        raw = store.raw_log(ref.name)  # type: ignore[attr-defined]
+        raw = ledgers.raw_log(ref.name)  # type: ignore[attr-defined]
         try:
             start, state = await raw.trim_state()
             end = await raw.end_offset()
         finally:
             await raw.close()
     finally:
-        await store.close()
+        await ledgers.close()
     splits = [Split(ref, i, lo, min(end, lo + split_entries))
               for i, lo in enumerate(range(start, end, split_entries))]
     return start, state, splits
@@ -162,13 +162,13 @@ def read_cursor(ref: LedgerRef) -> CursorState | None:
 
 
 async def _read_cursor(url: str, name: str) -> CursorState | None:
-    store = open_ledger_factory(url)
+    ledgers = open_ledger_factory(url)
     try:
-        ledger = await store.open(name, writer=False)
+        ledger = await ledgers.open(name, writer=False)
         last = ledger.last_position()
         if last is None:
             return None
         (entry,) = await ledger.read(last, 1)
         return CursorState.decode(entry.data)
     finally:
-        await store.close()
+        await ledgers.close()

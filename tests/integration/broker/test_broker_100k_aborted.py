@@ -26,8 +26,8 @@ async def build(ledger_url: str) -> list[str]:
     """Write the partition with the library (much faster than 200k HTTP calls); the visible values."""
     settings = BrokerSettings(ledger_url=ledger_url, snapshot_segment_size=SEGMENT,  # type: ignore[call-arg]
                               snapshot_every_ops=20_000, snapshot_interval_s=3600)
-    store = open_ledger_factory(ledger_url)
-    broker = Broker(store, settings, PendingAckClient(None, 1.0))
+    ledgers = open_ledger_factory(ledger_url)
+    broker = Broker(ledgers, settings, PendingAckClient(None, 1.0))
     await broker.start()
     await broker.create_topic("persistent://t/n/big", 1)
     topic = broker.topic("persistent://t/n/big")
@@ -51,7 +51,7 @@ async def build(ledger_url: str) -> list[str]:
     visible.append("tail-plain")
     assert len(part.tb.aborted) == N_TXNS - N_TXNS // 1000 + 1
     await broker.close()
-    await store.close()
+    await ledgers.close()
     return visible
 
 

@@ -9,8 +9,8 @@ from streamtx.ledger import open_ledger_factory
 
 
 async def test_budget_cut_read_has_no_gap(tmp_path: Path) -> None:
-    store = open_ledger_factory(f"file://{tmp_path}?segment_bytes=20000000")
-    ledger = await store.open("x")
+    ledgers = open_ledger_factory(f"file://{tmp_path}?segment_bytes=20000000")
+    ledger = await ledgers.open("x")
     for _ in range(150):  # 30 MB: two segments, and more than the 8 MiB read budget in each
         await ledger.append(b"x" * 200_000)
     ids: list[int] = []
@@ -20,4 +20,4 @@ async def test_budget_cut_read_has_no_gap(tmp_path: Path) -> None:
         last = entries[-1].position
         start = last._replace(entry_id=ledger.next_entry_id(last.entry_id))
     assert ids == list(range(ids[0], ids[0] + 150))
-    await store.close()
+    await ledgers.close()

@@ -30,9 +30,9 @@ async def _lifecycles(
 
 async def _entry_kinds(url: str) -> tuple[int, int]:
     """(batched, unbatched) data entries in the coordinator's log, read directly."""
-    store = open_ledger_factory(url)
+    ledgers = open_ledger_factory(url)
     try:
-        ledger = await store.open("txnlog/standalone/0", writer=False)
+        ledger = await ledgers.open("txnlog/standalone/0", writer=False)
         batched = unbatched = 0
         start = None
         while entries := await ledger.read(start, 1000):
@@ -45,7 +45,7 @@ async def _entry_kinds(url: str) -> tuple[int, int]:
             start = type(last)(last.ledger_id, last.entry_id + 1)
         return batched, unbatched
     finally:
-        await store.close()
+        await ledgers.close()
 
 
 async def test_switching_batching_under_load_loses_nothing(

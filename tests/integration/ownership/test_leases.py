@@ -16,9 +16,9 @@ from tests.support.suite import eventually
 
 @pytest.fixture
 async def leases(redis_url: str) -> AsyncIterator[LeaseStore]:
-    store = LeaseStore.from_url(redis_url, cluster=f"c{uuid.uuid4().hex[:6]}", service="tc")
-    yield store
-    await store.aclose()
+    created = LeaseStore.from_url(redis_url, cluster=f"c{uuid.uuid4().hex[:6]}", service="tc")
+    yield created
+    await created.aclose()
 
 
 async def test_a_lease_has_one_holder_and_each_tenure_a_larger_token(leases: LeaseStore) -> None:

@@ -16,8 +16,8 @@ from streamtx.ledger import Position, open_ledger_factory
 
 async def setup(layout: str) -> tuple[Partition, PartitionDispatch, list[Position]]:
     """A partition of cluster ``b`` with a message per ``m`` and a marker per ``k`` in ``layout``."""
-    store = open_ledger_factory("memory://")
-    part = await Partition.open(store, "persistent://t/n/x-partition-0", "persistent://t/n/x",
+    ledgers = open_ledger_factory("memory://")
+    part = await Partition.open(ledgers, "persistent://t/n/x-partition-0", "persistent://t/n/x",
                                 BrokerSettings(), Notifier())  # type: ignore[call-arg]
     positions = []
     for c in layout:
@@ -27,7 +27,7 @@ async def setup(layout: str) -> tuple[Partition, PartitionDispatch, list[Positio
             positions.append(Position(lid, eid))
         else:
             positions.append(await part.append_marker(b'{"type": "snapshot_request"}'))
-    cursor = await Cursor.open(store, part.ledger, "s")
+    cursor = await Cursor.open(ledgers, part.ledger, "s")
     return part, PartitionDispatch(0, part, cursor, 100), positions
 
 

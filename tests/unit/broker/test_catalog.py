@@ -7,8 +7,8 @@ from streamtx.ledger import open_ledger_factory
 
 
 async def test_replicas_take_turns_writing_the_registry_and_all_read_everything() -> None:
-    store = open_ledger_factory("memory://")
-    a, b = Catalog(store, "c", shared=True), Catalog(store, "c", shared=True)
+    ledgers = open_ledger_factory("memory://")
+    a, b = Catalog(ledgers, "c", shared=True), Catalog(ledgers, "c", shared=True)
     try:
         await a.open()
         await b.open()  # opening as writer fenced a's handle
@@ -31,18 +31,18 @@ async def test_replicas_take_turns_writing_the_registry_and_all_read_everything(
             assert (sub.type, sub.replicated) == ("Shared", True)
             assert c.topics["persistent://t/n/x"].remotes == {"b"} and not c.topics["persistent://t/n/y"].remotes
         # A third reader replaying from scratch folds the same state.
-        c = Catalog(store, "c", shared=True)
+        c = Catalog(ledgers, "c", shared=True)
         assert len(await c.open()) == 5 and c.topics.keys() == a.topics.keys()
         await c.close()
     finally:
         await a.close()
         await b.close()
-        await store.close()
+        await ledgers.close()
 
 
 async def test_the_first_record_of_a_topic_wins_on_every_replica() -> None:
-    store = open_ledger_factory("memory://")
-    a, b = Catalog(store, "c", shared=True), Catalog(store, "c", shared=True)
+    ledgers = open_ledger_factory("memory://")
+    a, b = Catalog(ledgers, "c", shared=True), Catalog(ledgers, "c", shared=True)
     try:
         await a.open()
         await b.open()
@@ -54,4 +54,4 @@ async def test_the_first_record_of_a_topic_wins_on_every_replica() -> None:
     finally:
         await a.close()
         await b.close()
-        await store.close()
+        await ledgers.close()

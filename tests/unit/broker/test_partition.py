@@ -19,8 +19,8 @@ def settings(**kw: object) -> BrokerSettings:
     return BrokerSettings(**{**base, **kw})  # type: ignore[arg-type]
 
 
-async def open_part(store: LedgerFactory, **kw: object) -> Partition:
-    return await Partition.open(store, NAME, "persistent://t/n/x", settings(**kw), Notifier())
+async def open_part(ledgers: LedgerFactory, **kw: object) -> Partition:
+    return await Partition.open(ledgers, NAME, "persistent://t/n/x", settings(**kw), Notifier())
 
 
 async def fill(part: Partition, n_aborted: int, start: int = 0) -> None:
@@ -36,8 +36,8 @@ def same_state(a: Partition, b: Partition) -> None:
 
 
 async def test_recovery_from_segmented_snapshot_then_replay() -> None:
-    store = open_ledger_factory("memory://")
-    part = await open_part(store)
+    ledgers = open_ledger_factory("memory://")
+    part = await open_part(ledgers)
     await fill(part, 10)
     await part.produce([Message(b"open")], (2, 1), None, None)
     await part.take_snapshot()
@@ -45,7 +45,7 @@ async def test_recovery_from_segmented_snapshot_then_replay() -> None:
     await fill(part, 3, start=100)  # after the snapshot: recovered by replay
     await part.produce([Message(b"c")], (2, 2), None, None)
     await part.end_txn((2, 2), Action.COMMIT)
-    again = await open_part(store)
+    again = await open_part(ledgers)
     same_state(part, again)
     assert len(again.tb.aborted) == 13 and (2, 1) in again.tb.ongoing
     assert again.last_snapshot_ms == part.last_snapshot_ms
@@ -53,8 +53,8 @@ async def test_recovery_from_segmented_snapshot_then_replay() -> None:
 
 async def test_partial_snapshot_loses_nothing() -> None:
     """Segments written without their index: the previous index (and its segments) still rule."""
-    store = open_ledger_factory("memory://")
-    part = await open_part(store)
+    ledgers = open_ledger_factory("memory://")
+    part = await open_part(ledgers)
     await fill(part, 5)
     await part.take_snapshot()
     await fill(part, 9, start=50)
@@ -63,15 +63,15 @@ async def test_partial_snapshot_loses_nothing() -> None:
     for seg in segments:
         if seg.ref is None:
             await part.snap.append(sc.encode_segment(seg.segment_id, seg.ids))
-    again = await open_part(store)
+    again = await open_part(ledgers)
     same_state(part, again)
     assert len(again.tb.aborted) == 14
 
 
 async def test_compacted_snapshot_ledger_keeps_latest_per_key() -> None:
     """A compactor keeping the latest record per key (seg-<id>, index) loses no aborted id."""
-    store = open_ledger_factory("memory://")
-    part = await open_part(store)
+    ledgers = open_ledger_factory("memory://")
+    part = await open_part(ledgers)
     for k in range(4):
         await fill(part, 5, start=k * 10)
         await part.take_snapshot()
@@ -83,39 +83,39 @@ async def test_compacted_snapshot_ledger_keeps_latest_per_key() -> None:
         latest.pop(key, None)
         latest[key] = e.data
     # Rewrite the snapshot ledger with the survivors only, in log order.
-    await store.delete(snapshot_ledger_name(NAME))
-    fresh = await store.open(snapshot_ledger_name(NAME))
+    await ledgers.delete(snapshot_ledger_name(NAME))
+    fresh = await ledgers.open(snapshot_ledger_name(NAME))
     for data in latest.values():
         await fresh.append(data)
-    again = await open_part(store)
+    again = await open_part(ledgers)
     same_state(part, again)
     assert len(again.tb.aborted) == 20
 
 
 async def test_max_read_position_never_moves_back_and_trim_drops_ids() -> None:
-    store = open_ledger_factory("memory://")
-    part = await open_part(store)
+    ledgers = open_ledger_factory("memory://")
+    part = await open_part(ledgers)
     await fill(part, 6)
     await part.produce([Message(b"open")], (3, 3), None, None)
     mrp = part.max_read_position()
     await part.take_snapshot()
-    again = await open_part(store)
+    again = await open_part(ledgers)
     assert again.max_read_position() == mrp
     # Trim past the first four aborted txns' markers: their ids go.
     marker4 = Position(*again.tb.aborted[(1, 4)])
     dropped = await again.trim(marker4)
     assert dropped == 4 and (1, 3) not in again.tb.aborted and (1, 4) in again.tb.aborted
     await again.take_snapshot()
-    third = await open_part(store)
+    third = await open_part(ledgers)
     assert list(third.tb.aborted) == [(1, 4), (1, 5)]
 
 
 async def test_producer_state_survives_restart() -> None:
-    store = open_ledger_factory("memory://")
-    part = await open_part(store)
+    ledgers = open_ledger_factory("memory://")
+    part = await open_part(ledgers)
     ids = await part.produce([Message(b"a", request_index=0), Message(b"b", request_index=1)], None,
                              ProducerInfo("p", 1, 7), None)
-    again = await open_part(store)
+    again = await open_part(ledgers)
     assert await again.produce([Message(b"a")], None, ProducerInfo("p", 1, 7), None) == ids
     assert again.producers.max_epoch("p") == 1
     lid, eid, bi = parse_message_id(ids[1][1])
@@ -123,8 +123,8 @@ async def test_producer_state_survives_restart() -> None:
 
 
 async def test_end_is_idempotent_and_null_without_messages() -> None:
-    store = open_ledger_factory("memory://")
-    part = await open_part(store)
+    ledgers = open_ledger_factory("memory://")
+    part = await open_part(ledgers)
     assert await part.end_txn((5, 5), Action.COMMIT) is None
     await part.produce([Message(b"t")], (5, 6), None, None)
     m1 = await part.end_txn((5, 6), Action.ABORT)
@@ -135,7 +135,7 @@ async def test_end_is_idempotent_and_null_without_messages() -> None:
     m2 = await part.end_txn((5, 7), Action.COMMIT)
     await part.take_snapshot()
     # After a restart from that snapshot, repeats still answer the same and write nothing.
-    again = await open_part(store)
+    again = await open_part(ledgers)
     assert await again.end_txn((5, 7), Action.COMMIT) == m2
     assert await again.end_txn((5, 6), Action.ABORT) == m1
     assert await again.end_txn((5, 5), Action.COMMIT) is None
@@ -151,8 +151,8 @@ async def test_a_produce_racing_the_end_is_never_visible_as_committed() -> None:
 
     from streamtx.errors import ConflictError
 
-    store = open_ledger_factory("memory://")
-    part = await open_part(store)
+    ledgers = open_ledger_factory("memory://")
+    part = await open_part(ledgers)
     produce = asyncio.create_task(part.produce([Message(b"racing")], (6, 1), None, None))
     await asyncio.sleep(0)  # the append is in flight, not yet applied
     marker = await part.end_txn((6, 1), Action.ABORT)
@@ -172,8 +172,8 @@ async def test_a_commit_racing_the_first_append_waits_for_it_and_releases_it() -
     visible; never a marker-less commit that leaves the message open forever."""
     import asyncio
 
-    store = open_ledger_factory("memory://")
-    part = await open_part(store)
+    ledgers = open_ledger_factory("memory://")
+    part = await open_part(ledgers)
     produce = asyncio.create_task(part.produce([Message(b"racing")], (7, 1), None, None))
     await asyncio.sleep(0)  # the append is in flight, not yet applied
     marker = await part.end_txn((7, 1), Action.COMMIT)
@@ -183,7 +183,7 @@ async def test_a_commit_racing_the_first_append_waits_for_it_and_releases_it() -
     assert (7, 1) not in part.tb.ongoing
     visible = await part.read_visible(None, 100)
     assert Position.parse(message_id) in [e.position for e in visible]
-    again = await open_part(store)  # and so after a restart
+    again = await open_part(ledgers)  # and so after a restart
     assert (7, 1) not in again.tb.ongoing and again.max_read_position() == part.max_read_position()
 
 
@@ -195,8 +195,8 @@ async def test_tbrecovery_measure() -> None:
 
 async def test_snapshot_ledger_stays_small() -> None:
     """Old indexes behind a long-lived segment do not pile up: live segments get rewritten."""
-    store = open_ledger_factory("memory://")
-    part = await open_part(store)
+    ledgers = open_ledger_factory("memory://")
+    part = await open_part(ledgers)
     await fill(part, 8)  # two sealed segments that live forever (nothing is trimmed)
     for i in range(300):
         await part.produce([Message(b"c")], (9, i), None, None)
@@ -205,6 +205,6 @@ async def test_snapshot_ledger_stays_small() -> None:
     first, last = part.snap.first_position(), part.snap.last_position()
     assert first is not None and last is not None
     assert last.entry_id - first.entry_id < 2 * 64 + 10
-    again = await open_part(store)
+    again = await open_part(ledgers)
     same_state(part, again)
     assert len(again.tb.aborted) == 8

@@ -27,9 +27,9 @@ op = st.one_of(
 )
 
 
-async def open_part(store: LedgerFactory) -> Partition:
+async def open_part(ledgers: LedgerFactory) -> Partition:
     s = BrokerSettings(snapshot_segment_size=2, snapshot_every_ops=10**9)  # type: ignore[call-arg]
-    return await Partition.open(store, NAME, "persistent://t/n/m", s, Notifier())
+    return await Partition.open(ledgers, NAME, "persistent://t/n/m", s, Notifier())
 
 
 def view(p: Partition) -> tuple[object, ...]:
@@ -38,8 +38,8 @@ def view(p: Partition) -> tuple[object, ...]:
 
 
 async def run(ops: list[tuple[str, int]]) -> None:
-    store = open_ledger_factory("memory://")
-    part = await open_part(store)
+    ledgers = open_ledger_factory("memory://")
+    part = await open_part(ledgers)
     ended: set[int] = set()
     for name, t in ops:
         txn = (1, t)
@@ -59,11 +59,11 @@ async def run(ops: list[tuple[str, int]]) -> None:
                     await part.snap.append(sc.encode_segment(seg.segment_id, seg.ids))
         elif name == "crash":
             before = view(part)
-            part = await open_part(store)
+            part = await open_part(ledgers)
             assert view(part) == before
     before = view(part)
-    assert view(await open_part(store)) == before
-    await store.close()
+    assert view(await open_part(ledgers)) == before
+    await ledgers.close()
 
 
 @settings(max_examples=60, deadline=None)

@@ -19,9 +19,9 @@ from tests.unit.broker.test_partition import NAME, open_part
 TXN = (4, 1)
 
 
-async def break_partition(part: Partition, store: MemoryLedgerFactory) -> None:
+async def break_partition(part: Partition, ledgers: MemoryLedgerFactory) -> None:
     """Fail every try of one append, so the partition starts reloading from its ledger."""
-    store.inject_append_failures(partition_ledger_name(NAME), 3)
+    ledgers.inject_append_failures(partition_ledger_name(NAME), 3)
     with pytest.raises(StreamtxError):
         await part.produce([Message(b"lost?")], (4, 2), None, None)
     assert reloading(part)
@@ -48,17 +48,17 @@ async def reloading_with_open_txn(
     monkeypatch: pytest.MonkeyPatch, *, reload_wait_ms: int
 ) -> tuple[MemoryLedgerFactory, Partition, asyncio.Event]:
     """A partition where TXN produced, now reloading (held until the event is set)."""
-    store = open_ledger_factory("memory://")
-    assert isinstance(store, MemoryLedgerFactory)
-    part = await open_part(store, reload_wait_ms=reload_wait_ms)
+    ledgers = open_ledger_factory("memory://")
+    assert isinstance(ledgers, MemoryLedgerFactory)
+    part = await open_part(ledgers, reload_wait_ms=reload_wait_ms)
     await part.produce([Message(b"m")], TXN, None, None)
     gate = hold_reloads(monkeypatch)
-    await break_partition(part, store)
-    return store, part, gate
+    await break_partition(part, ledgers)
+    return ledgers, part, gate
 
 
 async def test_an_end_during_a_reload_waits_and_writes_its_marker(monkeypatch: pytest.MonkeyPatch) -> None:
-    store, part, gate = await reloading_with_open_txn(monkeypatch, reload_wait_ms=60_000)
+    ledgers, part, gate = await reloading_with_open_txn(monkeypatch, reload_wait_ms=60_000)
 
     end = asyncio.create_task(part.end_txn(TXN, Action.COMMIT))
     fetch = asyncio.create_task(part.read_visible(None, 10))
@@ -71,7 +71,7 @@ async def test_an_end_during_a_reload_waits_and_writes_its_marker(monkeypatch: p
     assert not reloading(part) and TXN not in part.tb.ongoing
     assert [e.position for e in await part.read_visible(None, 10)][-1] == part.ledger.last_position()
 
-    again = await open_part(store)  # the commit is durable: nothing is ongoing after a restart
+    again = await open_part(ledgers)  # the commit is durable: nothing is ongoing after a restart
     assert TXN not in again.tb.ongoing and again.tb.ended_as(TXN) is not None
     with pytest.raises(ConflictError):
         await again.produce([Message(b"late")], TXN, None, None)
@@ -95,11 +95,11 @@ async def test_requests_during_a_long_reload_answer_503(monkeypatch: pytest.Monk
 
 async def test_an_end_whose_wait_saw_an_append_fail_is_retried(monkeypatch: pytest.MonkeyPatch) -> None:
     """The end waits for appends in flight; if one of them fails, it must not decide from stale state."""
-    store = open_ledger_factory("memory://")
-    assert isinstance(store, MemoryLedgerFactory)
-    part = await open_part(store, reload_wait_ms=50)
+    ledgers = open_ledger_factory("memory://")
+    assert isinstance(ledgers, MemoryLedgerFactory)
+    part = await open_part(ledgers, reload_wait_ms=50)
     hold_reloads(monkeypatch)
-    store.inject_append_failures(partition_ledger_name(NAME), 3, landed=False)
+    ledgers.inject_append_failures(partition_ledger_name(NAME), 3, landed=False)
     produce = asyncio.create_task(part.produce([Message(b"m")], TXN, None, None))
     await asyncio.sleep(0)  # the produce's append is in flight
     with pytest.raises(UnavailableError):

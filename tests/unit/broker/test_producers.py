@@ -20,9 +20,9 @@ from streamtx.ledger import LedgerFactory, open_ledger_factory
 NAME = "persistent://t/n/x-partition-0"
 
 
-async def open_part(store: LedgerFactory, **kw: object) -> Partition:
+async def open_part(ledgers: LedgerFactory, **kw: object) -> Partition:
     s = BrokerSettings(**{"snapshot_every_ops": 10**9, **kw})  # type: ignore[arg-type]
-    return await Partition.open(store, NAME, "persistent://t/n/x", s, Notifier())
+    return await Partition.open(ledgers, NAME, "persistent://t/n/x", s, Notifier())
 
 
 def producer_json_bytes(part: Partition) -> int:
@@ -31,8 +31,8 @@ def producer_json_bytes(part: Partition) -> int:
 
 
 async def test_snapshot_of_a_busy_producer_stays_small_and_dedup_survives_it() -> None:
-    store = open_ledger_factory("memory://")
-    part = await open_part(store)
+    ledgers = open_ledger_factory("memory://")
+    part = await open_part(ledgers)
     size = 500
     for seq in range(40):
         await part.produce([Message(b"v", request_index=i) for i in range(size)], None,
@@ -46,7 +46,7 @@ async def test_snapshot_of_a_busy_producer_stays_small_and_dedup_survives_it() -
     print(f"one producer, 32 recent requests of {size} messages: {nbytes} bytes of snapshot JSON")
     assert nbytes < 2048  # was every message id: about 32 x 500 x 20 bytes = 320 kB
 
-    again = await open_part(store)  # from the snapshot: no entry replayed
+    again = await open_part(ledgers)  # from the snapshot: no entry replayed
     assert await again.produce([Message(b"x")], None, ProducerInfo("busy", 1, 40), None) == last
     assert await again.produce([Message(b"x")], None, ProducerInfo("busy", 1, 39), None) == before
     assert len(before) == size
@@ -54,8 +54,8 @@ async def test_snapshot_of_a_busy_producer_stays_small_and_dedup_survives_it() -
 
 
 async def test_names_beyond_the_cap_are_forgotten_and_the_snapshot_with_them() -> None:
-    store = open_ledger_factory("memory://")
-    part = await open_part(store, producer_max_names=100)
+    ledgers = open_ledger_factory("memory://")
+    part = await open_part(ledgers, producer_max_names=100)
     for i in range(2000):
         await part.produce([Message(b"v")], None, ProducerInfo(f"p{i}", 1, 0), None)
     assert len(part.producers.producers) == 100
@@ -64,7 +64,7 @@ async def test_names_beyond_the_cap_are_forgotten_and_the_snapshot_with_them() -
     assert part.producers.check("p0", 1, 0) == Verdict.NEW
     await part.take_snapshot()
     assert producer_json_bytes(part) < 100 * 80
-    again = await open_part(store, producer_max_names=100)
+    again = await open_part(ledgers, producer_max_names=100)
     assert list(again.producers.producers) == list(part.producers.producers)
 
 

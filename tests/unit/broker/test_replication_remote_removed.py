@@ -17,21 +17,21 @@ T = "persistent://t/n/remotes"
 
 
 @pytest.fixture
-async def store() -> AsyncIterator[LedgerFactory]:
+async def ledgers() -> AsyncIterator[LedgerFactory]:
     s = open_ledger_factory("memory://")
     yield s
     await s.close()
 
 
-async def _replica(store: LedgerFactory) -> Broker:
+async def _replica(ledgers: LedgerFactory) -> Broker:
     settings = BrokerSettings(ledger_url="memory://")  # type: ignore[call-arg]
-    b = Broker(store, settings, PendingAckClient(None, 1.0), replicas=True)
+    b = Broker(ledgers, settings, PendingAckClient(None, 1.0), replicas=True)
     await b.start()
     return b
 
 
-async def test_a_removed_remotes_cursors_go_on_every_replica_and_stay_gone(store: LedgerFactory) -> None:
-    a, b = await _replica(store), await _replica(store)
+async def test_a_removed_remotes_cursors_go_on_every_replica_and_stay_gone(ledgers: LedgerFactory) -> None:
+    a, b = await _replica(ledgers), await _replica(ledgers)
     try:
         await a.create_topic(T, 2)
         await b.catch_up()
@@ -49,7 +49,7 @@ async def test_a_removed_remotes_cursors_go_on_every_replica_and_stay_gone(store
         await a.forget_remote(T, "z")  # z left the topic's policy
         assert a.replication.first_unreplicated(T, 0) is None  # trims no longer held back here
         ledger = a.topics[T].owned[0].ledger.name
-        assert not await store.exists(cursor_ledger_name(ledger, cursor_name("z")))
+        assert not await ledgers.exists(cursor_ledger_name(ledger, cursor_name("z")))
         await b.catch_up()  # the other replica's next tick
         assert b.replication.first_unreplicated(T, 1) is None
         assert "z" not in b.catalog.topics[T].remotes

@@ -119,10 +119,10 @@ async def test_txn_cumulative_ack_commit_and_abort(broker: Broker) -> None:
 async def test_a_retried_commit_end_answers_only_once_its_deletes_are_durable() -> None:
     """The first end's cursor persist fails after the deletes were applied in memory; the
     retry finds nothing left to delete and must still persist them (issue 9, item 3)."""
-    store = open_ledger_factory("memory://")
-    assert isinstance(store, MemoryLedgerFactory)
+    ledgers = open_ledger_factory("memory://")
+    assert isinstance(ledgers, MemoryLedgerFactory)
     settings = BrokerSettings(ledger_url="memory://")  # type: ignore[call-arg]
-    b = Broker(store, settings, PendingAckClient(None, 1.0))
+    b = Broker(ledgers, settings, PendingAckClient(None, 1.0))
     await b.start()
     try:
         await b.create_topic(T, 1)
@@ -132,11 +132,11 @@ async def test_a_retried_commit_end_answers_only_once_its_deletes_are_durable() 
         sub.hold(sub.check_txn_ack(ids, (3, 1)), (3, 1))
         cursor = sub.parts[0].cursor
         own = cursor_ledger_name(cursor.ledger.name, cursor.name)
-        store.inject_append_failures(own, 3)  # every try of the framed ledger fails once
+        ledgers.inject_append_failures(own, 3)  # every try of the framed ledger fails once
         with pytest.raises(StreamtxError):
             await sub.end_txn(ids, (3, 1), commit=True)
         await sub.end_txn(ids, (3, 1), commit=True)  # the coordinator's retry
-        again = await Cursor.open(store, cursor.ledger, cursor.name)  # what a restart reads
+        again = await Cursor.open(ledgers, cursor.ledger, cursor.name)  # what a restart reads
         assert again.is_deleted(Position.parse(ids[0]))  # both records of the batch
         await again.close()
     finally:

@@ -65,11 +65,11 @@ def gate_partition_open(monkeypatch: pytest.MonkeyPatch, item: str) -> tuple[asy
     opening, go = asyncio.Event(), asyncio.Event()
     open_partition = Partition.open
 
-    async def gated(cls: type[Partition], store: Any, name: str, *a: Any, **k: Any) -> Partition:
+    async def gated(cls: type[Partition], ledgers: Any, name: str, *a: Any, **k: Any) -> Partition:
         if name == item:
             opening.set()
             await go.wait()
-        return await open_partition(store, name, *a, **k)
+        return await open_partition(ledgers, name, *a, **k)
 
     monkeypatch.setattr(Partition, "open", classmethod(gated))
     return opening, go
@@ -80,11 +80,11 @@ def gate_cursor_open(monkeypatch: pytest.MonkeyPatch, until: Any) -> asyncio.Eve
     cursor_opening = asyncio.Event()
     open_cursor = Cursor.open
 
-    async def gated(cls: type[Cursor], store: Any, ledger: Any, name: str, **k: Any) -> Cursor:
+    async def gated(cls: type[Cursor], ledgers: Any, ledger: Any, name: str, **k: Any) -> Cursor:
         if name == SUB:
             cursor_opening.set()
             await until()
-        return await open_cursor(store, ledger, name, **k)
+        return await open_cursor(ledgers, ledger, name, **k)
 
     monkeypatch.setattr(Cursor, "open", classmethod(gated))
     return cursor_opening
@@ -133,7 +133,7 @@ async def test_a_subscription_another_replica_recorded_opens_on_a_partition_take
     catch-up opens a subscription another replica recorded, on the partitions open here, while
     a partition is being taken over: before, the same miss as a creation here."""
     settings = BrokerSettings(ledger_url="memory://")  # type: ignore[call-arg]
-    other = Broker(replica.store, settings, PendingAckClient(None, 1.0), replicas=True)
+    other = Broker(replica.ledgers, settings, PendingAckClient(None, 1.0), replicas=True)
     await other.start()
     try:
         await replica.acquire(partition_item(T, 0))

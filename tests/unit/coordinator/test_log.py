@@ -13,8 +13,8 @@ from streamtx.coordinator.state import EndReason, TxnState
 from streamtx.ledger.memory import MemoryLedgerFactory
 
 
-async def _open(store: MemoryLedgerFactory) -> TransactionLog:
-    return await TransactionLog.open(store, cluster="c", coordinator_id=1, batching=BatchingSettings())
+async def _open(ledgers: MemoryLedgerFactory) -> TransactionLog:
+    return await TransactionLog.open(ledgers, cluster="c", coordinator_id=1, batching=BatchingSettings())
 
 
 async def _replay(log: TransactionLog) -> list[tuple[LogRef, Record]]:
@@ -29,8 +29,8 @@ def _new(i: int) -> NewTxn:
 
 
 async def test_mixed_log_replays_without_deleted_records() -> None:
-    store = MemoryLedgerFactory()
-    log = await _open(store)
+    ledgers = MemoryLedgerFactory()
+    log = await _open(ledgers)
     batched = await asyncio.gather(*(log.append(_new(i)) for i in range(20)))
     assert max(r.batch_size for r in batched) > 1  # concurrent appends share entries
     log.set_batching(False)
@@ -46,7 +46,7 @@ async def test_mixed_log_replays_without_deleted_records() -> None:
     await log.delete(doomed)
     await log.close()
 
-    log = await _open(store)
+    log = await _open(ledgers)
     replayed = await _replay(log)
     expected = [r for r in [*batched, *unbatched] if r not in doomed] + [last]
     assert [ref for ref, _ in replayed] == expected
@@ -54,12 +54,12 @@ async def test_mixed_log_replays_without_deleted_records() -> None:
     assert counters == [i for i in range(25) if i % 3]
     assert replayed[-1][1] == done
     await log.close()
-    await store.close()
+    await ledgers.close()
 
 
 async def test_fully_deleted_entries_are_trimmed() -> None:
-    store = MemoryLedgerFactory()
-    log = await _open(store)
+    ledgers = MemoryLedgerFactory()
+    log = await _open(ledgers)
     first = await asyncio.gather(*(log.append(_new(i)) for i in range(8)))
     keep = await log.append(_new(100))
     before = sum(s.entries for s in log.stats())
@@ -69,12 +69,12 @@ async def test_fully_deleted_entries_are_trimmed() -> None:
     assert log.first_live() == keep.position
     assert [ref for ref, _ in await _replay(log)] == [keep]
     await log.close()
-    await store.close()
+    await ledgers.close()
 
 
 async def test_live_records_of_an_entry() -> None:
-    store = MemoryLedgerFactory()
-    log = await _open(store)
+    ledgers = MemoryLedgerFactory()
+    log = await _open(ledgers)
     refs = await asyncio.gather(*(log.append(_new(i)) for i in range(6)))
     by_entry = [r for r in refs if r.position == refs[0].position]
     assert len(by_entry) > 2
@@ -84,4 +84,4 @@ async def test_live_records_of_an_entry() -> None:
     await log.delete(by_entry[2:])
     assert log.live_records(by_entry[0]) == 0
     await log.close()
-    await store.close()
+    await ledgers.close()

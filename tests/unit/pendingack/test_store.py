@@ -43,9 +43,9 @@ def ids(*texts: str) -> list[MessageId]:
 
 @pytest.fixture
 async def ledgers() -> AsyncIterator[LedgerFactory]:
-    store = open_ledger_factory("memory://")
-    yield store
-    await store.close()
+    created = open_ledger_factory("memory://")
+    yield created
+    await created.close()
 
 
 async def open_store_(ledgers: LedgerFactory, broker: BrokerNotifier, **kw: Any) -> PendingAckStore:

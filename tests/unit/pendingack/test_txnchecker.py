@@ -24,9 +24,9 @@ C = TxnId(0, 3)
 
 @pytest.fixture
 async def ledgers() -> AsyncIterator[LedgerFactory]:
-    store = open_ledger_factory("memory://")
-    yield store
-    await store.close()
+    created = open_ledger_factory("memory://")
+    yield created
+    await created.close()
 
 
 class Clock:

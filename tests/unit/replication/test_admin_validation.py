@@ -31,8 +31,8 @@ class Peers:
 
 class Controller:
     def __init__(self) -> None:
-        self.store = Store()
-        self.policies = self.store.policies
+        self.policy_store = Store()
+        self.policies = self.policy_store.policies
         self.peers = Peers()
 
 
@@ -58,7 +58,7 @@ async def test_a_cluster_url_out_of_range_or_with_credentials_is_a_400(client: C
     c, controller = client
     r = await c.put("/admin/v2/clusters/b", json={"service_url": url})
     assert r.status_code == 400 and r.json()["error"] == "malformed", (url, r.text)
-    assert controller.store.records == []
+    assert controller.policy_store.records == []
 
 
 @pytest.mark.parametrize("url", ["http://peer:8080", "https://peer", "http://[::1]:65535/base", "http://10.0.0.1"])
@@ -77,5 +77,5 @@ async def test_a_policy_for_a_name_with_a_control_character_is_a_400(client: Cli
     c, controller = client
     r = await c.post(path, json=["a"])
     assert r.status_code == 400 and r.json()["error"] == "malformed", r.text
-    assert controller.store.records == []
+    assert controller.policy_store.records == []
     assert (await c.post("/admin/v2/persistent/t/n/x/replication", json=["a"])).status_code == 200

@@ -217,8 +217,8 @@ async def write_replicated(part: Partition, source: str, items: list[ReplicatedE
 class Replication:
     """The broker's replication state of the partitions open here: links per remote, incoming counters."""
 
-    def __init__(self, store: LedgerFactory, cluster: str) -> None:
-        self.store = store
+    def __init__(self, ledgers: LedgerFactory, cluster: str) -> None:
+        self.ledgers = ledgers
         self.cluster = cluster
         self.links: dict[tuple[str, int, str], PartitionLink] = {}  # (topic, partition, remote)
         self.incoming: dict[tuple[str, int, str], Meter] = {}  # (topic, partition, source cluster)
@@ -236,7 +236,7 @@ class Replication:
                 await self.links.pop(key).cursor.close()
                 got = None
             if got is None:
-                cursor = await Cursor.open(self.store, part.ledger, cursor_name(remote))
+                cursor = await Cursor.open(self.ledgers, part.ledger, cursor_name(remote))
                 got = self.links[key] = PartitionLink(remote, part, cursor)
             return got
 
@@ -315,7 +315,7 @@ class Replication:
             for key in [k for k in self.links if k[0] == topic and k[2] == remote]:
                 link = self.links.pop(key)
                 await link.cursor.close()
-                await self.store.delete(cursor_ledger_name(link.part.ledger.name, cursor_name(remote)))
+                await self.ledgers.delete(cursor_ledger_name(link.part.ledger.name, cursor_name(remote)))
 
     async def close(self) -> None:
         for link in self.links.values():

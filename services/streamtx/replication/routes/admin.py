@@ -99,7 +99,7 @@ async def put_cluster(name: str, body: ClusterData, controller: ControllerDep) -
     url = body.service_url.rstrip("/")
     broker = await controller.peers.check(name, url)  # 409 when it is another cluster
     if controller.policies.clusters.get(name) != url:
-        await controller.store.record({"kind": "cluster", "name": name, "service_url": url})
+        await controller.policy_store.record({"kind": "cluster", "name": name, "service_url": url})
     return ClusterPublic(name=name, service_url=url, broker_url=broker)
 
 
@@ -107,7 +107,7 @@ async def put_cluster(name: str, body: ClusterData, controller: ControllerDep) -
 async def delete_cluster(name: str, controller: ControllerDep) -> dict[str, str]:
     if name not in controller.policies.clusters:
         raise NotFoundError(f"cluster {name} is not registered")
-    await controller.store.record({"kind": "cluster_deleted", "name": name})
+    await controller.policy_store.record({"kind": "cluster_deleted", "name": name})
     return {"deleted": name}
 
 
@@ -122,7 +122,7 @@ async def set_namespace_replication(tenant: str, namespace: str, controller: Con
     check_name("tenant", tenant)
     check_name("namespace", namespace)
     clusters = controller.policies.check_clusters(_clusters(body))
-    await controller.store.record({"kind": "namespace", "namespace": f"{tenant}/{namespace}",
+    await controller.policy_store.record({"kind": "namespace", "namespace": f"{tenant}/{namespace}",
                                    "clusters": clusters})
     return clusters
 
@@ -142,7 +142,7 @@ async def set_topic_replication(tenant: str, namespace: str, topic: str, control
                                 body: ClusterList) -> list[str]:
     name = topic_name(tenant, namespace, topic)  # 400 on a control character, as a topic create
     clusters = controller.policies.check_clusters(_clusters(body))
-    await controller.store.record({"kind": "topic", "topic": name, "clusters": clusters})
+    await controller.policy_store.record({"kind": "topic", "topic": name, "clusters": clusters})
     return clusters
 
 
