@@ -163,3 +163,30 @@ async def c_returns_and_drains(clusters: Geo, topic: str, requests: int, per_req
         return bool(repl["replicationBacklog"] == 0 and repl["connected"] and repl["msgOutCounter"] == total)
 
     await eventually(drained, what="the backlog towards c drains once c is back")
+
+
+async def test_a_cluster_removed_from_the_policy_leaves_no_cursor_behind(clusters: Geo) -> None:
+    """Issue 21 item 7: c leaves the namespace's replication list while a still has a backlog for
+    it; before, a's broker kept c's cursor for good (reopened with the partition at every start),
+    holding back every trim of the topic. The controller now has it deleted."""
+    replicate(clusters, "t/left", ["a", "c"])
+    topic = "t/left/x"
+    clusters["c"].broker.kill9()  # so that a's cursor for c holds something back
+    try:
+        create_topic(clusters, "a", topic, 1)
+        sent = [0]
+        await produce(clusters.url("a"), topic, "a", 5, 2, sent, partitions=1)
+        stats_url = f"{clusters.url('a')}/admin/v2/persistent/{topic}/stats"
+
+        async def held_for(present: bool) -> bool:
+            repl = (await get(stats_url)).json()["replication"].get("c")
+            return (repl is not None and repl["replicationBacklog"] >= 5) if present else repl is None
+
+        await eventually(lambda: held_for(True), what="a's backlog towards c")
+        replicate(clusters, "t/left", ["a"])  # c leaves the list
+        await eventually(lambda: held_for(False), what="c's cursor deleted once c left the list")
+        clusters["a"].broker.restart()
+        await eventually(lambda: held_for(False), what="a's broker back")
+        assert (await get(stats_url)).json()["replication"] == {}
+    finally:
+        clusters["c"].broker.start()
