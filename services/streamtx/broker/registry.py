@@ -26,6 +26,7 @@ from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from typing import Any
 
+from streamtx.broker import txnchecker
 from streamtx.broker.catalog import Catalog, TopicRecord
 from streamtx.broker.dispatch import PartitionDispatch
 from streamtx.broker.notify import Notifier
@@ -38,7 +39,6 @@ from streamtx.broker.replication.state import Replication
 from streamtx.broker.settings import BrokerSettings
 from streamtx.broker.subscription import Subscription, SubscriptionType
 from streamtx.broker.topic import Topic
-from streamtx.broker.txnchecker import StuckTxnChecker
 from streamtx.cursor import Cursor
 from streamtx.errors import (
     ConflictError,
@@ -50,6 +50,7 @@ from streamtx.errors import (
 )
 from streamtx.ledger import LedgerFactory, ledger_id_for
 from streamtx.names import check_name, check_topic
+from streamtx.peers import CoordinatorLookup
 
 __all__ = ["Broker", "Local", "Resolved", "SpreadPlan", "partition_item", "split_item", "split_partition"]
 
@@ -108,7 +109,7 @@ class Broker:
         self._topic_locks: dict[str, asyncio.Lock] = {}
         self._ledger_partitions: dict[str, dict[int, int]] = {}
         self._tasks: list[asyncio.Task[None]] = []
-        self._checker: StuckTxnChecker | None = None
+        self._lookup: CoordinatorLookup | None = None  # the stuck-transaction checker's
         self.replication = Replication(ledgers, settings.cluster)
         replication_metrics.watch(self.replication)
         self.exclusive = (ExclusiveClaims.from_url(settings.redis_url, settings.cluster,
@@ -125,11 +126,13 @@ class Broker:
                     await self.acquire(item)
         self._tasks.append(asyncio.create_task(self._snapshot_timer()))
         self._tasks.append(asyncio.create_task(self._replication_timer()))
-        if self.settings.coordinator_url:
-            self._checker = StuckTxnChecker(
-                self.settings.coordinator_url, token=self.settings.outgoing_token(),
-                after_s=self.settings.stuck_txn_after_s, interval_s=self.settings.stuck_txn_interval_s)
-            self._tasks.append(asyncio.create_task(self._checker.run(self._partitions, self._subscriptions)))
+        s = self.settings
+        if s.coordinator_url:
+            self._lookup = CoordinatorLookup(s.coordinator_url, token=s.outgoing_token())
+            checker = txnchecker.checker(
+                self._lookup, self._partitions, self._subscriptions,
+                after_s=s.stuck_txn_after_s, interval_s=s.stuck_txn_interval_s)
+            self._tasks.append(asyncio.create_task(checker.run()))
 
     def _partitions(self) -> list[Partition]:
         return [p for t in self.topics.values() for p in t.partitions]
@@ -150,8 +153,8 @@ class Broker:
         await self.replication.close()
         await self.catalog.close()
         await self.pendingack.aclose()
-        if self._checker is not None:
-            await self._checker.aclose()
+        if self._lookup is not None:
+            await self._lookup.aclose()
         if self.exclusive is not None:
             await self.exclusive.aclose()
 

@@ -1,4 +1,4 @@
-"""Ends transactions the broker holds open but the coordinator has finished.
+"""What the broker's stuck-transaction checker looks at (the loop: :mod:`streamtx.peers.stuck`).
 
 A transaction whose first message landed here keeps ``maxReadPosition`` behind
 it until its marker arrives. The coordinator sends the marker to every
@@ -7,8 +7,8 @@ zombie producing after the end, would leave the partition blocked forever. So
 every ``stuck_txn_interval_s`` the broker asks the coordinator about each
 transaction open here longer than ``stuck_txn_after_s``, and ends it the way
 the coordinator did, read by :class:`streamtx.peers.CoordinatorLookup` (the
-pending-ack store's checker asks the same way). Without a coordinator URL
-nothing is checked.
+pending-ack store's checker asks the same way, in the same loop). Without a
+coordinator URL nothing is checked.
 
 Holds of acked messages too: a broker that took a partition over learns from the
 pending-ack store which transactions hold what (``held``); when the previous
@@ -21,55 +21,43 @@ previous owner before it answered, so its messages are gone here already).
 
 from __future__ import annotations
 
-import asyncio
-import logging
-from collections.abc import Callable, Iterable
+from collections.abc import Awaitable, Callable, Iterable, Iterator
 
 from streamtx.broker.partition import Partition
 from streamtx.broker.subscription import Subscription
-from streamtx.contracts.states import Action
-from streamtx.errors import StreamtxError
-from streamtx.peers import CoordinatorLookup
-
-log = logging.getLogger(__name__)
+from streamtx.contracts import Action, TxnId
+from streamtx.peers import Lookup, Stuck, StuckTxnChecker
 
 
-class StuckTxnChecker:
-    """Every ``interval_s``, ends the partitions' stuck transactions as the coordinator did."""
+def stuck_here(partitions: Callable[[], Iterable[Partition]],
+               subscriptions: Callable[[], Iterable[Subscription]], after_s: float) -> Iterator[Stuck]:
+    """One round's sweep: restored holds first, then the partitions' open transactions."""
+    for sub in list(subscriptions()):
+        for txn in sub.restored_holders(after_s):
+            yield Stuck(txn, f"{sub.topic}/{sub.name} (holds restored from the pending-ack store)",
+                        _releaser(sub, txn), only=Action.ABORT)
+    for part in list(partitions()):
+        for txn in part.stuck_txns(after_s):
+            yield Stuck(txn, part.name, _ender(part, txn))
 
-    def __init__(self, coordinator_url: str, *, token: str | None, after_s: float, interval_s: float) -> None:
-        self.verdict = CoordinatorLookup(coordinator_url, token=token)
-        self._after_s = after_s
-        self._interval_s = interval_s
 
-    async def run(self, partitions: Callable[[], Iterable[Partition]],
-                  subscriptions: Callable[[], Iterable[Subscription]] = list) -> None:
-        while True:
-            await asyncio.sleep(self._interval_s)
-            for sub in list(subscriptions()):
-                await self._release_aborted_holds(sub)
-            for part in list(partitions()):
-                for txn in part.stuck_txns(self._after_s):
-                    action = await self.verdict(txn)
-                    if action is None:
-                        continue
-                    try:
-                        marker = await part.end_txn(txn, action)
-                        log.warning("%s: ended stuck txn %s (%s) as the coordinator did; marker %s",
-                                    part.name, txn, action.value, marker)
-                    except StreamtxError as exc:
-                        log.warning("%s: ending stuck txn %s failed: %s", part.name, txn, exc)
+def checker(lookup: Lookup, partitions: Callable[[], Iterable[Partition]],
+            subscriptions: Callable[[], Iterable[Subscription]], *,
+            after_s: float, interval_s: float) -> StuckTxnChecker:
+    """The broker's checker over what ``partitions`` and ``subscriptions`` list each round."""
+    return StuckTxnChecker(lookup, lambda: stuck_here(partitions, subscriptions, after_s),
+                           interval_s=interval_s)
 
-    async def _release_aborted_holds(self, sub: Subscription) -> None:
-        for txn in sub.restored_holders(self._after_s):
-            if await self.verdict(txn) is not Action.ABORT:
-                continue
-            try:
-                await sub.release_aborted(txn)
-                log.warning("%s/%s: released the holds of %s, aborted (its end went elsewhere)",
-                            sub.topic, sub.name, txn)
-            except StreamtxError as exc:
-                log.warning("%s/%s: releasing the holds of %s failed: %s", sub.topic, sub.name, txn, exc)
 
-    async def aclose(self) -> None:
-        await self.verdict.aclose()
+def _ender(part: Partition, txn: TxnId) -> Callable[[Action], Awaitable[str | None]]:
+    async def end(action: Action) -> str | None:
+        marker = await part.end_txn(txn, action)
+        return f"marker {marker}"
+    return end
+
+
+def _releaser(sub: Subscription, txn: TxnId) -> Callable[[Action], Awaitable[str | None]]:
+    async def release(action: Action) -> str | None:
+        await sub.release_aborted(txn)  # ``only`` abort: its end went elsewhere
+        return "its holds released"
+    return release

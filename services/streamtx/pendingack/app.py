@@ -11,13 +11,13 @@ from fastapi import FastAPI
 
 from streamtx.ledger import open_ledger_factory
 from streamtx.peers import CoordinatorLookup
+from streamtx.pendingack import txnchecker
 from streamtx.pendingack.broker_client import BrokerClient
 from streamtx.pendingack.leases import Slots
 from streamtx.pendingack.metrics import PendingAckMetrics
 from streamtx.pendingack.registry import PendingAckStores
 from streamtx.pendingack.routes import acks, admin, lookup, txn
 from streamtx.pendingack.settings import PendingAckSettings
-from streamtx.pendingack.txnchecker import StuckTxnChecker
 from streamtx.pendingack.writer import writer_factory
 from streamtx.service import ServiceState, create_app, include_hot
 
@@ -47,9 +47,10 @@ def build_app(settings: PendingAckSettings) -> FastAPI:
         if settings.coordinator_url:
             token = settings.outgoing_token()
             lookup = CoordinatorLookup(settings.coordinator_url, token=token)
-            checker = asyncio.create_task(StuckTxnChecker(
-                lookup, after_s=settings.stuck_txn_after_s, interval_s=settings.stuck_txn_interval_s,
-            ).run(stores.opened))
+            checker = asyncio.create_task(txnchecker.checker(
+                lookup, stores.opened, after_s=settings.stuck_txn_after_s,
+                interval_s=settings.stuck_txn_interval_s,
+            ).run())
         starting: asyncio.Task[None] | None = None
         if slots is not None:
             state.reason = "taking its share of the subscription slots"

@@ -1,4 +1,6 @@
-"""Ends transactions that hold acks here but that the coordinator has finished.
+"""What the pending-ack store's stuck-transaction checker looks at (the loop: :mod:`streamtx.peers.stuck`).
+
+It ends transactions that hold acks here but that the coordinator has finished.
 
 A transaction's acks hold their messages (the broker will not dispatch them)
 until the coordinator's end arrives. The coordinator ends exactly the
@@ -24,63 +26,35 @@ A transaction whose end is running right now is skipped; one whose end failed
 Only the subscriptions opened since this process started are checked (see
 :mod:`.registry`). Without a coordinator URL nothing is checked. The broker's
 checker for transaction buffers (``streamtx.broker.txnchecker``) asks the same
-question through the same :class:`streamtx.peers.CoordinatorLookup`.
+question through the same :class:`streamtx.peers.CoordinatorLookup`, in the same loop.
 """
 
 from __future__ import annotations
 
-import asyncio
-import logging
-from collections.abc import Awaitable, Callable, Iterable
+from collections.abc import Awaitable, Callable, Iterable, Iterator
 
 from streamtx.contracts import Action, TxnId
-from streamtx.errors import StreamtxError
+from streamtx.peers import Lookup, Stuck, StuckTxnChecker
 from streamtx.pendingack.store import PendingAckStore
 
-log = logging.getLogger(__name__)
 
-#: How the coordinator ended a transaction: the end to apply, or None to leave it for now
-#: (:class:`streamtx.peers.CoordinatorLookup` is the real one).
-Lookup = Callable[[TxnId], Awaitable[Action | None]]
+def stuck_acks(stores: Iterable[PendingAckStore], after_s: float) -> Iterator[Stuck]:
+    """One round's sweep over ``stores``: their transactions holding acks too long."""
+    for store in list(stores):
+        for txn in store.state.stuck_txns(after_s):
+            if store.ending_now(txn):
+                continue  # the coordinator's end is running; if it fails, the next round sees it
+            yield Stuck(txn, f"{store.topic}/{store.subscription}", _ender(store, txn))
 
 
-class StuckTxnChecker:
-    """Every ``interval_s``, ends the stuck transactions of every opened store as the coordinator did."""
+def checker(lookup: Lookup, stores: Callable[[], Iterable[PendingAckStore]], *,
+            after_s: float, interval_s: float) -> StuckTxnChecker:
+    """The store's checker over the subscriptions ``stores`` lists each round (the opened ones)."""
+    return StuckTxnChecker(lookup, lambda: stuck_acks(stores(), after_s), interval_s=interval_s)
 
-    def __init__(self, lookup: Lookup, *, after_s: float, interval_s: float) -> None:
-        self._lookup = lookup
-        self._after_s = after_s
-        self._interval_s = interval_s
 
-    async def run(self, stores: Callable[[], Iterable[PendingAckStore]]) -> None:
-        while True:
-            await asyncio.sleep(self._interval_s)
-            try:
-                await self.check(stores())
-            except Exception:  # never let one bad round stop the checker
-                log.exception("stuck-txn check failed")
-
-    async def check(self, stores: Iterable[PendingAckStore]) -> int:
-        """One round; returns how many transactions it ended."""
-        ended = 0
-        verdicts: dict[TxnId, Action | None] = {}  # one question per transaction per round
-        for store in list(stores):
-            for txn in store.state.stuck_txns(self._after_s):
-                if store.ending_now(txn):
-                    continue  # the coordinator's end is running; if it fails, the next round sees it
-                if txn not in verdicts:
-                    verdicts[txn] = await self._lookup(txn)
-                action = verdicts[txn]
-                if action is None:
-                    continue
-                commit = action is Action.COMMIT
-                try:
-                    await store.end(txn, commit)
-                except StreamtxError as exc:
-                    log.warning("%s/%s: ending stuck txn %s failed: %s",
-                                store.topic, store.subscription, txn, exc)
-                    continue
-                ended += 1
-                log.warning("%s/%s: ended stuck txn %s (%s) as the coordinator did",
-                            store.topic, store.subscription, txn, action.value)
-        return ended
+def _ender(store: PendingAckStore, txn: TxnId) -> Callable[[Action], Awaitable[str | None]]:
+    async def end(action: Action) -> str | None:
+        await store.end(txn, action is Action.COMMIT)
+        return None
+    return end

@@ -1,5 +1,6 @@
 """Clients of one service that more than one other service uses (built on :mod:`streamtx.transport`)."""
 
 from streamtx.peers.coordinator import CoordinatorLookup
+from streamtx.peers.stuck import Lookup, Stuck, StuckTxnChecker, Sweep
 
-__all__ = ["CoordinatorLookup"]
+__all__ = ["CoordinatorLookup", "Lookup", "Stuck", "StuckTxnChecker", "Sweep"]

@@ -13,7 +13,7 @@ from streamtx.broker.registry import Broker
 from streamtx.broker.settings import BrokerSettings
 from streamtx.broker.subscription import SubscriptionType
 from streamtx.broker.topic import Outgoing, Topic
-from streamtx.broker.txnchecker import StuckTxnChecker
+from streamtx.broker.txnchecker import checker as checker_of
 from streamtx.contracts.models import Held
 from streamtx.contracts.states import Action
 from streamtx.contracts.txnid import TxnId
@@ -200,15 +200,13 @@ async def test_holds_of_a_transaction_aborted_on_the_previous_owner_are_released
             two_rounds.set()
         return {aborted: Action.ABORT, committed: Action.COMMIT}.get(txn)
 
-    checker = StuckTxnChecker("http://127.0.0.1:9", token=None, after_s=0.0, interval_s=0.01)
-    lookup, checker.verdict = checker.verdict, verdict  # type: ignore[assignment]  # its answers
-    task = asyncio.create_task(checker.run(list, lambda: [sub]))
+    checker = checker_of(verdict, list, lambda: [sub], after_s=0.0, interval_s=0.01)
+    task = asyncio.create_task(checker.run())
     try:
         await asyncio.wait_for(two_rounds.wait(), 10)
     finally:
         task.cancel()
         await asyncio.gather(task, return_exceptions=True)
-        await lookup.aclose()
     # Only the aborted one's message is deliverable again; a commit is the store's end's to
     # apply, an open transaction keeps its hold.
     assert [m["message_id"] for m in await sub.fetch("c1", 10, 0)] == [ids[0]]

@@ -16,7 +16,7 @@ from streamtx.peers import CoordinatorLookup
 from streamtx.peers.coordinator import outcome_of
 from streamtx.pendingack.records import RecordKind
 from streamtx.pendingack.state import SubscriptionState, TxnPhase
-from streamtx.pendingack.txnchecker import StuckTxnChecker
+from streamtx.pendingack.txnchecker import checker as checker_of
 from tests.unit.pendingack.test_store import A, B, RecordingBroker, ids, open_store_
 
 C = TxnId(0, 3)
@@ -121,11 +121,11 @@ async def test_checker_ends_stuck_txns_as_the_coordinator_did(ledgers: LedgerFac
         asked.append(txn)
         return answers[txn]
 
-    checker = StuckTxnChecker(lookup, after_s=10, interval_s=1)
-    assert await checker.check([store]) == 0  # nothing old enough: the coordinator is not asked
+    checker = checker_of(lookup, lambda: [store], after_s=10, interval_s=1)
+    assert await checker.check() == 0  # nothing old enough: the coordinator is not asked
     assert asked == []
     clock.now += 11
-    assert await checker.check([store]) == 2
+    assert await checker.check() == 2
     assert sorted(asked) == [A, B, C]
     assert {(c["txn_id"], c["action"]) for c in broker.calls} == {("0:1", "abort"), ("0:2", "commit")}
     assert list(store.state.txns) == [C]  # still open at the coordinator: left alone
@@ -143,11 +143,11 @@ async def test_checker_survives_a_failing_end(ledgers: LedgerFactory) -> None:
     async def abort(txn: TxnId) -> Action | None:
         return Action.ABORT
 
-    checker = StuckTxnChecker(abort, after_s=0, interval_s=1)
+    checker = checker_of(abort, lambda: [store], after_s=0, interval_s=1)
     broker.fail = 1
-    assert await checker.check([store]) == 0  # broker down: the next round retries
+    assert await checker.check() == 0  # broker down: the next round retries
     assert store.held() == ["1:1"]
-    assert await checker.check([store]) == 1
+    assert await checker.check() == 1
     assert store.held() == []
     await store.close()
 
@@ -204,7 +204,7 @@ async def test_checker_skips_a_txn_whose_end_is_running(ledgers: LedgerFactory) 
         asked.append(txn)
         return False
 
-    assert await StuckTxnChecker(lookup, after_s=0, interval_s=1).check([store]) == 0
+    assert await checker_of(lookup, lambda: [store], after_s=0, interval_s=1).check() == 0
     assert asked == []
     release.set()
     await ending
