@@ -5,14 +5,13 @@ The bodies other services send live in :mod:`streamtx.contracts.models`.
 
 from __future__ import annotations
 
-from pydantic import BaseModel
-
+from streamtx.contracts.body import StrictBody
 from streamtx.contracts.models import Held, PendingAckCreate, SubscriptionTxn, SubscriptionTxnEnd
 
 __all__ = ["BatchLogUpdate", "Held", "PendingAckCreate", "SubscriptionTxn", "SubscriptionTxnEnd"]
 
 
-class BatchLogUpdate(BaseModel):
+class BatchLogUpdate(StrictBody):
     """Admin: switch batched pending-ack log writes."""
 
     enabled: bool

@@ -10,8 +10,11 @@ follow :mod:`streamtx.names` (Pulsar's rules).
 
 from __future__ import annotations
 
-from pydantic import BaseModel, Field
+from typing import Annotated
 
+from pydantic import Field
+
+from streamtx.contracts.body import Lax, StrictBody
 from streamtx.contracts.states import Action
 from streamtx.contracts.txnid import TxnIdField
 from streamtx.names import SubscriptionName, TopicName
@@ -20,12 +23,12 @@ from streamtx.names import SubscriptionName, TopicName
 MAX_IDS_PER_CALL = 100_000
 
 
-class PartitionEnd(BaseModel):
+class PartitionEnd(StrictBody):
     """Coordinator -> broker: end a transaction on one partition (write its marker; idempotent)."""
 
     txn_id: TxnIdField
     partition: TopicName
-    action: Action
+    action: Annotated[Action, Lax]
 
 
 class PartitionEnded(PartitionEnd):
@@ -34,7 +37,7 @@ class PartitionEnded(PartitionEnd):
     marker: str | None
 
 
-class SubscriptionTxn(BaseModel):
+class SubscriptionTxn(StrictBody):
     """Coordinator -> pending-ack store: one transaction on one subscription (prepare)."""
 
     txn_id: TxnIdField
@@ -45,10 +48,10 @@ class SubscriptionTxn(BaseModel):
 class SubscriptionTxnEnd(SubscriptionTxn):
     """Coordinator -> pending-ack store: end one transaction's acks on one subscription."""
 
-    action: Action
+    action: Annotated[Action, Lax]
 
 
-class PendingAckCreate(BaseModel):
+class PendingAckCreate(StrictBody):
     """Broker -> pending-ack store: a transactional ack to hold durably."""
 
     topic: TopicName
@@ -58,7 +61,7 @@ class PendingAckCreate(BaseModel):
     cumulative: bool = False
 
 
-class Held(BaseModel):
+class Held(StrictBody):
     """Pending-ack store -> broker: ids open transactions hold, which the broker must not dispatch."""
 
     message_ids: list[str]
@@ -66,13 +69,13 @@ class Held(BaseModel):
     holders: dict[str, list[str]] = Field(default_factory=dict)
 
 
-class SubscriptionAcksEnd(BaseModel):
+class SubscriptionAcksEnd(StrictBody):
     """Pending-ack store -> broker: delete (commit) or redeliver (abort) a transaction's acked ids."""
 
     topic: TopicName
     subscription: SubscriptionName
     txn_id: TxnIdField
-    action: Action
+    action: Annotated[Action, Lax]
     message_ids: list[str] = Field(default_factory=list)
     cumulative_message_id: str | None = None  # one partition's (kept for older stores)
     cumulative_message_ids: list[str] = Field(default_factory=list)  # at most one per partition

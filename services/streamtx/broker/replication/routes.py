@@ -29,13 +29,14 @@ from typing import Any
 import httpx
 import orjson
 from fastapi import APIRouter, Request, Response
-from pydantic import BaseModel, Field
+from pydantic import Field
 
 from streamtx.broker.deps import BrokerDep
 from streamtx.broker.partition import Partition
 from streamtx.broker.registry import Broker, partition_item
 from streamtx.broker.replication import state as repl
 from streamtx.broker.topic import Topic
+from streamtx.contracts.body import StrictBody
 from streamtx.errors import MalformedError, NotFoundError, UnavailableError
 from streamtx.ledger import Position
 from streamtx.names import TopicName
@@ -44,7 +45,7 @@ router = APIRouter(prefix="/v1/replication", tags=["replication (internal)"])
 admin = APIRouter(prefix="/admin/v2", tags=["admin: replication"])
 
 
-class ReadRequest(BaseModel):
+class ReadRequest(StrictBody):
     """Read a partition's local entries for ``remote``, after ``after`` (else from its cursor)."""
 
     topic: TopicName
@@ -56,7 +57,7 @@ class ReadRequest(BaseModel):
     connected: bool = True  # whether the controller reaches the remote (for stats)
 
 
-class CursorRequest(BaseModel):
+class CursorRequest(StrictBody):
     """Open the replicator cursors of ``topic`` towards ``remote`` (idempotent); say if it is reached."""
 
     topic: TopicName
@@ -65,14 +66,14 @@ class CursorRequest(BaseModel):
     connected: bool = False
 
 
-class CursorDelete(BaseModel):
+class CursorDelete(StrictBody):
     """``topic`` no longer replicates to ``remote``: delete its replicator cursors (idempotent)."""
 
     topic: TopicName
     remote: str = Field(min_length=1)
 
 
-class AckRequest(BaseModel):
+class AckRequest(StrictBody):
     """Everything through ``position`` reached ``remote``: ``messages`` of ``bytes`` were sent."""
 
     topic: TopicName
@@ -83,7 +84,7 @@ class AckRequest(BaseModel):
     bytes: int = Field(0, ge=0)
 
 
-class WriteRequest(BaseModel):
+class WriteRequest(StrictBody):
     """Entries of ``source`` (in their source order) to append to one partition."""
 
     topic: TopicName
@@ -92,7 +93,7 @@ class WriteRequest(BaseModel):
     entries: list[repl.ReplicatedEntry]
 
 
-class MarkerRequest(BaseModel):
+class MarkerRequest(StrictBody):
     """A replication marker to append to one partition."""
 
     topic: TopicName
@@ -100,7 +101,7 @@ class MarkerRequest(BaseModel):
     marker: dict[str, Any]
 
 
-class TopicEnsure(BaseModel):
+class TopicEnsure(StrictBody):
     """A replicated topic as its source has it: created here with these partitions if missing."""
 
     topic: TopicName  # checked as Pulsar does (a made-up name was a ledger file too long: 503)

@@ -28,12 +28,13 @@ from collections import deque
 from typing import Any
 
 import orjson
-from pydantic import BaseModel, Field
+from pydantic import Field
 
 from streamtx.broker import codec
 from streamtx.broker.codec import EntryKind, ProducerInfo, SourceInfo
 from streamtx.broker.partition import Partition
 from streamtx.broker.replication import markers
+from streamtx.contracts.body import StrictBody
 from streamtx.cursor import Cursor, cursor_ledger_name
 from streamtx.errors import MalformedError
 from streamtx.ledger import LedgerFactory, Position
@@ -154,7 +155,7 @@ async def read_local(part: Partition, start: Position, max_entries: int
     return items, (entries[-1].position if entries else None)
 
 
-class ReplicatedMessage(BaseModel):
+class ReplicatedMessage(StrictBody):
     """One message of a replicated entry (``value`` base64)."""
 
     key: str | None = None
@@ -162,7 +163,7 @@ class ReplicatedMessage(BaseModel):
     properties: dict[str, str] = Field(default_factory=dict)
 
 
-class ReplicatedEntry(BaseModel):
+class ReplicatedEntry(StrictBody):
     """One source entry, as :func:`read_local` gives it: messages, or a marker."""
 
     position: str

@@ -15,7 +15,7 @@ import uuid
 from typing import Annotated, Any
 
 from fastapi import APIRouter, Body
-from pydantic import BaseModel, Field
+from pydantic import Field
 
 from streamtx.broker.deps import BrokerDep, topic_name
 from streamtx.broker.registry import Broker, split_partition
@@ -24,6 +24,7 @@ from streamtx.broker.replication.routes import owned_partition
 from streamtx.broker.subscription import Subscription, SubscriptionType
 from streamtx.broker.topic import Topic
 from streamtx.contracts.ackset import AckSet
+from streamtx.contracts.body import StrictBody
 from streamtx.errors import MalformedError, NotFoundError
 from streamtx.ledger import Position
 
@@ -36,7 +37,7 @@ admin = APIRouter(prefix="/admin/v2/persistent/{tenant}/{namespace}/{topic}/subs
                   tags=["admin: replication"])
 
 
-class ScanRequest(BaseModel):
+class ScanRequest(StrictBody):
     """Scan a partition after ``after`` (None: from ``back`` entries before its end)."""
 
     topic: str
@@ -50,7 +51,7 @@ class ScanRequest(BaseModel):
     mark_deletes: dict[str, str | None] | None = None
 
 
-class UpdateRequest(BaseModel):
+class UpdateRequest(StrictBody):
     """Move ``subscription``'s mark-delete on one partition to ``position`` (never back)."""
 
     topic: str
@@ -88,7 +89,7 @@ async def scan(body: ScanRequest, broker: BrokerDep) -> dict[str, Any]:
     return out
 
 
-class AckExport(BaseModel):
+class AckExport(StrictBody):
     """One partition of a subscription: its acks past ``after`` (None: ``back`` entries before
     its mark-delete).
 
@@ -103,7 +104,7 @@ class AckExport(BaseModel):
     known: str | None = None
 
 
-class AckApply(BaseModel):
+class AckApply(StrictBody):
     """Acknowledge on one partition of ``subscription`` the messages ``origins`` names.
 
     ``start`` (the ``next`` of an earlier answer): look only from there on, for a retry
@@ -191,7 +192,7 @@ async def _subscription_record(broker: Broker, name: str, sub: str) -> tuple[str
 
 @admin.post("/replicatedSubscriptionStatus")
 async def set_status(tenant: str, namespace: str, topic: str, sub: str, broker: BrokerDep,
-                     enabled: Annotated[bool, Body()]) -> dict[str, bool]:
+                     enabled: Annotated[bool, Body(strict=True)]) -> dict[str, bool]:
     """Pulsar's switch: ``true`` makes the subscription replicated, ``false`` stops it (recorded
     in the catalog: the other broker replicas holding its partitions follow at their next tick)."""
     name, _ = await _subscription_record(broker, topic_name(tenant, namespace, topic), sub)

@@ -13,7 +13,7 @@ from typing import Annotated, Any
 
 import orjson
 from fastapi import APIRouter
-from pydantic import AfterValidator, BaseModel, ConfigDict, Field, ValidationError
+from pydantic import AfterValidator, BaseModel, Field, ValidationError
 
 from streamtx.broker import codec
 from streamtx.broker.deps import broker_of, topic_name
@@ -22,6 +22,7 @@ from streamtx.broker.replicas import spread
 from streamtx.broker.replicas.plan import SpreadPlan
 from streamtx.broker.settings import BrokerSettings
 from streamtx.broker.topic import Outgoing
+from streamtx.contracts.body import StrictBody
 from streamtx.contracts.txnid import TxnId, TxnIdField
 from streamtx.errors import MalformedError, TooLargeError
 from streamtx.service import HotRequest, HotRoutes
@@ -48,10 +49,8 @@ def _check_base64(value: str) -> str:
 # The produce route checks bodies by hand (below) for speed; these models are what
 # OpenAPI documents and what tests/unit/broker/test_produce_validation.py holds the
 # hand-written checks to: strict types, so the two accept exactly the same bodies.
-class MessageCreate(BaseModel):
+class MessageCreate(StrictBody):
     """One message to produce; ``value`` is base64."""
-
-    model_config = ConfigDict(strict=True)
 
     key: str | None = None
     value: Annotated[str, AfterValidator(_check_base64)] = ""
@@ -59,7 +58,7 @@ class MessageCreate(BaseModel):
     partition: int | None = Field(None, ge=0)
 
 
-class ProducerIdentity(BaseModel):
+class ProducerIdentity(StrictBody):
     """Who produces: dedup by ``sequence`` (per request), fencing by ``epoch``."""
 
     name: str = Field(min_length=1, max_length=1000)
@@ -67,10 +66,8 @@ class ProducerIdentity(BaseModel):
     sequence: int = Field(ge=0, lt=1 << 64)
 
 
-class ProduceRequest(BaseModel):
+class ProduceRequest(StrictBody):
     """A produce request: many messages, optionally in a transaction."""
-
-    model_config = ConfigDict(strict=True)
 
     messages: list[MessageCreate]
     txn_id: TxnIdField | None = None

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import Awaitable, Callable
-from typing import Any
+from typing import Annotated, Any
 
 import orjson
 from fastapi import APIRouter, Request
@@ -19,6 +19,7 @@ from streamtx.broker.replicas.plan import SpreadPlan
 from streamtx.broker.settings import BrokerSettings
 from streamtx.broker.subscription import Subscription, SubscriptionType
 from streamtx.broker.topic import Topic
+from streamtx.contracts.body import Lax, StrictBody
 from streamtx.contracts.txnid import TxnId, TxnIdField
 from streamtx.errors import MalformedError, NotOwnerError
 from streamtx.service import HotRequest, HotRoutes
@@ -30,11 +31,11 @@ router = APIRouter(prefix="/v1/topics/{tenant}/{namespace}/{topic}/subscriptions
 hot = HotRoutes(router)
 
 
-class SubscriptionCreate(BaseModel):
+class SubscriptionCreate(StrictBody):
     """Where a new subscription starts and its type (query ``type`` wins over the body)."""
 
     initial_position: str = Field(default="latest", pattern="^(earliest|latest)$")
-    type: SubscriptionType | None = None
+    type: Annotated[SubscriptionType, Lax] | None = None
     replicated: bool | None = None  # PIP-33 replicated subscription (unchanged when absent)
 
 
@@ -50,7 +51,7 @@ class SubscriptionPublic(BaseModel):
     partitions: list[int] | None = None
 
 
-class AckRequest(BaseModel):
+class AckRequest(StrictBody):
     """Acknowledge messages, individually or cumulatively, optionally in a transaction."""
 
     message_ids: list[str] = Field(min_length=1)
@@ -58,7 +59,7 @@ class AckRequest(BaseModel):
     cumulative: bool = False
 
 
-class NackRequest(BaseModel):
+class NackRequest(StrictBody):
     """Negative acks: redeliver these messages."""
 
     message_ids: list[str] = Field(min_length=1)

@@ -7,7 +7,7 @@ from typing import Any
 
 import orjson
 from fastapi import APIRouter, Request
-from pydantic import BaseModel, Field
+from pydantic import Field
 
 from streamtx.broker.codec import parse_message_id
 from streamtx.broker.deps import BrokerDep, topic_name
@@ -15,6 +15,7 @@ from streamtx.broker.registry import Broker, Local, partition_item
 from streamtx.broker.replicas import fanout, spread
 from streamtx.broker.replicas.plan import SpreadPlan
 from streamtx.broker.topic import Topic
+from streamtx.contracts.body import StrictBody
 from streamtx.errors import MalformedError, NotFoundError
 from streamtx.ledger import Position
 from streamtx.names import check_new_topic
@@ -22,13 +23,13 @@ from streamtx.names import check_new_topic
 router = APIRouter(prefix="/admin/v2/persistent/{tenant}/{namespace}/{topic}", tags=["topics"])
 
 
-class PartitionsBody(BaseModel):
+class PartitionsBody(StrictBody):
     """How many partitions a topic has."""
 
     partitions: int = Field(ge=1)
 
 
-class TrimBody(BaseModel):
+class TrimBody(StrictBody):
     """Trim partition ``partition`` (every partition when absent) before entry ``before`` (a
     message id of that partition; when absent, all that every subscription consumed)."""
 

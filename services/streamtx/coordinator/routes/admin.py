@@ -5,8 +5,8 @@ from __future__ import annotations
 from typing import Any
 
 from fastapi import APIRouter, Query
-from pydantic import BaseModel
 
+from streamtx.contracts.body import StrictBody
 from streamtx.contracts.txnid import TxnId
 from streamtx.coordinator.coordinator import TransactionCoordinator
 from streamtx.coordinator.deps import CoordinatorsDep
@@ -18,7 +18,7 @@ from streamtx.errors import MalformedError
 router = APIRouter(prefix="/admin/v3/transactions", tags=["admin"])
 
 
-class BatchLogSwitch(BaseModel):
+class BatchLogSwitch(StrictBody):
     """Request of POST tcBatchLog: batched transaction-log writes on or off."""
 
     enabled: bool

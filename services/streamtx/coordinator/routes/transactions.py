@@ -5,6 +5,7 @@ from __future__ import annotations
 from fastapi import APIRouter
 from pydantic import BaseModel, Field, ValidationError
 
+from streamtx.contracts.body import StrictBody
 from streamtx.coordinator.deps import OwnedTxnDep, TxnPath
 from streamtx.coordinator.records import Subscription
 from streamtx.coordinator.registry import Coordinators
@@ -23,7 +24,7 @@ hot = HotRoutes(router)  # served by the fast lane too (streamtx.service.fastlan
 _max_items = 1000  # per request
 
 
-class TxnCreate(BaseModel):
+class TxnCreate(StrictBody):
     """Request of POST /v1/transactions; no timeout means the configured default."""
 
     timeout_ms: int | None = Field(None, ge=1, description="abort the transaction this long after opening")
@@ -36,20 +37,20 @@ class TxnCreated(BaseModel):
     txn_id: str
 
 
-class PartitionsAdd(BaseModel):
+class PartitionsAdd(StrictBody):
     """Partitions to register before producing to them in the transaction."""
 
     partitions: list[TopicName] = Field(min_length=1, max_length=_max_items)
 
 
-class SubscriptionRef(BaseModel):
+class SubscriptionRef(StrictBody):
     """A subscription on a topic (or partition)."""
 
     topic: TopicName
     subscription: SubscriptionName
 
 
-class SubscriptionsAdd(BaseModel):
+class SubscriptionsAdd(StrictBody):
     """Subscriptions to register before acknowledging on them in the transaction."""
 
     subscriptions: list[SubscriptionRef] = Field(min_length=1, max_length=_max_items)

@@ -10,8 +10,9 @@ from typing import Annotated, Any
 from urllib.parse import urlsplit
 
 from fastapi import APIRouter, Body
-from pydantic import BaseModel, Field, field_validator
+from pydantic import Field, field_validator
 
+from streamtx.contracts.body import StrictBody
 from streamtx.errors import MalformedError, NotFoundError
 from streamtx.names import check_name, topic_name
 from streamtx.replication.deps import ControllerDep
@@ -22,7 +23,7 @@ router = APIRouter(prefix="/admin/v2", tags=["admin: replication"])
 ClusterList = Annotated[Any, Body()]
 
 
-class ClusterData(BaseModel):
+class ClusterData(StrictBody):
     """A peer cluster: any service URL of it (its ``/v1/cluster`` lists the others)."""
 
     # A host after the scheme, printable ASCII (the fuzzer's finds: "http://" alone was stored as

@@ -1,0 +1,22 @@
+"""The base of every request body the services parse: strict, so a wrong JSON type is a 400.
+
+pydantic's lax mode turns ``true`` into 1, ``"60000"`` into 60000 and ``0`` into
+False: ``{"timeout_ms": true}`` opened a transaction with a 1 ms timeout (issue 21
+item 11). A body is parsed in strict mode instead: an integer field takes a JSON
+integer, a boolean field a JSON boolean, a string field a string. Enumerations
+stay lax (:data:`Lax`): FastAPI validates the decoded JSON as Python objects, and
+strict mode would take only enum instances there, refusing every JSON string.
+"""
+
+from __future__ import annotations
+
+from pydantic import BaseModel, ConfigDict, Strict
+
+#: ``Annotated[SomeEnum, Lax]``: an enumeration field of a strict body, given as its JSON string value.
+Lax = Strict(False)
+
+
+class StrictBody(BaseModel):
+    """A request body (public or internal) parsed strictly: no coercion between JSON types."""
+
+    model_config = ConfigDict(strict=True)
