@@ -24,7 +24,7 @@ from streamtx.broker.replication.routes import (
 )
 from streamtx.broker.replication.state import ReplicatedEntry
 from streamtx.broker.replication.subscription_routes import AckExport, ScanRequest
-from streamtx.broker.routes.messages import ProducerIdentity, ProduceRequest, _parse_body
+from streamtx.broker.routes.messages import ProduceRequest, ProducerIdentity, _parse_body
 from streamtx.broker.routes.subscriptions import AckRequest, SubscriptionCreate
 from streamtx.broker.routes.topics import PartitionsBody, TrimBody
 from streamtx.contracts.models import PartitionEnd, PendingAckCreate, SubscriptionAcksEnd
@@ -41,7 +41,8 @@ CASES: list[tuple[type[BaseModel], dict[str, Any], str, list[Any]]] = [
     (BatchLogUpdate, {"enabled": False}, "enabled", [0, "false"]),
     (ProducerIdentity, {"name": "p", "epoch": 0, "sequence": 3}, "sequence", [False, "3", 3.0]),
     (ProducerIdentity, {"name": "p", "epoch": 0, "sequence": 3}, "epoch", [True]),
-    (ProduceRequest, {"messages": [{"value": "", "partition": 0}]}, "messages", [[{"value": "", "partition": False}]]),
+    (ProduceRequest, {"messages": [{"value": "", "partition": 0}]}, "messages",
+     [[{"value": "", "partition": False}]]),
     (TrimBody, {"partition": 0}, "partition", [False, "0"]),
     (PartitionsBody, {"partitions": 2}, "partitions", [True, "2"]),
     (AckRequest, {"message_ids": ["1:2"], "cumulative": False}, "cumulative", [0, "false"]),

@@ -17,6 +17,11 @@ class BrokerSettings(ReplicaSettings):
     # Failover subscriptions move a consumer's partitions to the others once it has not
     # fetched for this long (or at once when it closes).
     failover_idle_ms: int = Field(default=3_000, ge=1)
+    # Shared and Exclusive subscriptions forget a consumer not fetching for this long (at least
+    # exclusive_idle_ms on Exclusive): names are not kept forever (Pulsar forgets a consumer
+    # when it disconnects); at most max_consumers_per_subscription live ones (then 429).
+    consumer_idle_ms: int = Field(default=60_000, ge=1)
+    max_consumers_per_subscription: int = Field(default=10_000, ge=1)
     dispatch_read_entries: int = Field(default=200, ge=1)  # entries per ledger read in dispatch
     # cap on ?max= of one fetch: as many as a produce may carry, so a consumer working off a
     # backlog moves it in a few large answers rather than many round trips (issue 15)

@@ -35,13 +35,14 @@ from streamtx.broker.notify import Notifier
 from streamtx.broker.replicas.exclusive import ExclusiveClaims
 from streamtx.broker.settings import BrokerSettings
 from streamtx.contracts.txnid import TxnId
-from streamtx.errors import ConflictError, MalformedError
+from streamtx.errors import ConflictError, MalformedError, TooManyRequestsError
 from streamtx.ledger import Position
 from streamtx.service.longpoll import LongPoll
 
 _unknown_txn = TxnId(0, 0)  # held since before a restart: the store did not say by whom
 _max_ended = 10_000  # transactions whose end a subscription remembers (as the store does)
 _new_tuple = tuple.__new__
+_sweep_every_s = 1.0  # how often a fetch looks for idle consumers to forget (Shared, Exclusive)
 
 
 class SubscriptionType(enum.StrEnum):
@@ -88,6 +89,7 @@ class Subscription:
         self._by_ledger = {p.partition.ledger.ledger_id: p for p in parts}
         self._rr = 0
         self.active: dict[int, str] = {}  # Failover: partition index → active consumer
+        self._next_sweep = -math.inf  # monotonic loop time; never swept yet
         self._labels = (settings.cluster, topic)
 
     def add_part(self, part: PartitionDispatch) -> None:
@@ -166,10 +168,28 @@ class Subscription:
                     p.release(list(p.pending))
         info = self.consumers.get(consumer)
         if info is None:
+            cap = self.settings.max_consumers_per_subscription
+            if self.type is not SubscriptionType.FAILOVER:  # Failover forgets its idle ones as it assigns
+                self._forget_idle(now, full=len(self.consumers) >= cap)
+            if len(self.consumers) >= cap:
+                raise TooManyRequestsError(
+                    f"subscription {self.name} has {len(self.consumers)} consumers fetching or seen within "
+                    f"consumer_idle_ms: retry once some left (DELETE .../consumers/NAME closes one)")
             info = self.consumers[consumer] = ConsumerInfo(consumer, now)
         info.last_seen = now
         if self.type is SubscriptionType.FAILOVER:
             self._reassign(now)
+
+    def _forget_idle(self, now: float, full: bool = False) -> None:
+        """Shared, Exclusive: forget consumers not fetching for ``consumer_idle_ms`` (at least
+        ``exclusive_idle_ms``: an Exclusive owner is forgotten only once another may take over).
+        Looked for once a second, or now when the subscription is full."""
+        if now < self._next_sweep and not full:
+            return
+        self._next_sweep = now + _sweep_every_s
+        idle_s = max(self.settings.consumer_idle_ms, self.settings.exclusive_idle_ms) / 1000
+        for name in [n for n, c in self.consumers.items() if c.fetching == 0 and now - c.last_seen >= idle_s]:
+            del self.consumers[name]
 
     def _reassign(self, now: float) -> None:
         """Failover: forget consumers gone idle, recompute the active consumers, and hand

@@ -7,7 +7,7 @@ from collections.abc import Awaitable, Callable
 from typing import Annotated, Any
 
 import orjson
-from fastapi import APIRouter, Request
+from fastapi import APIRouter, Path, Request
 from pydantic import BaseModel, Field
 
 from streamtx.broker.deps import BrokerDep, broker_of, topic_name
@@ -117,12 +117,18 @@ async def _open_everywhere(request: Request, broker: Broker, name: str, sub: str
                             "created: retry", None)
 
 
+#: The longest consumer name (Pulsar's are free text; a name is kept per subscription, and over
+#: broker replicas in Redis, so an unbounded one was memory anyone could take).
+MAX_CONSUMER_NAME_CHARS = 400
+ConsumerName = Annotated[str, Path(min_length=1, max_length=MAX_CONSUMER_NAME_CHARS)]
+
+
 class FetchQuery(BaseModel):
     """Query of a fetch: how many, how long to wait, who asks, which partitions."""
 
     max: int = Field(100, ge=1)
     wait_ms: int = Field(500, ge=0)
-    consumer: str = Field("default", min_length=1)
+    consumer: str = Field("default", min_length=1, max_length=MAX_CONSUMER_NAME_CHARS)
     partitions: str | None = Field(None, pattern=r"^\d+(,\d+)*$")
 
 
@@ -292,7 +298,7 @@ async def _on_every_owner(request: Request, broker: Broker, names: tuple[str, st
 
 @router.get("/consumers/{consumer}")
 async def consumer_partitions(request: Request, tenant: str, namespace: str, topic: str, sub: str,
-                              consumer: str, broker: BrokerDep) -> dict[str, Any]:
+                              consumer: ConsumerName, broker: BrokerDep) -> dict[str, Any]:
     """The partitions this consumer is active on now (Failover; all of them otherwise)."""
     async def here(s: Subscription) -> dict[str, Any]:
         return {"partitions": s.partitions_of(consumer)}
@@ -304,7 +310,7 @@ async def consumer_partitions(request: Request, tenant: str, namespace: str, top
 
 @router.delete("/consumers/{consumer}")
 async def close_consumer(request: Request, tenant: str, namespace: str, topic: str, sub: str,
-                         consumer: str, broker: BrokerDep) -> dict[str, Any]:
+                         consumer: ConsumerName, broker: BrokerDep) -> dict[str, Any]:
     """The consumer leaves: on a Failover subscription its partitions move at once."""
     async def here(s: Subscription) -> dict[str, Any]:
         return {"closed": await s.close_consumer_everywhere(consumer)}
