@@ -44,7 +44,7 @@ sys.path[:0] = [str(Path(__file__).resolve().parents[1] / p) for p in ("shared",
 from streamtx.demo.checker import Observed, Report, Written, check  # noqa: E402
 from streamtx.demo.layout import RunConfig, read_jsonl  # noqa: E402
 from streamtx.demo.records import decode, encode, next_record  # noqa: E402
-from streamtx.service.run import tune_gc  # noqa: E402
+from streamtx.service.serve import tune_gc  # noqa: E402
 
 produce_queue = 200_000  # records the client may buffer before produce() pushes back
 

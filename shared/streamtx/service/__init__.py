@@ -4,7 +4,7 @@ through :mod:`streamtx.transport`."""
 
 from streamtx.service.app import ServiceState, create_app, include_hot
 from streamtx.service.fastlane import HotRequest, HotRoutes
-from streamtx.service.run import serve
+from streamtx.service.serve import serve
 from streamtx.service.settings import ServiceSettings
 
 __all__ = ["HotRequest", "HotRoutes", "ServiceSettings", "ServiceState", "create_app",

@@ -8,7 +8,7 @@ timeout and then printed the traceback of the cancelled request.
 Each long-poll request gets a :class:`LongPoll` from the app's
 :class:`LongPolls` registry. Whoever serves the route (the fast lane or
 FastAPI) ends it when the client disconnects; the registry ends every one when
-the service starts to stop (:func:`streamtx.service.run.serve` hooks the signal,
+the service starts to stop (:func:`streamtx.service.serve.serve` hooks the signal,
 the lifespan ends them too), and a poll opened after that is ended from the
 start. The handler's waits (the broker's ``Notifier.wait(timeout, poll)``) then
 return at once, and it answers with what it has (an empty fetch): it stops only

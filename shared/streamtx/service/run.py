@@ -2,108 +2,24 @@
 
 Settings come from ``STREAMTX_*`` variables through the service's one settings
 class (bad ones stop the process with a message naming them), the app is built
-by the service's ``build_app(settings)``, and uvicorn serves it with the same
-options and garbage-collector tuning everywhere.
+by the service's ``build_app(settings)`` and served in this process or in
+``STREAMTX_WORKERS`` worker processes (:mod:`streamtx.service.workers`), each
+with the same uvicorn options (:mod:`streamtx.service.serve`).
 """
 
 from __future__ import annotations
 
-import asyncio
-import gc
-import logging
-import socket
 import sys
 from collections.abc import Callable
-from types import FrameType
-from typing import Literal, TypeVar
+from typing import TypeVar
 
-import uvicorn
 from fastapi import FastAPI
 from pydantic import ValidationError
 
-from streamtx.service.longpoll import LongPolls
 from streamtx.service.settings import ServiceSettings
-from streamtx.service.shutdown import Watchdog
+from streamtx.service.workers import serve_app
 
 S = TypeVar("S", bound=ServiceSettings)
-
-#: The services' log lines (the pid tells workers of one port apart).
-LOG_FORMAT = "%(asctime)s %(process)d %(name)s %(levelname)s %(message)s"
-
-#: How long uvicorn lets open requests finish after a stop signal.
-GRACEFUL_S = 5
-_WATCHDOG_MARGIN_S = 5.0
-
-#: gc thresholds of every service (CPython's default is 700, 10, 10).
-GC_THRESHOLDS = (20_000, 20, 50)
-
-
-def tune_gc() -> None:
-    """Fewer, cheaper garbage collections: the services' tail latency was theirs.
-
-    A service allocates (and frees, by reference counting) a container per message
-    and per id. With CPython's default thresholds the broker ran a full collection
-    about twice a second under the demo's load, each scanning every live object:
-    1.9 s of 25 s, pauses up to 54 ms (176 ms in the pending-ack store). Freezing
-    what start-up built (modules, the app) keeps it out of every scan, and a larger
-    young generation collects far less often: no full collection in a 30 s run, and
-    the demo's end-to-end p99 went from 0.9-1.0 s to about 0.8 s. Cycles are still
-    collected, just in larger batches.
-    """
-    gc.freeze()
-    gc.set_threshold(*GC_THRESHOLDS)
-
-
-class _Server(uvicorn.Server):
-    """uvicorn, ending the app's long polls as soon as a stop signal arrives.
-
-    uvicorn waits for open requests (up to ``timeout_graceful_shutdown``)
-    before the lifespan's shutdown runs, so ending them there would be too late:
-    a fetch waiting 30 s kept Ctrl-C waiting, then was cancelled with a traceback.
-    """
-
-    def __init__(self, config: uvicorn.Config, polls: LongPolls, watchdog: Watchdog) -> None:
-        super().__init__(config)
-        self._polls = polls
-        self._watchdog = watchdog
-        self._loop: asyncio.AbstractEventLoop | None = None
-
-    async def startup(self, sockets: list[socket.socket] | None = None) -> None:
-        self._loop = asyncio.get_running_loop()
-        await super().startup(sockets)
-
-    def handle_exit(self, sig: int, frame: FrameType | None) -> None:
-        self._watchdog.arm()
-        if self._loop is not None:  # a signal handler: hand it to the loop
-            self._loop.call_soon_threadsafe(self._polls.end_all)
-        super().handle_exit(sig, frame)
-
-
-def serve(app: FastAPI, host: str, port: int, sock: socket.socket | None = None, *,
-          loop: Literal["auto", "uvloop", "asyncio"] = "auto",
-          http: Literal["auto", "httptools", "h11"] = "auto") -> None:
-    """Serve ``app`` until SIGINT/SIGTERM, on ``host:port`` or on ``sock`` (bound by the caller);
-    ``loop`` and ``http``: uvicorn's event loop and HTTP parser (``STREAMTX_SERVER_LOOP``/``_HTTP``)."""
-    tune_gc()
-    logging.basicConfig(level=logging.INFO, format=LOG_FORMAT)
-    # No proxy-header rewriting: no service reads the client address.
-    config = uvicorn.Config(app, host=host, port=port, log_level="warning", access_log=False,
-                            proxy_headers=False, server_header=False,
-                            timeout_graceful_shutdown=GRACEFUL_S, loop=loop, http=http)
-    settings = getattr(app.state, "settings", None)
-    # Open requests get GRACEFUL_S, then the app's shutdown its own bound (create_app): past
-    # both and a margin, the process is ended whatever it is stuck in.
-    shutdown_s = settings.shutdown_timeout_s if isinstance(settings, ServiceSettings) else 10.0
-    watchdog = Watchdog(GRACEFUL_S + shutdown_s + _WATCHDOG_MARGIN_S)
-    try:
-        polls = getattr(app.state, "long_polls", None)
-        if polls is None:  # a bare FastAPI app (bench-tc's baseline) has none to end
-            polls = LongPolls()
-        _Server(config, polls, watchdog).run(sockets=None if sock is None else [sock])
-    except KeyboardInterrupt:
-        # uvicorn re-raises a Ctrl-C once it has stopped cleanly; asyncio's runner
-        # turns that into KeyboardInterrupt. Nothing is left to do: exit quietly.
-        pass
 
 
 def run_service(name: str, settings_class: type[S], build_app: Callable[[S], FastAPI], *,
@@ -113,10 +29,8 @@ def run_service(name: str, settings_class: type[S], build_app: Callable[[S], Fas
     ``STREAMTX_WORKERS`` > 1 (services that lease their logs) serves it from that many
     processes on the port (:mod:`streamtx.service.workers`); ``base_member`` names them.
     """
-    from streamtx.service.workers import run_service as run_workers  # it imports serve from here
-
     try:
         settings = settings_class()  # type: ignore[call-arg]  # fields from the environment
     except ValidationError as exc:
         sys.exit(f"streamtx {name}: invalid settings (STREAMTX_* environment):\n{exc}")
-    run_workers(build_app, settings, base_member=base_member(settings) if base_member else "")
+    serve_app(build_app, settings, base_member=base_member(settings) if base_member else "")

@@ -1,7 +1,7 @@
 """Several worker processes on one port (``STREAMTX_WORKERS=N``), the usual way to use
 a multi-core node with an asyncio service.
 
-``N = 1`` (the default) is the plain in-process path: :func:`run_service` builds the
+``N = 1`` (the default) is the plain in-process path: :func:`serve_app` builds the
 app and serves it here. ``N > 1``: this process becomes a supervisor that
 
 - starts N workers, forked from this process before it has an event loop or a
@@ -50,10 +50,10 @@ from typing import Any, TypeVar
 from fastapi import FastAPI
 
 from streamtx.service import workermetrics
-from streamtx.service.run import GRACEFUL_S, LOG_FORMAT, serve
+from streamtx.service.serve import GRACEFUL_S, configure_logging, serve
 from streamtx.service.settings import ServiceSettings
 
-__all__ = ["member_of", "reuseport_socket", "run_service"]
+__all__ = ["member_of", "reuseport_socket", "serve_app"]
 
 log = logging.getLogger(__name__)
 
@@ -80,7 +80,7 @@ def member_of(base: str, index: int, generation: int = 0) -> str:
     return f"{base}-w{index}" + (f".{generation}" if generation else "")
 
 
-def run_service(factory: Callable[[S], FastAPI], settings: S, *, base_member: str = "") -> None:
+def serve_app(factory: Callable[[S], FastAPI], settings: S, *, base_member: str = "") -> None:
     """Serve the app ``factory(settings)`` makes, in this process or in ``settings.workers`` workers.
 
     ``factory`` must be a module-level function (the workers import it by name).
@@ -167,7 +167,7 @@ class _Supervisor:
 
 
 def _supervise(factory: Callable[[S], FastAPI], settings: S, base_member: str) -> None:
-    logging.basicConfig(level=logging.INFO, format=LOG_FORMAT)
+    configure_logging()
     # Fail here, once, with a clear message, rather than in N workers.
     reuseport_socket(settings.host, settings.port).close()
     sup = _Supervisor(factory, settings, base_member)
