@@ -196,3 +196,31 @@ async def test_a_redirect_loop_while_a_log_moves_is_waited_out_never_taken_for_a
                         retry=ONCE)
     with pytest.raises(NotOwnerError):
         await client.request("GET", "/t/x")
+
+
+async def test_peers_found_at_run_time_share_one_clients_connections_and_headers() -> None:
+    """The broker replicas' forwarder: one client for every owner (each had a raw httpx client, the
+    stats fan-out one per call)."""
+    seen: list[tuple[str, str | None, str | None]] = []
+
+    def handle(request: httpx.Request) -> httpx.Response:
+        seen.append((str(request.url), request.headers.get("authorization"), request.headers.get("x-extra")))
+        return httpx.Response(200, json={"at": request.url.host})
+
+    hub = HttpClient("", token="t", headers={"x-extra": "1"}, retry=ONCE)
+    hub._http._transport = httpx.MockTransport(handle)  # the same pool, a mocked network
+    assert await hub.at("http://b1:1").request("GET", "/s") == {"at": "b1"}
+    assert await hub.at("http://b2:2/").request("GET", "/s") == {"at": "b2"}
+    assert seen == [("http://b1:1/s", "Bearer t", "1"), ("http://b2:2/s", "Bearer t", "1")]
+    await hub.aclose()
+
+
+async def test_a_share_is_not_followed_elsewhere_and_a_proxy_gets_error_replies_as_they_came() -> None:
+    moved = httpx.Response(307, headers={"location": "http://b2/x"})
+    client, bodies = _client([moved, moved])
+    with pytest.raises(NotOwnerError):
+        await client.send("GET", "/x", follow=False, retry=ONCE)
+    assert len(bodies) == 1  # b2 was never asked
+    client, _ = _client([httpx.Response(409, json={"error": "conflict", "message": "no"})])
+    got = await client.send("PUT", "/x", errors=False)
+    assert got.status_code == 409 and got.json()["error"] == "conflict"

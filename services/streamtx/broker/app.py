@@ -24,6 +24,7 @@ from streamtx.broker.routes import (
 from streamtx.broker.settings import BrokerSettings
 from streamtx.ledger import open_ledger_factory
 from streamtx.service import ServiceState, create_app, include_hot
+from streamtx.transport import ONCE, HttpClient
 
 
 def build_app(settings: BrokerSettings) -> FastAPI:
@@ -39,6 +40,10 @@ def build_app(settings: BrokerSettings) -> FastAPI:
         await broker.start()
         app.state.broker = broker
         app.state.forwarder = spread.Forwarder(settings.outgoing_token(), settings.pendingack_timeout_s)
+        # Replication admin calls go on to the controller with the caller's own credential.
+        app.state.replication_client = HttpClient(
+            settings.replication_url or None, peer="replication controller",
+            setting="STREAMTX_REPLICATION_URL", retry=ONCE, timeout_s=30)
         ownership = replicas.ownership(settings, broker) if settings.redis_url else None
         app.state.ownership = ownership
         if ownership is not None:
@@ -56,8 +61,7 @@ def build_app(settings: BrokerSettings) -> FastAPI:
             await broker.close()
             await app.state.forwarder.aclose()
             await ledgers.close()
-            if (client := getattr(app.state, "replication_client", None)) is not None:
-                await client.aclose()
+            await app.state.replication_client.aclose()
 
     app = create_app(title="streamtx partition broker", settings=settings, lifespan=lifespan, state=state)
     app.include_router(topics.router)

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import asyncio
 import time
+from collections.abc import Mapping
 from typing import Any
 
 import httpx
@@ -60,6 +61,9 @@ class HttpClient:
     is :attr:`configured` False and every call raises :class:`UnavailableError`
     naming the setting, so each service's client of another says "not deployed"
     the same way (and decides in its own methods what that means for it).
+
+    Peers found at run time (the broker replicas' owners of each partition) share one
+    client's connections: :meth:`at` gives the client of another base URL over them.
     """
 
     def __init__(
@@ -71,6 +75,7 @@ class HttpClient:
         retry: RetryPolicy | None = None,
         timeout_s: float = 10.0,
         token: str | None = None,
+        headers: Mapping[str, str] | None = None,
         http: httpx.AsyncClient | None = None,
         max_connections: int = 200,
         owners: OwnerCache | None = None,
@@ -87,9 +92,9 @@ class HttpClient:
         self._owners = owners
         self._moving_wait_s = moving_wait_s
         if http is None:
-            headers = {"authorization": f"Bearer {token}"} if token else {}
+            every = {**(headers or {}), **({"authorization": f"Bearer {token}"} if token else {})}
             http = httpx.AsyncClient(
-                timeout=timeout_s, headers=headers,
+                timeout=timeout_s, headers=every,
                 limits=httpx.Limits(max_connections=max_connections,
                                     max_keepalive_connections=max_connections // 2),
             )
@@ -109,11 +114,15 @@ class HttpClient:
     async def send(
         self, method: str, path: str, *, content: bytes | None = None, headers: dict[str, str] | None = None,
         params: Any = None, retry: RetryPolicy | None = None, timeout_s: float | None = None,
-        on_retry: OnRetry | None = None, moving_wait_s: float | None = None,
+        on_retry: OnRetry | None = None, moving_wait_s: float | None = None, follow: bool = True,
+        errors: bool = True,
     ) -> httpx.Response:
         """Send raw bytes (the binary batch format, say); the 2xx response, or the reply's error raised.
 
-        ``moving_wait_s``: this call's wait for a moving log, instead of the client's."""
+        ``moving_wait_s``: this call's wait for a moving log, instead of the client's.
+        ``follow`` False: a 307 is not followed but raised (:class:`NotOwnerError`; a forwarded
+        share of a spread topic must be served where it was sent). ``errors`` False: an error
+        reply is returned as it came (a proxy passing a peer's answer on)."""
         if not self.configured:
             raise UnavailableError(self._missing)
         url = self.base_url + path
@@ -124,8 +133,13 @@ class HttpClient:
             while True:
                 try:
                     # send_to_owner follows a replica's 307 to the owner with our own headers.
-                    response = await send_to_owner(self._http, method, url, content=content, params=params,
-                                                   headers=headers, timeout=timeout, owners=self._owners)
+                    if follow:
+                        response = await send_to_owner(self._http, method, url, content=content,
+                                                       params=params, headers=headers, timeout=timeout,
+                                                       owners=self._owners)
+                    else:
+                        response = await self._http.request(method, url, content=content, params=params,
+                                                            headers=headers, timeout=timeout)
                 except OwnerGone as exc:
                     if time.monotonic() < until:
                         await asyncio.sleep(_moving_poll_s)
@@ -138,12 +152,17 @@ class HttpClient:
                     continue
                 if response.status_code == 307:  # left over: an error, never an answer
                     raise NotOwnerError(f"{method} {path}: still redirected after {max_hops} hops "
-                                        "(the log moves)")
-                if response.status_code >= 400:
+                                        "(the log moves)" if follow
+                                        else f"{method} {path}: what it names moved (retry)")
+                if response.status_code >= 400 and errors:
                     raise reply_error(response)
                 return response
 
         return await (retry or self.retry).run(once, on_retry=on_retry)
+
+    def at(self, base_url: str) -> HttpClient:
+        """The client of ``base_url`` over these connections, headers and retry policy."""
+        return HttpClient(base_url, retry=self.retry, http=self._http, moving_wait_s=self._moving_wait_s)
 
     def for_log(self, owners: int = 8) -> HttpClient:
         """A client for the calls about ONE log (a partition), over these connections and with

@@ -17,13 +17,9 @@ import asyncio
 from collections.abc import Awaitable, Callable
 from typing import Any
 
-import httpx
-import orjson
-
 from streamtx.broker.replication import state as replication
-from streamtx.errors import NotOwnerError, UnavailableError
-from streamtx.transport.http import reply_error
-from streamtx.transport.redirect import send_to_owner
+from streamtx.errors import NotOwnerError
+from streamtx.transport import HttpClient
 
 __all__ = ["fetch_partition_stats", "merge", "merge_subscription"]
 
@@ -60,31 +56,24 @@ def merge(topic: str, parts: list[dict[str, Any]]) -> dict[str, Any]:
     }
 
 
-async def fetch_partition_stats(http: httpx.AsyncClient, owner: str, path: str) -> dict[str, Any]:
+async def fetch_partition_stats(owner: HttpClient, path: str) -> dict[str, Any]:
     """``GET {owner}{path}`` (following a 307 if it moved meanwhile); its JSON, or its error."""
-    try:
-        response = await send_to_owner(http, "GET", owner + path)
-    except httpx.HTTPError as exc:
-        raise UnavailableError(f"stats of {path} from {owner}: {exc!r}") from exc
-    if response.status_code >= 300:
-        raise reply_error(response)
-    body: dict[str, Any] = orjson.loads(response.content)
+    body: dict[str, Any] = await owner.request("GET", path)
     return body
 
 
 async def gather(topic: str, count: int, local: Callable[[int], Awaitable[dict[str, Any] | None]],
-                 owner_of: Callable[[int], str | None], path_of: Callable[[int], str], token: str | None,
-                 timeout_s: float) -> dict[str, Any]:
-    """Every partition's stats, from here (``local`` answers, or None) or from its owner, merged."""
-    headers = {"authorization": f"Bearer {token}"} if token else {}
-    async with httpx.AsyncClient(timeout=timeout_s, headers=headers) as http:
-        async def one(i: int) -> dict[str, Any]:
-            got = await local(i)
-            if got is not None:
-                return got
-            owner = owner_of(i)
-            if owner is None:
-                raise NotOwnerError(f"partition {i} of {topic} is moving between brokers", None)
-            return await fetch_partition_stats(http, owner, path_of(i))
+                 owner_of: Callable[[int], str | None], path_of: Callable[[int], str],
+                 peer: Callable[[str], HttpClient]) -> dict[str, Any]:
+    """Every partition's stats, from here (``local`` answers, or None) or from its owner (``peer``
+    gives the client of an owner's URL), merged."""
+    async def one(i: int) -> dict[str, Any]:
+        got = await local(i)
+        if got is not None:
+            return got
+        owner = owner_of(i)
+        if owner is None:
+            raise NotOwnerError(f"partition {i} of {topic} is moving between brokers", None)
+        return await fetch_partition_stats(peer(owner), path_of(i))
 
-        return merge(topic, list(await asyncio.gather(*(one(i) for i in range(count)))))
+    return merge(topic, list(await asyncio.gather(*(one(i) for i in range(count)))))

@@ -46,9 +46,9 @@ from streamtx.broker.codec import Message, ProducerInfo
 from streamtx.broker.replicas.plan import SpreadPlan
 from streamtx.broker.topic import Outgoing
 from streamtx.contracts.txnid import TxnId
-from streamtx.errors import MalformedError, NotOwnerError, StreamtxError, UnavailableError
+from streamtx.errors import MalformedError, StreamtxError
 from streamtx.service.longpoll import LongPoll
-from streamtx.transport.http import reply_error
+from streamtx.transport import ONCE, HttpClient
 from streamtx.wire import batch as wire
 from streamtx.wire import fetch as wire_fetch
 from streamtx.wire.frame import MESSAGES, U32, prelude_of
@@ -66,33 +66,37 @@ T = TypeVar("T")
 
 
 class Forwarder:
-    """The HTTP client a replica forwards spread topics' shares with (the service token)."""
+    """How a replica calls the other broker replicas (the service token): the one transport
+    client's connections, shared by every owner (:meth:`owner`)."""
 
     def __init__(self, token: str | None, timeout_s: float) -> None:
-        self._headers = {HERE: "1", **({"authorization": f"Bearer {token}"} if token else {})}
+        self._token = token
         self._timeout_s = timeout_s
-        self._http: httpx.AsyncClient | None = None
+        self._hub: HttpClient | None = None  # made on first use
+        self._owners: dict[str, HttpClient] = {}
+
+    def owner(self, url: str) -> HttpClient:
+        """The client of one owner (it follows that owner's 307s, as any client does)."""
+        client = self._owners.get(url)
+        if client is None:
+            if self._hub is None:
+                self._hub = HttpClient("", retry=ONCE, timeout_s=self._timeout_s, token=self._token,
+                                       max_connections=100)
+            client = self._owners[url] = self._hub.at(url)
+        return client
 
     async def send(self, owner: str, method: str, path: str, *, params: dict[str, Any] | None = None,
                    content: bytes | None = None, headers: dict[str, str] | None = None,
                    wait_s: float = 0.0) -> httpx.Response:
-        if self._http is None:
-            self._http = httpx.AsyncClient(headers=self._headers, timeout=self._timeout_s,
-                                           limits=httpx.Limits(max_connections=100))
-        try:
-            response = await self._http.request(method, owner + path, params=params, content=content,
-                                                headers=headers, timeout=self._timeout_s + wait_s)
-        except httpx.HTTPError as exc:
-            raise UnavailableError(f"forwarding {method} {path} to {owner}: {exc!r}") from exc
-        if response.status_code == 307:  # the partitions it was asked for moved meanwhile
-            raise NotOwnerError(f"{path}: partitions of it moved while forwarded (retry)", None)
-        if response.status_code >= 400:
-            raise reply_error(response)
-        return response
+        """A share of a spread topic's request, served by ``owner`` from its partitions open there;
+        a 307 (they moved meanwhile) is :class:`NotOwnerError`, never followed."""
+        return await self.owner(owner).send(method, path, params=params, content=content,
+                                            headers={**(headers or {}), HERE: "1"},
+                                            timeout_s=self._timeout_s + wait_s, follow=False)
 
     async def aclose(self) -> None:
-        if self._http is not None:
-            await self._http.aclose()
+        if self._hub is not None:
+            await self._hub.aclose()
 
 
 def _group(plan: SpreadPlan, indexes: Sequence[int]) -> dict[str, list[int]]:

@@ -26,7 +26,6 @@ from __future__ import annotations
 import asyncio
 from typing import Any
 
-import httpx
 import orjson
 from fastapi import APIRouter, Request, Response
 from pydantic import Field
@@ -40,6 +39,7 @@ from streamtx.contracts.body import StrictBody
 from streamtx.errors import MalformedError, NotFoundError, UnavailableError
 from streamtx.ledger import Position
 from streamtx.names import TopicName
+from streamtx.transport import HttpClient
 
 router = APIRouter(prefix="/v1/replication", tags=["replication (internal)"])
 admin = APIRouter(prefix="/admin/v2", tags=["admin: replication"])
@@ -210,29 +210,25 @@ async def marker(body: MarkerRequest, broker: BrokerDep) -> dict[str, Any]:
 # --- admin paths the replication controller serves -------------------------------
 
 
-def _controller(request: Request) -> httpx.AsyncClient:
-    client: httpx.AsyncClient | None = getattr(request.app.state, "replication_client", None)
-    if client is None:
-        url = request.app.state.settings.replication_url
-        if not url:
-            raise NotFoundError("this cluster runs no replication controller (STREAMTX_REPLICATION_URL)")
-        client = request.app.state.replication_client = httpx.AsyncClient(base_url=url.rstrip("/"),
-                                                                           timeout=30)
+def _controller(request: Request) -> HttpClient:
+    client: HttpClient = request.app.state.replication_client  # made by the app (app.py)
+    if not client.configured:
+        raise NotFoundError("this cluster runs no replication controller (STREAMTX_REPLICATION_URL)")
     return client
 
 
 async def _forward(request: Request) -> Response:
     """The same call on the controller, with the caller's own credential; its answer as is."""
     headers = {k: v for k, v in request.headers.items() if k in ("authorization", "content-type")}
+    # The path as it came, still percent-encoded: decoded, a name with control characters
+    # was an invalid URL to httpx, and a 500 (found by the fuzzer).
+    raw: bytes | None = request.scope.get("raw_path")
+    path = raw.decode("latin-1") if raw else request.url.path
     try:
-        # The path as it came, still percent-encoded: decoded, a name with control characters
-        # was an invalid URL to httpx, and a 500 (found by the fuzzer).
-        raw: bytes | None = request.scope.get("raw_path")
-        path = raw.decode("latin-1") if raw else request.url.path
-        r = await _controller(request).request(request.method, path, content=await request.body(),
-                                                params=request.query_params, headers=headers)
-    except httpx.HTTPError as exc:
-        raise UnavailableError(f"the replication controller does not answer: {exc!r}") from None
+        r = await _controller(request).send(request.method, path, content=await request.body(),
+                                            params=request.query_params, headers=headers, errors=False)
+    except UnavailableError as exc:
+        raise UnavailableError(f"the replication controller does not answer: {exc}") from None
     return Response(r.content, status_code=r.status_code, media_type="application/json")
 
 

@@ -51,18 +51,19 @@ async def get_partitions(tenant: str, namespace: str, topic: str, broker: Broker
 
 
 @router.get("/stats")
-async def topic_stats(tenant: str, namespace: str, topic: str, broker: BrokerDep) -> dict[str, object]:
+async def topic_stats(tenant: str, namespace: str, topic: str, broker: BrokerDep,
+                      request: Request) -> dict[str, object]:
     """The topic's stats; of one partition asked by its name (``x-partition-N``). A topic whose
     partitions are spread over broker replicas: every owner is asked for its partitions
     (:mod:`streamtx.broker.replicas.fanout`)."""
     name = topic_name(tenant, namespace, topic)
     at = broker.resolve(name)
     if isinstance(at, SpreadPlan):
-        return await _spread_stats(broker, at)
+        return await _spread_stats(broker, at, request.app.state.forwarder)
     return await _local_stats(broker, at.topic, None if at.index is None else [at.index])
 
 
-async def _spread_stats(broker: Broker, plan: SpreadPlan) -> dict[str, Any]:
+async def _spread_stats(broker: Broker, plan: SpreadPlan, forwarder: spread.Forwarder) -> dict[str, Any]:
     async def local(i: int) -> dict[str, Any] | None:
         t = plan.topic
         return await _local_stats(broker, t, [i]) if t is not None and i in t.owned else None
@@ -70,7 +71,7 @@ async def _spread_stats(broker: Broker, plan: SpreadPlan) -> dict[str, Any]:
     return await fanout.gather(
         plan.name, plan.count, local, plan.owner_of,
         lambda i: f"/admin/v2/{partition_item(plan.name, i).replace('://', '/', 1)}/stats",
-        broker.settings.outgoing_token(), broker.settings.pendingack_timeout_s)
+        forwarder.owner)
 
 
 async def _local_stats(broker: Broker, t: Topic, only: list[int] | None) -> dict[str, Any]:
