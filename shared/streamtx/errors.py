@@ -86,6 +86,18 @@ class TooLargeError(StreamtxError):
     code, status = "too_large", 413
 
 
+class HeadersTooLargeError(StreamtxError):
+    """The request's head (request line and headers) is over the service's size or count limit."""
+
+    code, status = "headers_too_large", 431
+
+
+class RequestTimeoutError(StreamtxError):
+    """The request did not arrive whole in time; the connection is closed."""
+
+    code, status = "request_timeout", 408
+
+
 class TooManyRequestsError(StreamtxError):
     """The caller holds too much already (open transactions); retry once some of it is released."""
 
@@ -163,7 +175,8 @@ class InvalidPositionError(LedgerError):
 
 _by_status: dict[int, type[StreamtxError]] = {
     400: MalformedError, 401: UnauthorizedError, 403: ForbiddenError, 404: NotFoundError,
-    405: MethodNotAllowedError, 409: ConflictError, 413: TooLargeError, 429: TooManyRequestsError,
+    405: MethodNotAllowedError, 408: RequestTimeoutError, 409: ConflictError, 413: TooLargeError,
+    429: TooManyRequestsError, 431: HeadersTooLargeError,
 }
 
 

@@ -5,14 +5,16 @@ from __future__ import annotations
 
 import asyncio
 import gc
+import importlib.util
 import logging
 import socket
 from types import FrameType
-from typing import Literal
+from typing import Any, Literal
 
 import uvicorn
 from fastapi import FastAPI
 
+from streamtx.service.connguard import ConnectionLimits, guarded_httptools
 from streamtx.service.longpoll import LongPolls
 from streamtx.service.settings import ServiceSettings
 from streamtx.service.shutdown import Watchdog
@@ -74,6 +76,17 @@ class _Server(uvicorn.Server):
         super().handle_exit(sig, frame)
 
 
+def http_options(http: Literal["auto", "httptools", "h11"], settings: object) -> dict[str, Any]:
+    """uvicorn's ``http`` (and h11's head limit) under the service's connection limits (connguard.py)."""
+    limits = ConnectionLimits()
+    if isinstance(settings, ServiceSettings):
+        limits = ConnectionLimits(settings.max_header_bytes, settings.max_headers,
+                                  settings.request_head_timeout_s, settings.request_body_timeout_s)
+    if http == "h11" or importlib.util.find_spec("httptools") is None:
+        return {"http": "h11", "h11_max_incomplete_event_size": limits.max_header_bytes}
+    return {"http": guarded_httptools(limits)}
+
+
 def serve(app: FastAPI, host: str, port: int, sock: socket.socket | None = None, *,
           loop: Literal["auto", "uvloop", "asyncio"] = "auto",
           http: Literal["auto", "httptools", "h11"] = "auto") -> None:
@@ -82,10 +95,10 @@ def serve(app: FastAPI, host: str, port: int, sock: socket.socket | None = None,
     tune_gc()
     configure_logging()
     # No proxy-header rewriting: no service reads the client address.
+    settings = getattr(app.state, "settings", None)
     config = uvicorn.Config(app, host=host, port=port, log_level="warning", access_log=False,
                             proxy_headers=False, server_header=False,
-                            timeout_graceful_shutdown=GRACEFUL_S, loop=loop, http=http)
-    settings = getattr(app.state, "settings", None)
+                            timeout_graceful_shutdown=GRACEFUL_S, loop=loop, **http_options(http, settings))
     # Open requests get GRACEFUL_S, then the app's shutdown its own bound (create_app): past
     # both and a margin, the process is ended whatever it is stuck in.
     shutdown_s = settings.shutdown_timeout_s if isinstance(settings, ServiceSettings) else 10.0

@@ -36,6 +36,16 @@ class ServiceSettings(BaseSettings):
     max_body_bytes: int = Field(
         16 << 20, ge=1024, description="a larger request body is refused with 413 before it is read",
     )
+    # What a connection may take before it delivers a request (connguard.py): 431, 408, closed.
+    max_header_bytes: int = Field(32 << 10, ge=1024, description="a request's head (request line and "
+                                  "headers) over this is refused with 431 and the connection closed")
+    max_headers: int = Field(100, ge=8, description="more header lines than this: 431")
+    request_head_timeout_s: float = Field(
+        10.0, gt=0, description="a connection that has not sent a whole request head this long after it "
+        "opened or after its last answer is closed (408 when it sent part of one)")
+    request_body_timeout_s: float = Field(
+        30.0, gt=0, description="a request whose body has not arrived whole this long after its head is "
+        "closed (its route sees the client leave)")
     shutdown_timeout_s: float = Field(
         10.0, gt=0, description="a stopping service's shutdown (flushing and closing its logs) is cut short "
         "after this long, so that a service whose ledger backend is gone still exits (service/shutdown.py)")
