@@ -47,7 +47,7 @@ test: setup
 
 .PHONY: mutate
 # Mutation testing (mutmut) of the pure modules and the ledger layer; not part of `make test`.
-# MODULES="pendingack/state.py ..." picks modules (paths under streamtx/), MODULES=--all the larger set.
+# MODULES="records/pendingack_state.py ..." picks modules (paths under streamtx/), MODULES=--all the larger set.
 mutate: setup
 	PYTHONPATH= $(PY) tools/mutate.py $(MODULES)
 

@@ -121,11 +121,11 @@ def ctrl_c(tmp: str) -> str:
 
 
 async def producer_snapshot() -> str:
-    from streamtx.broker.codec import Message, ProducerInfo
     from streamtx.broker.notify import Notifier
     from streamtx.broker.partition import Partition
     from streamtx.broker.settings import BrokerSettings
     from streamtx.broker.txnbuffer import snapshot as tbsnapshot
+    from streamtx.records.partition import Message, ProducerInfo
     try:
         from streamtx.ledger import open_ledger_factory as open_ledger_factory
     except ImportError:  # an older tree

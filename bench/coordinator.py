@@ -200,10 +200,10 @@ async def build_log(url: str, records: int) -> int:
     """Write a transaction log of ``records`` records in batched entries of 512; the count."""
     from streamtx.batching.codec import encode_batch
     from streamtx.contracts.txnid import TxnId
-    from streamtx.coordinator import records as rec
     from streamtx.coordinator.log import ledger_name
-    from streamtx.coordinator.state import EndReason, TxnState
     from streamtx.ledger import open_ledger_factory
+    from streamtx.records import txnlog as rec
+    from streamtx.records.txnstate import EndReason, TxnState
 
     ledgers = open_ledger_factory(url)
     ledger = await ledgers.open(ledger_name("standalone", 0), writer=True)

@@ -12,7 +12,7 @@ merged from both, ``.mutmut/tests``, a ``pyproject.toml`` with the mutmut
 settings and the pytest settings minus ``pythonpath``) and runs mutmut there.
 
     python tools/mutate.py                 # the default modules (MODULES below)
-    python tools/mutate.py pendingack/state.py cursor/ranges.py
+    python tools/mutate.py records/pendingack_state.py cursor/ranges.py
     python tools/mutate.py --all           # every module in MODULES and EXTRA
 
 It prints every surviving mutant's name and diff (``mutmut show`` format), then
@@ -41,7 +41,7 @@ SOURCES = ("shared", "services")
 # drive them; a bounded default, since one run of these takes tens of minutes on
 # a shared 2-core machine.
 MODULES: dict[str, list[str]] = {
-    "pendingack/state.py": ["tests/unit/pendingack/test_state.py",
+    "records/pendingack_state.py": ["tests/unit/pendingack/test_state.py",
                             "tests/unit/pendingack/test_state_model.py"],
     "cursor/ranges.py": ["tests/unit/test_cursor_state.py"],
     "ledger/segment.py": ["tests/unit/test_segment_codec.py", "tests/unit/test_segment_edges.py"],
@@ -54,7 +54,7 @@ EXTRA: dict[str, list[str]] = {
     "ledger/fenced_ledger.py": ["tests/integration/test_ledger_conformance.py",
                                 "tests/integration/test_ledger_retried_append.py"],
     "ledger/memory.py": ["tests/integration/test_ledger_conformance.py"],
-    "coordinator/state.py": ["tests/unit/coordinator/test_state.py"],
+    "records/txnstate.py": ["tests/unit/coordinator/test_state.py"],
     "broker/txnbuffer/buffer.py": ["tests/unit/broker/test_txnbuffer.py",
                             "tests/unit/broker/test_partition_model.py"],
 }

@@ -25,8 +25,8 @@ from streamtx.batching.codec import decode_entry
 from streamtx.client import AdminClient, Consumer, Message, StreamtxClient, Transaction
 from streamtx.errors import StreamtxError
 from streamtx.ledger import open_ledger_factory
-from streamtx.pendingack.records import PendingAck, decode
 from streamtx.pendingack.store import log_name
+from streamtx.records.pendingack import PendingAck, decode
 from tests.conftest import kafka_url
 from tests.support.replicas import Replicas, lookup
 from tests.support.suite import eventually

@@ -14,11 +14,11 @@ from streamtx.broker.notify import Notifier
 from streamtx.broker.partition import Partition
 from streamtx.broker.settings import BrokerSettings
 from streamtx.contracts.txnid import TxnId
-from streamtx.coordinator import records as tc
 from streamtx.coordinator.log import TransactionLog
-from streamtx.coordinator.table import TxnTable
 from streamtx.jobs import compact, synth
 from streamtx.ledger import Entry, Position, ledger_id_for, open_ledger_factory
+from streamtx.records import txnlog as tc
+from streamtx.records.txntable import TxnTable
 
 
 def _state(table: TxnTable) -> Any:

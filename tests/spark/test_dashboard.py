@@ -24,8 +24,8 @@ from tests.deploy import dashboards
 from tests.support.procs import free_port, stop, wait_for_port
 from tests.support.prometheus import Prometheus, binary, prometheus_server
 
-from streamtx.broker import codec
 from streamtx.jobs import histograms, synth
+from streamtx.records import partition as codec
 
 ROOT = Path(__file__).resolve().parents[2]
 BOARD = "spark-jobs.json"

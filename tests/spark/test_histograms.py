@@ -13,12 +13,11 @@ import pyarrow.parquet as pq
 
 from streamtx.batching.codec import MAGIC, decode_entry
 from streamtx.batching.metrics import RECORDS_BUCKETS, SIZE_BUCKETS_BYTES
-from streamtx.coordinator import records as tc
-from streamtx.coordinator.metrics import latency_buckets
-from streamtx.coordinator.state import TxnState
 from streamtx.jobs import histograms, synth
 from streamtx.jobs.reader import live_entries, plan_tasks
 from streamtx.jobs.sources import find_ledgers
+from streamtx.records import txnlog as tc
+from streamtx.records.txnstate import TxnState, latency_buckets
 
 
 def _buckets(values: list[float], bounds: tuple[float, ...]) -> list[int]:

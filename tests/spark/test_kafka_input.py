@@ -13,9 +13,9 @@ from tests.conftest import kafka_url
 from streamtx.batching.codec import MAGIC, decode_entry, encode_batch
 from streamtx.batching.metrics import RECORDS_BUCKETS
 from streamtx.contracts.txnid import TxnId
-from streamtx.coordinator import records as tc
 from streamtx.jobs import histograms
 from streamtx.ledger import Position, open_ledger_factory
+from streamtx.records import txnlog as tc
 
 pytestmark = pytest.mark.kafka
 NAME = "txnlog/k1/2"

@@ -8,8 +8,8 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from streamtx.broker import codec
 from streamtx.errors import MalformedError
+from streamtx.records import partition as codec
 from streamtx.wire import batch as wire
 
 texts = st.text(max_size=12)

@@ -22,11 +22,11 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Any
 
-from streamtx.broker import codec
-from streamtx.broker.codec import EntryHeader, EntryKind
 from streamtx.broker.partition import Partition
 from streamtx.cursor import Cursor
 from streamtx.ledger import Position
+from streamtx.records import partition as codec
+from streamtx.records.partition import EntryHeader, EntryKind
 from streamtx.wire import fetch as wire_fetch
 
 Unit = tuple[Position, int | None]

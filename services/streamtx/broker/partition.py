@@ -25,8 +25,7 @@ import time
 from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass
 
-from streamtx.broker import codec, metrics
-from streamtx.broker.codec import EntryHeader, EntryKind, Message, ProducerInfo
+from streamtx.broker import metrics
 from streamtx.broker.notify import Notifier
 from streamtx.broker.producers import ProducerTable, Verdict, written
 from streamtx.broker.settings import BrokerSettings
@@ -36,6 +35,8 @@ from streamtx.contracts.states import Action
 from streamtx.contracts.txnid import TxnId
 from streamtx.errors import ConflictError, FencedError, StreamtxError, TooLargeError, UnavailableError
 from streamtx.ledger import Entry, Ledger, LedgerFactory, Position
+from streamtx.records import partition as codec
+from streamtx.records.partition import EntryHeader, EntryKind, Message, ProducerInfo
 
 log = logging.getLogger(__name__)
 

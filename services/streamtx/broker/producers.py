@@ -35,7 +35,7 @@ from collections import OrderedDict
 from dataclasses import dataclass, field
 from typing import Any
 
-from streamtx.broker.codec import message_id
+from streamtx.records.partition import message_id
 
 recent_max = 32  # sequences per producer whose ids are kept for duplicate answers
 

@@ -29,7 +29,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import Any
 
-from streamtx.broker import codec, failover, metrics
+from streamtx.broker import failover, metrics
 from streamtx.broker.dispatch import Handed, PartitionDispatch, Unit, render_json, unit_id
 from streamtx.broker.notify import Notifier
 from streamtx.broker.replicas.exclusive import ExclusiveClaims
@@ -37,6 +37,7 @@ from streamtx.broker.settings import BrokerSettings
 from streamtx.contracts.txnid import TxnId
 from streamtx.errors import ConflictError, MalformedError, TooManyRequestsError
 from streamtx.ledger import Position
+from streamtx.records import partition as codec
 from streamtx.service.longpoll import LongPoll
 
 _unknown_txn = TxnId(0, 0)  # held since before a restart: the store did not say by whom

@@ -16,13 +16,13 @@ import zlib
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 
-from streamtx.broker.codec import Message, ProducerInfo
 from streamtx.broker.notify import Notifier
 from streamtx.broker.partition import Partition, RawBatch
 from streamtx.broker.subscription import Subscription
 from streamtx.contracts.txnid import TxnId
 from streamtx.errors import ConflictError, MalformedError, NotFoundError, NotOwnerError
 from streamtx.ledger import Position
+from streamtx.records.partition import Message, ProducerInfo
 
 
 def key_partition(key: str, partitions: int) -> int:

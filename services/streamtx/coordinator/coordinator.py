@@ -1,7 +1,7 @@
 """One transaction coordinator: lifecycle, id allocation, timeouts, ends, deletion.
 
 Every change is appended to the transaction log first and applied to the
-:class:`~streamtx.coordinator.table.TxnTable` once durable, so a restart
+:class:`~streamtx.records.txntable.TxnTable` once durable, so a restart
 rebuilds exactly the state clients were told about. Changes to one
 transaction are ordered by its lock; the end fan-out runs outside it.
 
@@ -35,27 +35,6 @@ from streamtx.coordinator.log import TransactionLog
 from streamtx.coordinator.metrics import CoordinatorMetrics
 from streamtx.coordinator.participants_client import Participants, Violation
 from streamtx.coordinator.quota import OpenTxnQuota, check_participants
-from streamtx.coordinator.records import (
-    AddPartitions,
-    AddSubscriptions,
-    Forwarded,
-    NewTxn,
-    Plain,
-    ReserveIds,
-    StatusChange,
-    Subscription,
-)
-from streamtx.coordinator.state import (
-    Action,
-    Decision,
-    EndReason,
-    TxnState,
-    decide_end,
-    ending_state,
-    ending_states,
-    final_state,
-)
-from streamtx.coordinator.table import TxnMeta, TxnTable
 from streamtx.errors import (
     ConflictError,
     FencedError,
@@ -65,6 +44,27 @@ from streamtx.errors import (
     StreamtxError,
     UnavailableError,
 )
+from streamtx.records.txnlog import (
+    AddPartitions,
+    AddSubscriptions,
+    Forwarded,
+    NewTxn,
+    Plain,
+    ReserveIds,
+    StatusChange,
+    Subscription,
+)
+from streamtx.records.txnstate import (
+    Action,
+    Decision,
+    EndReason,
+    TxnState,
+    decide_end,
+    ending_state,
+    ending_states,
+    final_state,
+)
+from streamtx.records.txntable import TxnMeta, TxnTable
 
 log = logging.getLogger(__name__)
 

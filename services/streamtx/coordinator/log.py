@@ -1,7 +1,7 @@
 """The transaction log of one coordinator: ledger, cursor and buffered writer.
 
 * Ledger ``txnlog/<cluster>/<coordinator_id>`` holds the records of
-  :mod:`streamtx.coordinator.records`, written through the PIP-160
+  :mod:`streamtx.records.txnlog`, written through the PIP-160
   :class:`~streamtx.batching.BufferedWriter`: batched entries (magic ``0x0e01``)
   when batching is on, one record per entry when it is off, both kinds mixed
   in one ledger after a switch.
@@ -22,10 +22,10 @@ from streamtx.batching import BufferedWriter, compacted
 from streamtx.batching.metrics import BatchedLogMetrics
 from streamtx.batching.replay import replay_entries, replay_records
 from streamtx.batching.settings import BatchingSettings
-from streamtx.coordinator import records
-from streamtx.coordinator.records import LogRef, Record
 from streamtx.cursor import Cursor
 from streamtx.ledger import Entry, Ledger, LedgerFactory, Position, SegmentStats
+from streamtx.records import txnlog as records
+from streamtx.records.txnlog import LogRef, Record
 
 cursor_name = "tc"
 _tuple_new = tuple.__new__

@@ -32,11 +32,10 @@ from prometheus_client import REGISTRY, CollectorRegistry, Counter, Gauge, Histo
 from prometheus_client.core import GaugeMetricFamily
 from prometheus_client.registry import Collector
 
+from streamtx.records.txnstate import latency_buckets
 from streamtx.service import workermetrics
 from streamtx.service.workermetrics import track, untrack
 
-# Pulsar's execution-latency buckets, in seconds (10 ms .. 5 min and beyond).
-latency_buckets = (0.01, 0.02, 0.05, 0.1, 0.5, 1.0, 5.0, 15.0, 30.0, 60.0, 300.0, 1500.0, 3000.0)
 _labels = ("cluster", "coordinator_id")
 
 

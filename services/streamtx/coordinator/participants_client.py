@@ -34,8 +34,8 @@ from pydantic import BaseModel
 
 from streamtx.contracts import Action, TxnId
 from streamtx.contracts.models import PartitionEnd, SubscriptionTxn, SubscriptionTxnEnd
-from streamtx.coordinator.records import Subscription
 from streamtx.errors import ConflictError, NotFoundError, StreamtxError, UnavailableError
+from streamtx.records.txnlog import Subscription
 from streamtx.transport import ONCE, HttpClient, RetryPolicy
 
 log = logging.getLogger(__name__)

@@ -23,7 +23,7 @@ class PendingAckSettings(ReplicaSettings):
     # time: STREAMTX_BATCHING__ENABLED, __MAX_RECORDS, __MAX_BYTES,
     # __MAX_DELAY_MS, __POLICY ("auto" or "fixed").
     batching: BatchingSettings = Field(default_factory=BatchingSettings)
-    # Bounds on memory (see streamtx.pendingack.state).
+    # Bounds on memory (see streamtx.records.pendingack_state).
     pending_ack_max_committed_ids: int = Field(
         default=100_000, ge=0,
         description="committed ids remembered per subscription for the optimistic check",

@@ -38,7 +38,7 @@ from streamtx.errors import ConflictError, FencedError, LedgerError, MalformedEr
 from streamtx.ledger import Ledger, LedgerFactory, Position
 from streamtx.pendingack.broker_client import BrokerNotifier
 from streamtx.pendingack.metrics import PendingAckMetrics
-from streamtx.pendingack.records import (
+from streamtx.records.pendingack import (
     MessageId,
     PendingAck,
     Record,
@@ -46,7 +46,7 @@ from streamtx.pendingack.records import (
     TxnMarker,
     decode,
 )
-from streamtx.pendingack.state import LogSlot, SubscriptionState, TxnAcks, TxnPhase
+from streamtx.records.pendingack_state import LogSlot, SubscriptionState, TxnAcks, TxnPhase
 
 log = logging.getLogger(__name__)
 

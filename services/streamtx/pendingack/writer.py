@@ -11,9 +11,9 @@ from prometheus_client import REGISTRY, CollectorRegistry
 
 from streamtx.batching import BufferedWriter, pending_ack_metrics
 from streamtx.ledger import Ledger
-from streamtx.pendingack.records import Record, encode
 from streamtx.pendingack.settings import PendingAckSettings
 from streamtx.pendingack.store import RecordWriter, WriterFactory
+from streamtx.records.pendingack import Record, encode
 
 
 def writer_factory(settings: PendingAckSettings, registry: CollectorRegistry = REGISTRY) -> WriterFactory:

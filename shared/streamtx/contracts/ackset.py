@@ -1,7 +1,7 @@
 """Acknowledgement sets that travel between clusters (beyond PIP-33): pure, no I/O.
 
 A replicated message is known in every cluster by its *origin*: the cluster it
-was produced in and its position there (the :class:`~streamtx.broker.codec.SourceInfo`
+was produced in and its position there (the :class:`~streamtx.records.partition.SourceInfo`
 of a replicated entry; an entry produced here is its own origin, with this
 cluster's name and position). An :class:`AckSet` says which messages a
 subscription acknowledged, by origin, so that every other cluster finds them

@@ -4,7 +4,7 @@
 answers and by number in its log records; :class:`Action` is the end a
 participant is told to apply (``"commit"`` / ``"abort"``). The coordinator's
 state machine (which transitions are legal) is its own business, in
-``streamtx.coordinator.state``.
+``streamtx.records.txnstate``.
 
 This module is pure: no I/O.
 """

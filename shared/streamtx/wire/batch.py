@@ -6,7 +6,7 @@ broker's cost: a produced section is validated by a walk over its bytes and
 stored as the partition entry's message area *as is* (the broker only puts its
 entry header in front: publish time, producer identity, txn id), and a fetch
 hands stored entries out as they are. So the message layout (:mod:`.messages`) is exactly
-the one of the partition entry codec (``streamtx.broker.codec``) after its header.
+the one of the partition entry codec (``streamtx.records.partition``) after its header.
 
 The format lives in one module per part, each documenting the layout it encodes
 and decodes; this module is its front door (callers import the format from here,

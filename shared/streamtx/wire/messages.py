@@ -1,7 +1,7 @@
 """The message area of the binary batch format: one layout for the wire and the disk. Pure, no I/O.
 
 A produced section's body, a fetched entry's body and a stored partition entry's
-message area (:mod:`streamtx.broker.codec`, after its header) are the same bytes,
+message area (:mod:`streamtx.records.partition`, after its header) are the same bytes,
 so this module is the one encoder, decoder and validator of them; the request
 and answer frames around them are in :mod:`.produce` and :mod:`.fetch`.
 
@@ -48,7 +48,7 @@ def encode_messages(messages: Iterable[Msg], first_index: int = 0) -> tuple[int,
 def encode_fields(messages: Iterable[tuple[bytes, str | None, Mapping[str, str], int]]) -> bytes:
     """``(value, key, properties, request_index)`` tuples in the stored layout: the one encoder
     of the message area (this format's sections and the partition entries,
-    :mod:`streamtx.broker.codec`)."""
+    :mod:`streamtx.records.partition`)."""
     parts: list[bytes] = []
     u32, i32, u16 = U32.pack, _i32.pack, U16.pack
     # A producer mostly passes one properties object for many messages (its transaction,
@@ -79,7 +79,7 @@ Fields = tuple[bytes, str | None, dict[str, str], int]
 def decode_fields(body: bytes | memoryview, count: int, offset: int = 0, *,
                   error: type[Exception] = MalformedError) -> list[Fields]:
     """``count`` messages of the stored layout from ``offset``: the one decoder of the message
-    area (this format's sections and the partition entries, :mod:`streamtx.broker.codec`);
+    area (this format's sections and the partition entries, :mod:`streamtx.records.partition`);
     ``error`` (MalformedError, or the caller's) when the bytes are bad.
 
     Tuples, not objects: this is the fetch path's decoder, and a frozen dataclass per

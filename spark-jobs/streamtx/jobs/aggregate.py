@@ -7,7 +7,7 @@ entries into ``(key, value)`` pairs that Spark adds up with ``reduceByKey``:
   Buckets are the live metrics' own: PIP-160 records per entry and entry size
   (:mod:`streamtx.batching.metrics`; batched entries only, as the live
   histograms observe only batched flushes), the coordinator's latency buckets
-  for transaction durations (:mod:`streamtx.coordinator.metrics`);
+  for transaction durations (:mod:`streamtx.records.txnstate`);
 * ``("c", metric, labels)`` -> ``(count, 0)``: a counter (transactions per
   state, unbatched entries, messages and bytes per topic);
 * ``("m", topic, minute_ms)`` -> ``(messages, bytes)``: per-minute traffic;
@@ -29,11 +29,10 @@ from typing import Any
 
 from streamtx.batching.codec import MAGIC, decode_entry
 from streamtx.batching.metrics import RECORDS_BUCKETS, SIZE_BUCKETS_BYTES
-from streamtx.broker import codec as partition_codec
-from streamtx.coordinator import records as tc_records
-from streamtx.coordinator.metrics import latency_buckets
-from streamtx.coordinator.state import TxnState
 from streamtx.jobs.sources import PARTITION, PENDINGACK, TXNLOG, Task
+from streamtx.records import partition as partition_codec
+from streamtx.records import txnlog as tc_records
+from streamtx.records.txnstate import TxnState, latency_buckets
 
 Labels = tuple[tuple[str, str], ...]
 

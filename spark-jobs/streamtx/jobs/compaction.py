@@ -4,8 +4,8 @@ The records of a log below the cut (a compacted base first, if one is in
 force, then the log's live entries) are replayed exactly as the owning
 service replays them: the cursor's deletions by the shared rule of
 :mod:`streamtx.batching.replay`, the records into the service's own state
-(:class:`~streamtx.coordinator.table.TxnTable`,
-:class:`~streamtx.pendingack.state.SubscriptionState`). What the state still
+(:class:`~streamtx.records.txntable.TxnTable`,
+:class:`~streamtx.records.pendingack_state.SubscriptionState`). What the state still
 stands on is kept, with its original place in the log:
 
 * transaction log: every record of a transaction not in a final state, and
@@ -18,7 +18,7 @@ stands on is kept, with its original place in the log:
   the state remembers (so a late ack found after the cut is still refused);
 * transaction-buffer snapshot ledger (no cursor, no batches): the newest
   complete snapshot as the broker's recovery picks it
-  (:func:`streamtx.broker.txnbuffer.snapshot.pick`): its index and the segments it
+  (:func:`streamtx.records.tbsnapshot.pick`): its index and the segments it
   names, plus the segments written after it (an index past the cut may name
   them); everything when no snapshot below the cut is complete.
 """
@@ -31,15 +31,14 @@ from dataclasses import dataclass
 from streamtx.batching.codec import decode_entry
 from streamtx.batching.compacted import BaseRecord
 from streamtx.batching.replay import Deletions, replay_entries, replay_records
-from streamtx.broker.txnbuffer import snapshot as tbsnapshot
-from streamtx.broker.txnbuffer import snapshot_codec as sc
 from streamtx.contracts.txnid import TxnId
-from streamtx.coordinator import records as tc
-from streamtx.coordinator.table import TxnTable
 from streamtx.errors import CorruptEntryError
 from streamtx.ledger.base import Entry, Position
-from streamtx.pendingack import records as pa
-from streamtx.pendingack.state import LogSlot, SubscriptionState
+from streamtx.records import pendingack as pa
+from streamtx.records import tbsnapshot as sc
+from streamtx.records import txnlog as tc
+from streamtx.records.pendingack_state import LogSlot, SubscriptionState
+from streamtx.records.txntable import TxnTable
 
 Place = tuple[int, int, int]  # entry_id, batch_index, batch_size
 _tuple_new = tuple.__new__
@@ -150,7 +149,7 @@ def compact_snapshot_log(ledger_id: int, base: Iterable[BaseRecord],
     for entry_id, payload in entries:
         records[entry_id] = payload
         size += len(payload)
-    picked = tbsnapshot.pick(records, ledger_id)
+    picked = sc.pick(records, ledger_id)
     keep: set[int] = set(records)
     if picked is not None:
         at, index, _ = picked

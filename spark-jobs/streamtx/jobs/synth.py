@@ -17,12 +17,12 @@ from dataclasses import dataclass
 
 from streamtx.batching.codec import encode_batch
 from streamtx.contracts.txnid import TxnId
-from streamtx.coordinator import records as tc
-from streamtx.coordinator.state import EndReason, TxnState
 from streamtx.ledger import frames as framing
 from streamtx.ledger import segment
 from streamtx.ledger.frames import FenceTracker
-from streamtx.pendingack import records as pa
+from streamtx.records import pendingack as pa
+from streamtx.records import txnlog as tc
+from streamtx.records.txnstate import EndReason, TxnState
 
 
 @dataclass

@@ -8,13 +8,13 @@ from pathlib import Path
 
 import pytest
 
-from streamtx.broker.codec import Message
 from streamtx.broker.pendingack_client import PendingAckClient
 from streamtx.broker.registry import Broker
 from streamtx.broker.settings import BrokerSettings
 from streamtx.broker.topic import Outgoing
 from streamtx.contracts.states import Action
 from streamtx.ledger import open_ledger_factory
+from streamtx.records.partition import Message
 from tests.integration.broker.conftest import BrokerFactory
 
 N_TXNS = 100_000

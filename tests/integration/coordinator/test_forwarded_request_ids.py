@@ -24,10 +24,10 @@ from streamtx.batching.codec import decode_entry
 from streamtx.batching.settings import BatchingSettings
 from streamtx.contracts.txnid import TxnId
 from streamtx.coordinator.log import TransactionLog
-from streamtx.coordinator.records import AddPartitions, Forwarded, NewTxn, StatusChange, decode
-from streamtx.coordinator.state import EndReason, TxnState
 from streamtx.ledger import open_ledger_factory
 from streamtx.ownership.mailbox import REQUEST_ID, decode_answer, encode_call
+from streamtx.records.txnlog import AddPartitions, Forwarded, NewTxn, StatusChange, decode
+from streamtx.records.txnstate import EndReason, TxnState
 from streamtx.service.inprocess import Call
 from tests.integration.coordinator.conftest import TOPIC, ClientFactory, TcFactory, workers_settings
 

@@ -3,7 +3,6 @@ which markers go along, and what a retry reads."""
 
 from __future__ import annotations
 
-from streamtx.broker.codec import Message
 from streamtx.broker.dispatch import PartitionDispatch
 from streamtx.broker.notify import Notifier
 from streamtx.broker.partition import Partition
@@ -12,6 +11,7 @@ from streamtx.broker.settings import BrokerSettings
 from streamtx.contracts.ackset import AckSet
 from streamtx.cursor import Cursor
 from streamtx.ledger import Position, open_ledger_factory
+from streamtx.records.partition import Message
 
 
 async def setup(layout: str) -> tuple[Partition, PartitionDispatch, list[Position]]:

@@ -6,9 +6,9 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from streamtx.broker import codec
-from streamtx.broker.codec import EntryKind, Message, ProducerInfo
 from streamtx.errors import CorruptEntryError
+from streamtx.records import partition as codec
+from streamtx.records.partition import EntryKind, Message, ProducerInfo
 
 u64 = st.integers(0, (1 << 64) - 1)
 text = st.text(max_size=20)

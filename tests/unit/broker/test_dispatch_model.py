@@ -9,7 +9,6 @@ import base64
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from streamtx.broker.codec import Message
 from streamtx.broker.pendingack_client import PendingAckClient
 from streamtx.broker.registry import Broker
 from streamtx.broker.settings import BrokerSettings
@@ -17,6 +16,7 @@ from streamtx.broker.subscription import SubscriptionType
 from streamtx.broker.topic import Outgoing
 from streamtx.contracts.states import Action
 from streamtx.ledger import open_ledger_factory
+from streamtx.records.partition import Message
 
 T = "persistent://t/n/d"
 ops = st.lists(st.one_of(

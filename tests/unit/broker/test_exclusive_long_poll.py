@@ -12,7 +12,6 @@ from collections.abc import AsyncIterator
 
 import pytest
 
-from streamtx.broker.codec import Message
 from streamtx.broker.pendingack_client import PendingAckClient
 from streamtx.broker.registry import Broker
 from streamtx.broker.settings import BrokerSettings
@@ -20,6 +19,7 @@ from streamtx.broker.subscription import Subscription, SubscriptionType
 from streamtx.broker.topic import Outgoing
 from streamtx.errors import ConflictError
 from streamtx.ledger import open_ledger_factory
+from streamtx.records.partition import Message
 from tests.support.suite import eventually
 
 T = "persistent://t/n/excl"

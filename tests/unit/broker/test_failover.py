@@ -12,13 +12,13 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from streamtx.broker import failover
-from streamtx.broker.codec import Message
 from streamtx.broker.pendingack_client import PendingAckClient
 from streamtx.broker.registry import Broker
 from streamtx.broker.settings import BrokerSettings
 from streamtx.broker.subscription import Subscription, SubscriptionType
 from streamtx.broker.topic import Outgoing
 from streamtx.ledger import open_ledger_factory
+from streamtx.records.partition import Message
 
 T = "persistent://t/n/f"
 PARTS = 4

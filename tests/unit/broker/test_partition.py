@@ -2,14 +2,14 @@
 
 from __future__ import annotations
 
-from streamtx.broker.codec import Message, ProducerInfo, parse_message_id
 from streamtx.broker.notify import Notifier
 from streamtx.broker.partition import Partition, snapshot_ledger_name
 from streamtx.broker.settings import BrokerSettings
 from streamtx.broker.txnbuffer import snapshot as tbsnapshot
-from streamtx.broker.txnbuffer import snapshot_codec as sc
 from streamtx.contracts.states import Action
 from streamtx.ledger import LedgerFactory, Position, open_ledger_factory
+from streamtx.records import tbsnapshot as sc
+from streamtx.records.partition import Message, ProducerInfo, parse_message_id
 
 NAME = "persistent://t/n/x-partition-0"
 

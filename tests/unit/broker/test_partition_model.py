@@ -8,14 +8,14 @@ import asyncio
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from streamtx.broker.codec import Message
 from streamtx.broker.notify import Notifier
 from streamtx.broker.partition import Partition
 from streamtx.broker.settings import BrokerSettings
 from streamtx.broker.txnbuffer import snapshot as tbsnapshot
-from streamtx.broker.txnbuffer import snapshot_codec as sc
 from streamtx.contracts.states import Action
 from streamtx.ledger import LedgerFactory, open_ledger_factory
+from streamtx.records import tbsnapshot as sc
+from streamtx.records.partition import Message
 
 NAME = "persistent://t/n/m-partition-0"
 

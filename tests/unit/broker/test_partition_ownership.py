@@ -6,13 +6,13 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from streamtx.broker.codec import Message
 from streamtx.broker.notify import Notifier
 from streamtx.broker.registry import partition_item, split_item, split_partition
 from streamtx.broker.replicas.fanout import merge
 from streamtx.broker.topic import Outgoing, Topic
 from streamtx.errors import MalformedError, NotFoundError, NotOwnerError
 from streamtx.ownership import assign
+from streamtx.records.partition import Message
 
 TOPIC = "persistent://t/n/hot"
 

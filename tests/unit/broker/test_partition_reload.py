@@ -7,13 +7,13 @@ from collections.abc import Awaitable, Callable
 
 import pytest
 
-from streamtx.broker.codec import Message
 from streamtx.broker.partition import Partition, partition_ledger_name
 from streamtx.broker.txnbuffer import snapshot as tbsnapshot
 from streamtx.contracts.states import Action
 from streamtx.errors import ConflictError, StreamtxError, UnavailableError
 from streamtx.ledger import open_ledger_factory
 from streamtx.ledger.memory import MemoryLedgerFactory
+from streamtx.records.partition import Message
 from tests.unit.broker.test_partition import NAME, open_part
 
 TXN = (4, 1)

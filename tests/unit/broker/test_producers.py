@@ -9,13 +9,13 @@ from __future__ import annotations
 
 import json
 
-from streamtx.broker.codec import Message, ProducerInfo
 from streamtx.broker.notify import Notifier
 from streamtx.broker.partition import Partition
 from streamtx.broker.producers import ProducerTable, Verdict, written
 from streamtx.broker.settings import BrokerSettings
 from streamtx.broker.txnbuffer import snapshot as tbsnapshot
 from streamtx.ledger import LedgerFactory, open_ledger_factory
+from streamtx.records.partition import Message, ProducerInfo
 
 NAME = "persistent://t/n/x-partition-0"
 

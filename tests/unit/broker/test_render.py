@@ -5,7 +5,6 @@ from __future__ import annotations
 import base64
 from typing import Any
 
-from streamtx.broker.codec import Message
 from streamtx.broker.dispatch import render_batch, render_json
 from streamtx.broker.partition import RawBatch
 from streamtx.broker.pendingack_client import PendingAckClient
@@ -14,6 +13,7 @@ from streamtx.broker.settings import BrokerSettings
 from streamtx.broker.subscription import SubscriptionType
 from streamtx.broker.topic import Outgoing
 from streamtx.ledger import open_ledger_factory
+from streamtx.records.partition import Message
 from streamtx.wire import batch as wire
 
 T = "persistent://t/n/r"

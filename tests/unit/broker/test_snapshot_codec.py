@@ -6,9 +6,9 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from streamtx.broker.txnbuffer import snapshot_codec as sc
 from streamtx.errors import CorruptEntryError
 from streamtx.ledger import Position
+from streamtx.records import tbsnapshot as sc
 
 pos = st.builds(Position, st.integers(0, 1 << 32), st.integers(0, 1 << 40))
 txn = st.tuples(st.integers(0, (1 << 64) - 1), st.integers(0, (1 << 64) - 1))

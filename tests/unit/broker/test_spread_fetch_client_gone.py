@@ -19,7 +19,6 @@ import httpx
 import orjson
 import pytest
 
-from streamtx.broker.codec import Message
 from streamtx.broker.notify import Notifier
 from streamtx.broker.pendingack_client import PendingAckClient
 from streamtx.broker.registry import Broker
@@ -30,6 +29,7 @@ from streamtx.broker.settings import BrokerSettings
 from streamtx.broker.subscription import SubscriptionType
 from streamtx.broker.topic import Outgoing, Topic
 from streamtx.ledger import open_ledger_factory
+from streamtx.records.partition import Message
 from streamtx.service.longpoll import LongPoll
 from streamtx.wire.fetch import Delivered, decode_messages_answer, encode_messages_answer
 from streamtx.wire.messages import Msg, encode_messages

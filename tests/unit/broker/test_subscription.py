@@ -7,7 +7,6 @@ from collections.abc import AsyncIterator
 
 import pytest
 
-from streamtx.broker.codec import Message
 from streamtx.broker.pendingack_client import PendingAckClient, held_pairs
 from streamtx.broker.registry import Broker
 from streamtx.broker.settings import BrokerSettings
@@ -21,8 +20,9 @@ from streamtx.cursor.cursor import Cursor, cursor_ledger_name
 from streamtx.errors import ConflictError, MalformedError, StreamtxError
 from streamtx.ledger import Position, open_ledger_factory
 from streamtx.ledger.memory import MemoryLedgerFactory
-from streamtx.pendingack.records import MessageId
-from streamtx.pendingack.state import SubscriptionState
+from streamtx.records.partition import Message
+from streamtx.records.pendingack import MessageId
+from streamtx.records.pendingack_state import SubscriptionState
 
 T = "persistent://t/n/u"
 

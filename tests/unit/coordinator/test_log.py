@@ -8,9 +8,9 @@ import asyncio
 from streamtx.batching import BatchingSettings
 from streamtx.contracts.txnid import TxnId
 from streamtx.coordinator.log import TransactionLog
-from streamtx.coordinator.records import LogRef, NewTxn, Record, StatusChange
-from streamtx.coordinator.state import EndReason, TxnState
 from streamtx.ledger.memory import MemoryLedgerFactory
+from streamtx.records.txnlog import LogRef, NewTxn, Record, StatusChange
+from streamtx.records.txnstate import EndReason, TxnState
 
 
 async def _open(ledgers: MemoryLedgerFactory) -> TransactionLog:

@@ -9,8 +9,9 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from streamtx.contracts.txnid import TxnId
-from streamtx.coordinator import records
-from streamtx.coordinator.records import (
+from streamtx.errors import CorruptEntryError
+from streamtx.records import txnlog as records
+from streamtx.records.txnlog import (
     AddPartitions,
     AddSubscriptions,
     Forwarded,
@@ -19,8 +20,7 @@ from streamtx.coordinator.records import (
     StatusChange,
     Subscription,
 )
-from streamtx.coordinator.state import EndReason, TxnState
-from streamtx.errors import CorruptEntryError
+from streamtx.records.txnstate import EndReason, TxnState
 
 u64 = st.integers(0, 2**64 - 1)
 txn_ids = st.builds(TxnId, u64, u64)

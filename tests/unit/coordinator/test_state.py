@@ -6,7 +6,7 @@ import itertools
 
 import pytest
 
-from streamtx.coordinator.state import (
+from streamtx.records.txnstate import (
     Action,
     Decision,
     EndReason,

@@ -3,7 +3,8 @@
 from __future__ import annotations
 
 from streamtx.contracts.txnid import TxnId
-from streamtx.coordinator.records import (
+from streamtx.ledger import Position
+from streamtx.records.txnlog import (
     AddPartitions,
     AddSubscriptions,
     LogRef,
@@ -13,9 +14,8 @@ from streamtx.coordinator.records import (
     StatusChange,
     Subscription,
 )
-from streamtx.coordinator.state import EndReason, TxnState
-from streamtx.coordinator.table import TxnTable
-from streamtx.ledger import Position
+from streamtx.records.txnstate import EndReason, TxnState
+from streamtx.records.txntable import TxnTable
 
 T1, T2 = TxnId.of(3, 1), TxnId.of(3, 2)
 S = TxnState

@@ -19,18 +19,18 @@ from streamtx.batching.codec import encode_batch
 from streamtx.batching.replay import StateDeletions, replay_entries, replay_records
 from streamtx.broker.producers import ProducerTable
 from streamtx.broker.txnbuffer import snapshot as tbsnapshot
-from streamtx.broker.txnbuffer import snapshot_codec
 from streamtx.broker.txnbuffer.buffer import TxnBufferState
 from streamtx.contracts.txnid import TxnId
-from streamtx.coordinator import records as tc
-from streamtx.coordinator.state import EndReason, TxnState
-from streamtx.coordinator.table import TxnTable
 from streamtx.cursor.state import CursorState
 from streamtx.jobs import compaction
 from streamtx.ledger.base import Entry, Position
 from streamtx.ledger.memory import MemoryLedgerFactory
-from streamtx.pendingack import records as pa
-from streamtx.pendingack.state import LogSlot, SubscriptionState
+from streamtx.records import pendingack as pa
+from streamtx.records import tbsnapshot as snapshot_codec
+from streamtx.records import txnlog as tc
+from streamtx.records.pendingack_state import LogSlot, SubscriptionState
+from streamtx.records.txnstate import EndReason, TxnState
+from streamtx.records.txntable import TxnTable
 
 LID = 77
 CID = 3

@@ -7,7 +7,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from streamtx.errors import CorruptEntryError, MalformedError
-from streamtx.pendingack.records import (
+from streamtx.records.pendingack import (
     MessageId,
     PendingAck,
     Record,

@@ -7,8 +7,8 @@ import pytest
 from streamtx.contracts.txnid import TxnId
 from streamtx.errors import ConflictError
 from streamtx.ledger import Position
-from streamtx.pendingack.records import MessageId, PendingAck, RecordKind, TxnMarker
-from streamtx.pendingack.state import LogSlot, SubscriptionState, TxnPhase
+from streamtx.records.pendingack import MessageId, PendingAck, RecordKind, TxnMarker
+from streamtx.records.pendingack_state import LogSlot, SubscriptionState, TxnPhase
 
 A, B, C = TxnId(0, 1), TxnId(0, 2), TxnId(0, 3)
 

@@ -24,8 +24,8 @@ from hypothesis import strategies as st
 
 from streamtx.contracts.txnid import TxnId
 from streamtx.errors import ConflictError
-from streamtx.pendingack.records import MessageId, RecordKind
-from streamtx.pendingack.state import SubscriptionState
+from streamtx.records.pendingack import MessageId, RecordKind
+from streamtx.records.pendingack_state import SubscriptionState
 
 LEDGERS, ENTRIES, INDEXES = (1, 2), 2, 2  # small, so steps collide often
 Pos = tuple[int, int, int]

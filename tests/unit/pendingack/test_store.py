@@ -13,10 +13,10 @@ from streamtx.contracts import Action, TxnId
 from streamtx.errors import ConflictError, UnavailableError
 from streamtx.ledger import LedgerFactory, open_ledger_factory
 from streamtx.pendingack.broker_client import BrokerNotifier
-from streamtx.pendingack.records import MessageId
 from streamtx.pendingack.settings import PendingAckSettings
 from streamtx.pendingack.store import PendingAckStore
 from streamtx.pendingack.writer import writer_factory
+from streamtx.records.pendingack import MessageId
 
 TOPIC, SUB = "persistent://t/n/x-partition-0", "sub"
 A, B = TxnId(0, 1), TxnId(0, 2)
@@ -144,8 +144,8 @@ async def test_replay_reads_batched_and_unbatched_entries_and_skips_deleted(ledg
     """A log written with batching on and off replays alike; batch-index deletes are honoured."""
     from streamtx.batching.codec import encode_batch
     from streamtx.cursor import Cursor
-    from streamtx.pendingack.records import PendingAck, encode
     from streamtx.pendingack.store import cursor_name, log_name
+    from streamtx.records.pendingack import PendingAck, encode
 
     C = TxnId(0, 3)
     ledger = await ledgers.open(log_name(TOPIC, SUB))

@@ -14,9 +14,9 @@ from streamtx.errors import ConflictError
 from streamtx.ledger import LedgerFactory, open_ledger_factory
 from streamtx.peers import CoordinatorLookup
 from streamtx.peers.coordinator import outcome_of
-from streamtx.pendingack.records import RecordKind
-from streamtx.pendingack.state import SubscriptionState, TxnPhase
 from streamtx.pendingack.txnchecker import checker as checker_of
+from streamtx.records.pendingack import RecordKind
+from streamtx.records.pendingack_state import SubscriptionState, TxnPhase
 from tests.unit.pendingack.test_store import A, B, RecordingBroker, ids, open_store_
 
 C = TxnId(0, 3)

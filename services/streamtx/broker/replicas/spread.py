@@ -42,11 +42,11 @@ from typing import Any, TypeVar
 import httpx
 import orjson
 
-from streamtx.broker.codec import Message, ProducerInfo
 from streamtx.broker.replicas.plan import SpreadPlan
 from streamtx.broker.topic import Outgoing
 from streamtx.contracts.txnid import TxnId
 from streamtx.errors import MalformedError, StreamtxError
+from streamtx.records.partition import Message, ProducerInfo
 from streamtx.service.longpoll import LongPoll
 from streamtx.transport import ONCE, HttpClient
 from streamtx.wire import batch as wire

@@ -32,14 +32,14 @@ from typing import Any
 
 import orjson
 
-from streamtx.broker import codec
-from streamtx.broker.codec import EntryHeader, EntryKind
 from streamtx.broker.dispatch import PartitionDispatch, Unit
 from streamtx.broker.partition import Partition
 from streamtx.broker.topic import Topic
 from streamtx.contracts.ackset import AckSet, Origin, Ref
 from streamtx.errors import MalformedError
 from streamtx.ledger import Entry, Ledger, Position
+from streamtx.records import partition as codec
+from streamtx.records.partition import EntryHeader, EntryKind
 
 
 async def scan(part: Partition, start: Position, max_entries: int) -> dict[str, Any]:

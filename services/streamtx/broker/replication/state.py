@@ -11,7 +11,7 @@ retrying); the broker owns the durable state it needs, as Pulsar's does:
   replication markers written here - skipping aborted messages, commit and
   abort markers, and every entry that was itself replicated in (no loops);
 * replicated writes: each copied entry keeps its source cluster and position
-  (:class:`~streamtx.broker.codec.SourceInfo`) and is appended under the
+  (:class:`~streamtx.records.partition.SourceInfo`) and is appended under the
   producer ``pulsar.repl.<source>`` whose sequence is the source entry id, so a
   partition drops an entry it already has (exactly once across crashes); a
   snapshot request copied in is answered right away (PIP-33's response marker);
@@ -30,14 +30,14 @@ from typing import Any
 import orjson
 from pydantic import Field
 
-from streamtx.broker import codec
-from streamtx.broker.codec import EntryKind, ProducerInfo, SourceInfo
 from streamtx.broker.partition import Partition
 from streamtx.broker.replication import markers
 from streamtx.contracts.body import StrictBody
 from streamtx.cursor import Cursor, cursor_ledger_name
 from streamtx.errors import MalformedError
 from streamtx.ledger import LedgerFactory, Position
+from streamtx.records import partition as codec
+from streamtx.records.partition import EntryKind, ProducerInfo, SourceInfo
 
 #: Replication markers that stay where they were written (see :mod:`streamtx.broker.replication.markers`).
 LOCAL_ONLY = frozenset({"snapshot"})

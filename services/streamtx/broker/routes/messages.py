@@ -15,7 +15,6 @@ import orjson
 from fastapi import APIRouter
 from pydantic import AfterValidator, BaseModel, Field, ValidationError
 
-from streamtx.broker import codec
 from streamtx.broker.deps import broker_of, topic_name
 from streamtx.broker.partition import RawBatch
 from streamtx.broker.replicas import spread
@@ -25,6 +24,7 @@ from streamtx.broker.topic import Outgoing
 from streamtx.contracts.body import StrictBody
 from streamtx.contracts.txnid import TxnId, TxnIdField
 from streamtx.errors import MalformedError, TooLargeError
+from streamtx.records import partition as codec
 from streamtx.service import HotRequest, HotRoutes
 from streamtx.service.fastlane import first_error
 from streamtx.wire import batch as wire

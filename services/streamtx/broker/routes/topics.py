@@ -9,7 +9,6 @@ import orjson
 from fastapi import APIRouter, Request
 from pydantic import Field
 
-from streamtx.broker.codec import parse_message_id
 from streamtx.broker.deps import BrokerDep, topic_name
 from streamtx.broker.registry import Broker, Local, partition_item
 from streamtx.broker.replicas import fanout, spread
@@ -19,6 +18,7 @@ from streamtx.contracts.body import StrictBody
 from streamtx.errors import MalformedError, NotFoundError
 from streamtx.ledger import Position
 from streamtx.names import check_new_topic
+from streamtx.records.partition import parse_message_id
 
 router = APIRouter(prefix="/admin/v2/persistent/{tenant}/{namespace}/{topic}", tags=["topics"])
 

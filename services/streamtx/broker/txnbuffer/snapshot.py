@@ -33,10 +33,10 @@ from dataclasses import dataclass
 from streamtx.batching import compacted
 from streamtx.batching.compacted import BaseRecord, Ref
 from streamtx.broker.producers import ProducerTable
-from streamtx.broker.txnbuffer import snapshot_codec as sc
 from streamtx.broker.txnbuffer.buffer import Segment, TxnBufferState
-from streamtx.errors import CorruptEntryError, LedgerError, StreamtxError
+from streamtx.errors import LedgerError, StreamtxError
 from streamtx.ledger import Ledger, LedgerFactory, Position
+from streamtx.records import tbsnapshot as sc
 
 log = logging.getLogger(__name__)
 
@@ -125,25 +125,13 @@ async def load(ledger: Ledger, base: Iterable[BaseRecord] = ()) -> Loaded | None
 def pick(records: Mapping[int, bytes], ledger_id: int, name: str = "") -> tuple[
     int, sc.SnapshotIndex, list[Segment]
 ] | None:
-    """The newest index (entry id, index, its segments) whose segments all are in ``records``. Pure.
-
-    ``records`` maps entry ids of the snapshot ledger to their records; the
-    broker's recovery and the compaction job both choose with this rule.
-    """
-    for entry_id in sorted(records, reverse=True):
-        data = records[entry_id]
-        try:
-            if sc.record_kind(data) is not sc.RecordKind.INDEX:
-                continue
-            index = sc.decode_index(data)
-            segments = [_segment(ref, records.get(ref.ref.entry_id) if ref.ref.ledger_id == ledger_id
-                                 else None)
-                        for ref in index.segments]
-        except CorruptEntryError as exc:
-            log.warning("tb snapshot %s: record at %d unusable (%s); trying older ones", name, entry_id, exc)
-            continue
-        return entry_id, index, segments
-    return None
+    """The newest complete snapshot (:func:`streamtx.records.tbsnapshot.pick`), its segments built."""
+    picked = sc.pick(records, ledger_id, name)
+    if picked is None:
+        return None
+    entry_id, index, segments = picked
+    pairs = zip(index.segments, segments, strict=True)
+    return entry_id, index, [Segment(ref.segment_id, ids, ref.ref) for ref, ids in pairs]
 
 
 def needed(position: Position, index: sc.SnapshotIndex) -> list[Ref]:
@@ -185,12 +173,3 @@ class Adoption:
                                                     needed(*snapshot) if snapshot else (), self.generation)
         except StreamtxError as exc:  # the next check tries again; nothing is lost
             log.warning("tb snapshot %s: adopting a compaction failed: %s", self.ledger.name, exc)
-
-
-def _segment(ref: sc.SegmentRef, data: bytes | None) -> Segment:
-    if data is None:
-        raise CorruptEntryError(f"segment {ref.segment_id} at {ref.ref} is gone")
-    segment_id, ids = sc.decode_segment(data)
-    if segment_id != ref.segment_id or len(ids) != ref.count:
-        raise CorruptEntryError(f"segment at {ref.ref} is not segment {ref.segment_id}")
-    return Segment(segment_id, ids, ref.ref)

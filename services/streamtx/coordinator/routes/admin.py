@@ -11,9 +11,9 @@ from streamtx.contracts.txnid import TxnId
 from streamtx.coordinator.coordinator import TransactionCoordinator
 from streamtx.coordinator.deps import CoordinatorsDep
 from streamtx.coordinator.registry import Coordinators
-from streamtx.coordinator.state import TxnState
-from streamtx.coordinator.table import TxnMeta
 from streamtx.errors import MalformedError
+from streamtx.records.txnstate import TxnState
+from streamtx.records.txntable import TxnMeta
 
 router = APIRouter(prefix="/admin/v3/transactions", tags=["admin"])
 

@@ -7,13 +7,13 @@ from pydantic import BaseModel, Field, ValidationError
 
 from streamtx.contracts.body import StrictBody
 from streamtx.coordinator.deps import OwnedTxnDep, TxnPath
-from streamtx.coordinator.records import Subscription
 from streamtx.coordinator.registry import Coordinators
 from streamtx.coordinator.settings import CoordinatorSettings
-from streamtx.coordinator.state import Action
-from streamtx.coordinator.table import TxnMeta
 from streamtx.errors import MalformedError
 from streamtx.names import SubscriptionName, TopicName
+from streamtx.records.txnlog import Subscription
+from streamtx.records.txnstate import Action
+from streamtx.records.txntable import TxnMeta
 from streamtx.service import HotRequest, HotRoutes
 from streamtx.service.auth import PrincipalDep, check_tenants
 from streamtx.service.fastlane import first_error

@@ -6,7 +6,7 @@ from fastapi import APIRouter, Query
 
 from streamtx.pendingack.deps import OK, Stores, stores_of
 from streamtx.pendingack.models import Held, PendingAckCreate
-from streamtx.pendingack.records import MessageId
+from streamtx.records.pendingack import MessageId
 from streamtx.service import HotRequest, HotRoutes
 
 router = APIRouter(prefix="/v1/pendingack", tags=["pending acks"])

@@ -22,7 +22,7 @@ from enum import Enum, IntEnum
 from streamtx.contracts.states import Action, TxnState, ending_states, final_states
 
 __all__ = ["Action", "Decision", "EndReason", "TxnState", "ending_states", "final_states",
-           "is_transition_valid"]
+           "is_transition_valid", "latency_buckets"]
 
 
 class EndReason(IntEnum):
@@ -42,6 +42,10 @@ class Decision(Enum):
     CONFLICT = "conflict"  # the other end is in progress or done: 409
 
 
+# Pulsar's execution-latency buckets, in seconds (10 ms .. 5 min and beyond), of
+# txn_duration_seconds: the coordinator's live histogram and the
+# histograms job's offline one (so the two can be compared and joined).
+latency_buckets = (0.01, 0.02, 0.05, 0.1, 0.5, 1.0, 5.0, 15.0, 30.0, 60.0, 300.0, 1500.0, 3000.0)
 
 _transitions: dict[TxnState, frozenset[TxnState]] = {
     TxnState.OPEN: frozenset({TxnState.COMMITTING, TxnState.ABORTING}),

@@ -21,7 +21,7 @@ from collections import OrderedDict, deque
 from dataclasses import dataclass, field
 
 from streamtx.contracts.txnid import TxnId
-from streamtx.coordinator.records import (
+from streamtx.records.txnlog import (
     AddPartitions,
     Forwarded,
     LogRef,
@@ -31,7 +31,7 @@ from streamtx.coordinator.records import (
     StatusChange,
     Subscription,
 )
-from streamtx.coordinator.state import (
+from streamtx.records.txnstate import (
     EndReason,
     TxnState,
     ending_states,

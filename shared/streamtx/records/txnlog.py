@@ -27,7 +27,7 @@ timeouts and retention survive restarts. ``owner`` is the subject of the
 token that opened the transaction (only that client may touch it, when auth
 is on); absent (no bytes at all) when there was none, as in records written
 before owners were kept. ``state`` and ``reason`` are the codes
-of :class:`~streamtx.coordinator.state.TxnState` and ``EndReason``.
+of :class:`~streamtx.records.txnstate.TxnState` and ``EndReason``.
 
 The buffered writer marks a batched entry with the magic bytes ``0x0e 0x01``
 and reads any entry without them as one unbatched record, so no record may
@@ -43,9 +43,9 @@ from dataclasses import dataclass
 from typing import NamedTuple
 
 from streamtx.contracts.txnid import TxnId
-from streamtx.coordinator.state import EndReason, TxnState
 from streamtx.errors import CorruptEntryError
 from streamtx.ledger.base import Position
+from streamtx.records.txnstate import EndReason, TxnState
 
 version = 1
 T_NEW, T_ADD_PARTITIONS, T_ADD_SUBSCRIPTIONS, T_STATUS, T_RESERVE_IDS, T_FORWARDED = 1, 2, 3, 4, 5, 6

@@ -44,7 +44,7 @@ from dataclasses import dataclass, field
 from streamtx.contracts.txnid import TxnId
 from streamtx.errors import ConflictError
 from streamtx.ledger import Position
-from streamtx.pendingack.records import MessageId, PendingAck, Record, RecordKind
+from streamtx.records.pendingack import MessageId, PendingAck, Record, RecordKind
 
 Entry = tuple[int, int]  # (ledger_id, entry_id) of a message's entry
 _whole = -1  # batch_index of an id naming a whole entry

@@ -25,9 +25,11 @@ from __future__ import annotations
 
 import enum
 import json
+import logging
 import struct
 import sys
 from array import array
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -38,6 +40,7 @@ from streamtx.ledger import Position
 Marker = tuple[int, int]  # (ledger_id, entry_id): a Position or a plain pair
 Item = tuple[TxnId, Marker]
 version = 1
+log = logging.getLogger(__name__)
 _swap = sys.byteorder == "little"
 
 _kind = struct.Struct(">BB")
@@ -168,3 +171,36 @@ def decode_index(data: bytes) -> SnapshotIndex:
         raise CorruptEntryError(f"bad snapshot index: {exc}") from exc
     return SnapshotIndex(seq, ts, _unp(ml, me), _unp(sl, se), segments, unsealed, ongoing,
                          extra["producers"], extra["ended"])
+
+
+def pick(records: Mapping[int, bytes], ledger_id: int, name: str = "") -> tuple[
+    int, SnapshotIndex, list[list[Item]]
+] | None:
+    """The newest index (entry id, index, its segments' ids) whose segments all are in ``records``.
+
+    ``records`` maps entry ids of the snapshot ledger to their records; the
+    broker's recovery and the compaction job both choose with this rule.
+    """
+    for entry_id in sorted(records, reverse=True):
+        data = records[entry_id]
+        try:
+            if record_kind(data) is not RecordKind.INDEX:
+                continue
+            index = decode_index(data)
+            segments = [_segment_ids(ref, records.get(ref.ref.entry_id) if ref.ref.ledger_id == ledger_id
+                                     else None)
+                        for ref in index.segments]
+        except CorruptEntryError as exc:
+            log.warning("tb snapshot %s: record at %d unusable (%s); trying older ones", name, entry_id, exc)
+            continue
+        return entry_id, index, segments
+    return None
+
+
+def _segment_ids(ref: SegmentRef, data: bytes | None) -> list[Item]:
+    if data is None:
+        raise CorruptEntryError(f"segment {ref.segment_id} at {ref.ref} is gone")
+    segment_id, ids = decode_segment(data)
+    if segment_id != ref.segment_id or len(ids) != ref.count:
+        raise CorruptEntryError(f"segment at {ref.ref} is not segment {ref.segment_id}")
+    return ids
