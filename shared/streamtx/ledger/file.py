@@ -85,7 +85,7 @@ T = TypeVar("T")
 
 _scan_chunk_bytes = 4 << 20  # read size while scanning a segment
 _read_budget_bytes = 8 << 20  # most bytes one read_raw returns (at least one entry)
-_lock_name, _trim_name = filecheck.LOCK_NAME, "TRIM"
+_lock_name, _trim_name = filecheck.LOCK_NAME, filecheck.TRIM_NAME
 _datasync: Callable[[int], None] = getattr(os, "fdatasync", os.fsync)
 
 

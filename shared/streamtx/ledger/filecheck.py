@@ -16,10 +16,12 @@ follows them:
 
 :func:`check_ledger` reports every damaged place of a ledger directory (under
 its lock, so no append is half written meanwhile); :func:`repair_ledger`
-cuts torn tails, replaces a damaged entry whose length field survived (the
-next entry starts right after it) with a filler entry of the same size (a
-frame that is never live, see :mod:`.frames`, so every later entry keeps its
-id), and cuts the last segment at any other damage only with ``truncate``.
+cuts torn tails, overwrites a damaged entry whose length field survived (the
+next entry starts right after it) with an entry of the same size that keeps
+every later entry's id and how it is read: a filler (a frame that is never
+live, see :mod:`.frames`) or the fence the entry was (:mod:`.repairplan`),
+or refuses, saying why; it cuts the last segment at any other damage only
+with ``truncate``.
 """
 
 from __future__ import annotations
@@ -32,9 +34,10 @@ from dataclasses import asdict, dataclass, field
 from typing import Any
 
 from streamtx.errors import LedgerError
-from streamtx.ledger import frames, metrics, segment
+from streamtx.ledger import frames, metrics, repairplan, segment
 
 LOCK_NAME = "LOCK"
+TRIM_NAME = "TRIM"
 _frame_kinds = frozenset(k.value for k in frames.FrameKind)
 
 
@@ -121,38 +124,44 @@ class LedgerReport:
 def check_ledger(directory: str) -> LedgerReport:
     """Scan every segment of a ledger directory; report (never change) what is damaged."""
     with _locked(directory):
-        return _scan(directory)
+        return _scan(directory)[0]
 
 
 def repair_ledger(directory: str, *, truncate: bool = False) -> LedgerReport:
-    """Check, then repair what can be repaired without losing a valid entry (see the module doc).
+    """Check, then repair what can be repaired without losing an acknowledged entry (see the module doc).
 
-    ``truncate``: also cut the last segment at damage that is not a torn tail,
-    dropping every entry after it. The report lists what was done and refused.
+    A damaged entry whose length survived is overwritten with what
+    :func:`streamtx.ledger.repairplan.plan` decides (a filler, or the fence it
+    was), so every later entry keeps its id and is read as before; that comes
+    first, even with ``truncate``. ``truncate``: also cut the last segment at
+    damage that cannot be overwritten so, dropping every entry after it. The
+    report lists what was done and refused, and why.
     """
     with _locked(directory):
-        report = _scan(directory)
+        report, slots = _scan(directory)
+        start, state = _trim_state(directory)
+        fixes = {f.entry_id: f for f in repairplan.plan(slots, start=start, state=state)}
         last_path = _segment_paths(directory)[-1] if report.segments else ""
         cut = -1  # where the last segment was cut: later damage there went with it
         for damage in report.damage:
             last = damage.path == last_path
             if last and 0 <= cut <= damage.byte:
                 continue
+            fix = fixes.get(damage.entry_id) if damage.one_entry else None
             fd = os.open(damage.path, os.O_RDWR)
             try:
-                if last and (not damage.corrupt or truncate):
+                if fix is not None and fix.frame is not None:
+                    os.pwrite(fd, segment.encode_entries([fix.frame]), damage.byte)
+                    report.repaired.append(f"entry {damage.entry_id} ({damage.path} at byte {damage.byte}): "
+                                           f"{fix.why}")
+                elif last and (not damage.corrupt or truncate):
                     os.ftruncate(fd, damage.byte)
                     cut = damage.byte
                     report.repaired.append(f"cut {damage.path} at byte {damage.byte}: {damage.reason}")
-                elif damage.one_entry and (damage.declared_length or 0) >= frames.HEADER_SIZE:
-                    assert damage.declared_length is not None
-                    filler = segment.encode_entries([frames.encode_filler(damage.declared_length)])
-                    os.pwrite(fd, filler, damage.byte)
-                    report.repaired.append(f"replaced entry {damage.entry_id} ({damage.path} at byte "
-                                           f"{damage.byte}) with a filler: its data is lost, later ids kept")
                 else:
+                    why = f"; {fix.why}" if fix is not None else ""
                     hint = "" if last else " (not the last segment: cut by hand, then rename the later ones)"
-                    report.refused.append(f"{damage.describe()}; repair --truncate cuts there{hint}")
+                    report.refused.append(f"{damage.describe()}{why}; repair --truncate cuts there{hint}")
                     continue
                 os.fsync(fd)
             finally:
@@ -160,8 +169,11 @@ def repair_ledger(directory: str, *, truncate: bool = False) -> LedgerReport:
         return report
 
 
-def _scan(directory: str) -> LedgerReport:
+def _scan(directory: str) -> tuple[LedgerReport, list[repairplan.Slot]]:
+    """The report, and every entry's frame head in log order (up to damage that hides the ids after it)."""
     report = LedgerReport(directory)
+    slots: list[repairplan.Slot] = []
+    ids_known = True  # False after damage whose end is unknown: later ids and frames are guesses
     paths = _segment_paths(directory)
     report.segments = len(paths)
     for n, path in enumerate(paths):
@@ -170,12 +182,16 @@ def _scan(directory: str) -> LedgerReport:
         if base != report.entries and n > 0:
             gap = f"starts at offset {base}, not {report.entries}"
             report.damage.append(Damage(path, 0, os.path.getsize(path), base, gap, "corrupt", None, None))
+            ids_known = False
         report.entries = base
         with open(path, "rb") as f:
             data = f.read()
         pos = 0
         while True:
             res = segment.scan(data[pos:], pos)
+            if ids_known:
+                slots.extend(repairplan.Slot(report.entries + i, _head(data, p))
+                             for i, p in enumerate(res.positions))
             report.entries += len(res.positions)
             if res.end >= len(data):
                 break
@@ -188,10 +204,31 @@ def _scan(directory: str) -> LedgerReport:
             report.damage.append(damage)
             if damage.next_valid is None:
                 break
+            if damage.one_entry and (damage.declared_length or 0) >= frames.HEADER_SIZE:
+                assert damage.declared_length is not None
+                if ids_known:
+                    slots.append(repairplan.Slot(report.entries, None, damage.declared_length))
+            else:
+                ids_known = False  # no frame of that size can stand in for it
             if damage.one_entry:
                 report.entries += 1  # the damaged entry still takes its id
             pos = damage.next_valid
-    return report
+    return report, slots
+
+
+def _head(data: bytes, pos: int) -> bytes:
+    """The frame header of the entry at ``pos`` (what judging it by the fencing rule reads)."""
+    start = pos + segment.HEADER_SIZE
+    return data[start : start + frames.HEADER_SIZE]
+
+
+def _trim_state(directory: str) -> tuple[int, frames.FenceState]:
+    try:
+        with open(os.path.join(directory, TRIM_NAME), "rb") as f:
+            start, state = segment.decode_trim_state(f.read())
+    except FileNotFoundError:
+        return 0, frames.FenceState()
+    return start, frames.FenceState.decode(state)
 
 
 def _segment_paths(directory: str) -> list[str]:
