@@ -3,7 +3,8 @@ PY      := .venv/bin/python
 PIP     := .venv/bin/pip
 STAMP   := .venv/.stamp-setup
 DATA    ?= data
-export PYTHONPATH := shared:services:spark-jobs:.
+# No PYTHONPATH: streamtx is the installed package (`make setup`: an editable install of
+# shared/, services/ and spark-jobs/); pytest and the benchmarks find tests/ in the checkout.
 
 .PHONY: setup run test lint spark-histograms spark-compact bench bench-spark bench-log bench-tc bench-txn bench-peer demo demo-long clean bench-bounded bench-auth
 .PHONY: run-geo bench-repl bench-stack bench-lease

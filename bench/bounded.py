@@ -28,12 +28,17 @@ import asyncio
 import json
 import os
 import signal
+import sys
 import tempfile
 import threading
 import time
+from pathlib import Path
 from typing import Any
 
 import httpx
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # tests.support; streamtx is installed
+
 from tests.support.services import ServiceProcess
 
 

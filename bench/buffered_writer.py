@@ -9,7 +9,7 @@ and the kafka backend (a tansu broker started here), in three modes:
 * ``fixed`` — Pulsar's policy: a 1 ms timer from each batch's first record;
 * ``auto`` — no timer while the log is idle, gather while an append is in flight.
 
-Run from the repo root with ``PYTHONPATH=shared:.`` (the Makefile sets it).
+Run from the repo root (``make bench-log``): ``tests.support`` comes from the checkout.
 ``--seconds`` (or ``BENCH_SECONDS``) sets each case's duration (default 3);
 the three modes run interleaved, in slices of ``--slice`` seconds (default 0.1),
 so that the noise of a shared machine falls on every mode alike.
@@ -29,6 +29,9 @@ import time
 import uuid
 from collections.abc import Iterator
 from dataclasses import dataclass
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # tests.support; streamtx is installed
 
 from tests.support.procs import tansu_broker
 
@@ -192,8 +195,6 @@ def main() -> None:
     parser.add_argument("--backends", default="file,kafka", help="comma-separated: file,kafka")
     parser.add_argument("--writers", default="1,64", help="comma-separated writer counts")
     args = parser.parse_args()
-    if "shared" not in " ".join(sys.path):
-        print("run with PYTHONPATH=shared:. from the repo root", file=sys.stderr)
     asyncio.run(main_async(args))
 
 

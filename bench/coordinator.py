@@ -21,7 +21,6 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import os
 import re
 import shutil
 import signal
@@ -32,14 +31,11 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[1]
-for sub in ("shared", "services", "."):
-    if str(ROOT / sub) not in sys.path:
-        sys.path.insert(0, str(ROOT / sub))
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # tests.support; streamtx is installed
 
-from tests.support.procs import free_port, wait_for_port  # noqa: E402
+from tests.support.procs import free_port, python_env, wait_for_port
 
-from streamtx.service.readiness import wait_ready  # noqa: E402
+from streamtx.service.readiness import wait_ready
 
 CONNECTIONS = 64
 _LUA = """
@@ -137,9 +133,6 @@ def run_wrk(name: str, url: str, duration: int, script: Path, connections: int =
     return LoadResult(name, rps, pct("50"), pct("99"), errors)
 
 
-def _pythonpath() -> str:
-    return os.pathsep.join(str(ROOT / p) for p in ("shared", "services", "."))
-
 
 def load_tc(
     name: str, data: Path, duration: int, script: Path, batching: bool, profile: Path | None
@@ -147,8 +140,7 @@ def load_tc(
     """Run the TC as its own process (``python -m streamtx.coordinator``) and load it."""
     port = free_port()
     env = {
-        **os.environ,
-        "PYTHONPATH": _pythonpath(),
+        **python_env(),
         "STREAMTX_HOST": "127.0.0.1",
         "STREAMTX_PORT": str(port),
         "STREAMTX_LEDGER_URL": f"file://{data / name.replace(' ', '-')}",
@@ -181,7 +173,7 @@ def print_profile(path: Path, top: int = 25) -> None:
 
 def load_bare(duration: int, script: Path, kit: bool = False) -> LoadResult:
     port = free_port()
-    env = {**os.environ, "PYTHONPATH": _pythonpath()}
+    env = python_env()
     flag = "--serve-kit" if kit else "--serve-bare"
     proc = subprocess.Popen([sys.executable, __file__, flag, str(port)], env=env)
     try:

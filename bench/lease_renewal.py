@@ -25,12 +25,11 @@ import time
 import uuid
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[1]
-sys.path[:0] = [str(ROOT / p) for p in ("shared", ".")]
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # tests.support; streamtx is installed
 
-from tests.support.procs import redis_server  # noqa: E402
+from tests.support.procs import redis_server
 
-from streamtx.ownership import Lease, LeaseStore, Ownership  # noqa: E402
+from streamtx.ownership import Lease, LeaseStore, Ownership
 
 ITEMS = 16
 TTL_MS = 1500

@@ -32,16 +32,16 @@ import uuid
 from dataclasses import dataclass
 from pathlib import Path
 
-sys.path[:0] = [str(Path(__file__).resolve().parents[1] / p) for p in ("shared", "services", ".")]
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # tests.support; streamtx is installed
 
-from tests.support.procs import stop, tansu_broker  # noqa: E402
+from tests.support.procs import stop, tansu_broker
 
-import peer_kafka  # noqa: E402
-from streamtx.demo.checker import Report  # noqa: E402
-from streamtx.demo.layout import RunConfig  # noqa: E402
-from streamtx.demo.procs import child_env  # noqa: E402
-from streamtx.demo.stats import percentile  # noqa: E402
-from streamtx.demo.supervisor import Demo, Options  # noqa: E402
+import peer_kafka
+from streamtx.demo.checker import Report
+from streamtx.demo.layout import RunConfig
+from streamtx.demo.procs import child_env
+from streamtx.demo.stats import percentile
+from streamtx.demo.supervisor import Demo, Options
 
 
 @dataclass

@@ -39,12 +39,10 @@ from typing import Any
 from confluent_kafka import Consumer, KafkaException, Producer, TopicPartition
 from confluent_kafka.admin import AdminClient, NewTopic
 
-sys.path[:0] = [str(Path(__file__).resolve().parents[1] / p) for p in ("shared", "services", ".")]
-
-from streamtx.demo.checker import Observed, Report, Written, check  # noqa: E402
-from streamtx.demo.layout import RunConfig, read_jsonl  # noqa: E402
-from streamtx.demo.records import decode, encode, next_record  # noqa: E402
-from streamtx.service.serve import tune_gc  # noqa: E402
+from streamtx.demo.checker import Observed, Report, Written, check
+from streamtx.demo.layout import RunConfig, read_jsonl
+from streamtx.demo.records import decode, encode, next_record
+from streamtx.service.serve import tune_gc
 
 produce_queue = 200_000  # records the client may buffer before produce() pushes back
 

@@ -43,14 +43,11 @@ from typing import Any
 
 import httpx
 
-ROOT = Path(__file__).resolve().parents[1]
-for sub in ("shared", "services", "."):
-    if str(ROOT / sub) not in sys.path:
-        sys.path.insert(0, str(ROOT / sub))
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # tests.support; streamtx is installed
 
-from tests.support.geo import Geo  # noqa: E402
+from tests.support.geo import Geo
 
-from streamtx.replication.settings import ReplicationSettings  # noqa: E402
+from streamtx.replication.settings import ReplicationSettings
 
 MESSAGE_BYTES = 200
 TOPIC = "bench/geo/x"

@@ -40,7 +40,6 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import os
 import shutil
 import signal
 import subprocess
@@ -52,18 +51,17 @@ from pathlib import Path
 
 import httpx
 
-ROOT = Path(__file__).resolve().parents[1]
-sys.path[:0] = [str(ROOT / p) for p in ("shared", "services", ".")]
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # tests.support; streamtx is installed
 
-import redis  # noqa: E402
-from tests.support.procs import free_port, redis_server  # noqa: E402
+import redis
+from tests.support.procs import free_port, python_env, redis_server
 
-from coordinator import _LUA, LoadResult, run_wrk  # noqa: E402
-from scale_broker import measure_brokers, started, summed  # noqa: E402
-from streamtx.batching.codec import decode_entry  # noqa: E402
-from streamtx.coordinator.log import ledger_name  # noqa: E402
-from streamtx.ledger import Position, open_ledger_factory  # noqa: E402
-from streamtx.service.readiness import wait_ready  # noqa: E402
+from coordinator import _LUA, LoadResult, run_wrk
+from scale_broker import measure_brokers, started, summed
+from streamtx.batching.codec import decode_entry
+from streamtx.coordinator.log import ledger_name
+from streamtx.ledger import Position, open_ledger_factory
+from streamtx.service.readiness import wait_ready
 
 # Closed loop per connection: create, then abort a transaction the thread created (the
 # abort's id is any of the four), create, ...
@@ -99,7 +97,7 @@ def start_replica(data: Path, redis_url: str, name: str,
     url = f"http://127.0.0.1:{port}"
     env = {
         "STREAMTX_WORKERS": str(workers), "STREAMTX_FINISHED_RETENTION_MS": "600000",  # keep records to count
-        **os.environ, "PYTHONPATH": os.pathsep.join(str(ROOT / p) for p in ("shared", "services", ".")),
+        **python_env(),
         "STREAMTX_HOST": "127.0.0.1", "STREAMTX_PORT": str(port), "STREAMTX_LEDGER_URL": f"file://{data}",
         "STREAMTX_REDIS_URL": redis_url, "STREAMTX_COORDINATOR_IDS": COORDINATOR_IDS,
         "STREAMTX_LEASE_TTL_MS": "2000", "STREAMTX_ADVERTISED_URL": url, "STREAMTX_MEMBER": name,

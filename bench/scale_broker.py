@@ -17,7 +17,6 @@ two over the four partitions each owns. Throughput is requests per second
 from __future__ import annotations
 
 import contextlib
-import os
 import signal
 import subprocess
 import sys
@@ -27,14 +26,16 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import httpx
-from tests.support.procs import free_port
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # tests.support; streamtx is installed
+
+from tests.support.procs import free_port, python_env
 
 from coordinator import LoadResult, run_wrk
 from streamtx.broker.partition import partition_ledger_name
 from streamtx.ledger import ledger_id_for
 from streamtx.service.readiness import wait_ready
 
-ROOT = Path(__file__).resolve().parents[1]
 TOPIC = "t/n/bench"
 PARTITIONS = 8
 TOPICS = [f"{TOPIC}-partition-{i}" for i in range(PARTITIONS)]  # each partition's own name
@@ -89,7 +90,7 @@ def start_broker(data: Path, redis_url: str, name: str) -> tuple[subprocess.Pope
     port = free_port()
     url = f"http://127.0.0.1:{port}"
     env = {
-        **os.environ, "PYTHONPATH": os.pathsep.join(str(ROOT / p) for p in ("shared", "services", ".")),
+        **python_env(),
         "STREAMTX_HOST": "127.0.0.1", "STREAMTX_PORT": str(port), "STREAMTX_LEDGER_URL": f"file://{data}",
         "STREAMTX_REDIS_URL": redis_url, "STREAMTX_LEASE_TTL_MS": "2000", "STREAMTX_ADVERTISED_URL": url,
         "STREAMTX_MEMBER": name, "STREAMTX_CLUSTER": data.name,

@@ -27,18 +27,13 @@ import json
 import os
 import random
 import shutil
-import sys
 import tempfile
 import time
 from concurrent.futures import ProcessPoolExecutor
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[1]
-for _p in ("spark-jobs", "shared", "services"):
-    sys.path.insert(0, str(ROOT / _p))
-
-from streamtx.jobs import compact, histograms, synth  # noqa: E402
-from streamtx.jobs.session import get_session  # noqa: E402
+from streamtx.jobs import compact, histograms, synth
+from streamtx.jobs.session import get_session
 
 
 def _txn_log(args: tuple[str, int, int]) -> int:

@@ -37,11 +37,9 @@ import timeit
 from dataclasses import dataclass, field
 from pathlib import Path
 
-sys.path[:0] = [str(Path(__file__).resolve().parents[1] / p) for p in ("shared", "services", ".")]
-
-from streamtx.demo.procs import cpu_seconds  # noqa: E402
-from streamtx.demo.supervisor import Demo, Options  # noqa: E402
-from streamtx.demo.verify import load_workers  # noqa: E402
+from streamtx.demo.procs import cpu_seconds
+from streamtx.demo.supervisor import Demo, Options
+from streamtx.demo.verify import load_workers
 
 VARIANTS: dict[str, dict[str, object]] = {
     "default": {},

@@ -40,15 +40,12 @@ import uuid
 from dataclasses import dataclass, field
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[1]
-for sub in ("shared", "services", "."):
-    if str(ROOT / sub) not in sys.path:
-        sys.path.insert(0, str(ROOT / sub))
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # tests.support; streamtx is installed
 
-from tests.support.suite import Suite  # noqa: E402
+from tests.support.suite import Suite
 
-from streamtx.client import Consumer, OutMessage, Producer, StreamtxClient, Transaction  # noqa: E402
-from streamtx.client.names import partition_name  # noqa: E402
+from streamtx.client import Consumer, OutMessage, Producer, StreamtxClient, Transaction
+from streamtx.client.names import partition_name
 
 MESSAGE_BYTES = 200
 _STAMP = 20  # the send time, as a zero-padded decimal of ns, at the start of each payload

@@ -1,6 +1,6 @@
-"""spark-submit entry point of the compact job (see streamtx.jobs.compact)."""
+"""spark-submit entry point of the compact job (see streamtx.jobs.compact); streamtx is the installed
+package (``make setup``'s editable install, or the wheel)."""
 
-import _paths  # noqa: F401  (the import roots, before streamtx is imported)
 from streamtx.jobs.compact import main
 
 if __name__ == "__main__":

@@ -1,6 +1,6 @@
-"""spark-submit entry point of the histograms job (see streamtx.jobs.histograms)."""
+"""spark-submit entry point of the histograms job (see streamtx.jobs.histograms); streamtx is the installed
+package (``make setup``'s editable install, or the wheel)."""
 
-import _paths  # noqa: F401  (the import roots, before streamtx is imported)
 from streamtx.jobs.histograms import main
 
 if __name__ == "__main__":

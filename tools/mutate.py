@@ -6,10 +6,11 @@ the tests still pass on *survived*: a change of behaviour no test notices.
 
 mutmut imports the mutated copy from ``mutants/src`` and expects the code under
 test in one source folder, while streamtx is one namespace package spread over
-``shared/`` and ``services/`` that pytest puts on ``sys.path`` itself. So this
-script stages a copy that has the layout mutmut wants (``.mutmut/src/streamtx``
-merged from both, ``.mutmut/tests``, a ``pyproject.toml`` with the mutmut
-settings and the pytest settings minus ``pythonpath``) and runs mutmut there.
+``shared/``, ``services/`` and ``spark-jobs/`` (the installed package's folders).
+So this script stages a copy that has the layout mutmut wants
+(``.mutmut/src/streamtx`` merged from them, ``.mutmut/tests``, a ``pyproject.toml``
+with the mutmut settings and the pytest settings minus ``pythonpath``) and runs
+mutmut there.
 
     python tools/mutate.py                 # the default modules (MODULES below)
     python tools/mutate.py records/pendingack_state.py cursor/ranges.py
@@ -33,9 +34,10 @@ import tomllib
 from collections.abc import Mapping
 from pathlib import Path
 
+import streamtx
+
 ROOT = Path(__file__).resolve().parents[1]
 STAGE = ROOT / ".mutmut"
-SOURCES = ("shared", "services")
 
 # Pure modules and the ledger layer (paths under streamtx/), with the tests that
 # drive them; a bounded default, since one run of these takes tens of minutes on
@@ -64,9 +66,8 @@ def stage(modules: list[str], tests: list[str], extra_args: list[str]) -> None:
     """A fresh copy of the code and tests in the layout mutmut expects."""
     shutil.rmtree(STAGE, ignore_errors=True)
     target = STAGE / "src" / "streamtx"
-    for source in SOURCES:
-        shutil.copytree(ROOT / source / "streamtx", target, dirs_exist_ok=True,
-                        ignore=shutil.ignore_patterns("__pycache__"))
+    for folder in reversed(list(streamtx.__path__)):  # the first one's modules win, as on import
+        shutil.copytree(folder, target, dirs_exist_ok=True, ignore=shutil.ignore_patterns("__pycache__"))
     shutil.copytree(ROOT / "tests", STAGE / "tests", ignore=shutil.ignore_patterns("__pycache__"))
     pytest_ini = tomllib.loads((ROOT / "pyproject.toml").read_text())["tool"]["pytest"]["ini_options"]
     pytest_ini = {k: v for k, v in pytest_ini.items() if k not in ("pythonpath", "testpaths")}

@@ -9,7 +9,6 @@ and reads its last line. Slow (deselect with ``-m "not slow"``), but part of
 from __future__ import annotations
 
 import importlib.util
-import os
 import re
 import subprocess
 import sys
@@ -17,7 +16,8 @@ from pathlib import Path
 
 import pytest
 
-ROOT = Path(__file__).resolve().parents[2]
+from tests.support.procs import python_env
+
 SUMMARY = re.compile(
     r"^demo reshard: records=(?P<records>\d+) mb_per_s=(?P<mb>[\d.]+) e2e_p99_ms=(?P<p99>\S+) "
     r"kills=(?P<kills>\d+) lost=(?P<lost>\d+) duplicate=(?P<duplicate>\d+) "
@@ -35,7 +35,7 @@ pytestmark = [
 
 
 def run_demo(tmp_path: Path, *args: str) -> tuple[int, list[str]]:
-    env = {**os.environ, "PYTHONPATH": os.pathsep.join(str(ROOT / p) for p in ("shared", "services", "."))}
+    env = python_env()
     proc = subprocess.run(
         [sys.executable, "-m", "streamtx.cli", "demo", "reshard", "--quiet",
          "--run-dir", str(tmp_path / "run"), *args],

@@ -19,6 +19,7 @@ from streamtx.errors import CorruptEntryError, FencedError, LedgerClosedError
 from streamtx.ledger import Ledger, Position, frames, segment
 from streamtx.ledger.file import FileLedgerFactory, FileRawLog
 from tests.support.append_forever import key_of, payload_for
+from tests.support.procs import python_env
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -27,7 +28,7 @@ REPO = Path(__file__).resolve().parents[2]
 
 
 def start_appender(root: Path, name: str, out: Path, *args: str) -> subprocess.Popen[bytes]:
-    env = {**os.environ, "PYTHONPATH": f"{REPO / 'shared'}{os.pathsep}{REPO}"}
+    env = python_env()
     with open(out, "wb") as stdout, open(out.with_suffix(".err"), "wb") as stderr:
         return subprocess.Popen(
             [sys.executable, "-m", "tests.support.append_forever", str(root), name, *args],

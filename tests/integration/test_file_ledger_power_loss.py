@@ -8,18 +8,18 @@ rewrites its files to exactly that (``tests/support/power_loss.py``).
 from __future__ import annotations
 
 import json
-import os
 import subprocess
 import sys
 from pathlib import Path
 
 from streamtx.ledger import open_ledger_factory
+from tests.support.procs import python_env
 
 REPO = Path(__file__).resolve().parents[2]
 
 
 def lose_power_after(url: str, name: str, count: int) -> dict[str, list[list[object]] | int]:
-    env = {**os.environ, "PYTHONPATH": os.pathsep.join(str(REPO / p) for p in ("shared", "services", "."))}
+    env = python_env()
     out = subprocess.run([sys.executable, "-m", "tests.support.power_loss", url, name, str(count)],
                          cwd=REPO, env=env, capture_output=True, timeout=120, check=True)
     result: dict[str, list[list[object]] | int] = json.loads(out.stdout.decode().splitlines()[-1])

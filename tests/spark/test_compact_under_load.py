@@ -10,7 +10,6 @@ reordered.
 
 from __future__ import annotations
 
-import os
 import subprocess
 import sys
 import time
@@ -18,7 +17,8 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from tests.e2e.test_demo_chaos import ROOT, SUMMARY
+from tests.e2e.test_demo_chaos import SUMMARY
+from tests.support.procs import python_env
 
 from streamtx.jobs import compact
 from streamtx.ledger import segment
@@ -37,7 +37,7 @@ def _trim_start(ledgers: Path, name: str) -> int:
 def test_compaction_during_a_transactional_workload(spark: Any, tmp_path: Path) -> None:
     run = tmp_path / "run"
     ledgers = run / "ledgers"
-    env = {**os.environ, "PYTHONPATH": os.pathsep.join(str(ROOT / p) for p in ("shared", "services", "."))}
+    env = python_env()
     proc = subprocess.Popen(
         [sys.executable, "-m", "streamtx.cli", "demo", "reshard", "--quiet", "--run-dir", str(run),
          "--duration", "15", "--rate", "300", "--workers", "2", "--chaos", "--kill-every", "5",

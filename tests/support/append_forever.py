@@ -1,7 +1,7 @@
 """Append to a file ledger from many concurrent tasks, printing each acknowledged entry.
 
 Run as ``python -m tests.support.append_forever ROOT NAME --run R`` (with
-``shared`` and the repo root on PYTHONPATH). It prints ``READY`` once the ledger
+the repo root on PYTHONPATH: tests.support.procs.python_env). It prints ``READY`` once the ledger
 is open, then one line ``ACK <offset> <key> <sha256 prefix>`` per append, only
 after the append returned, flushed at once, so a test can kill -9 it at any
 moment and know what was acknowledged. ``payload_for(key)`` rebuilds an

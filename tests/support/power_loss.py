@@ -1,7 +1,7 @@
 """Append to a ledger, then lose power: every byte not made durable by a sync is gone.
 
-Run as ``python -m tests.support.power_loss URL NAME COUNT`` (with ``shared`` and
-the repo root on PYTHONPATH). Before anything imports the ledger code, this
+Run as ``python -m tests.support.power_loss URL NAME COUNT`` (with the repo root
+on PYTHONPATH: tests.support.procs.python_env). Before anything imports the ledger code, this
 wraps ``os.fsync`` and ``os.fdatasync``: each sync of a regular file records the
 file's bytes at that moment as durable. The script appends COUNT entries
 (concurrently, so appends share syncs), then plays a power loss: every file

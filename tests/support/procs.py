@@ -11,8 +11,21 @@ import subprocess
 import sys
 import sysconfig
 import time
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from pathlib import Path
+
+from streamtx.demo.procs import child_env
+
+#: This checkout (its ``tests`` and ``bench`` packages; streamtx itself is the installed package).
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def python_env(extra: Mapping[str, str] | None = None) -> dict[str, str]:
+    """The environment of a child python: ours, importing the same streamtx as this process
+    (:func:`streamtx.demo.procs.child_env`) and this checkout's ``tests`` and ``bench``."""
+    env = child_env(dict(extra or {}))
+    env["PYTHONPATH"] = os.pathsep.join([env["PYTHONPATH"], str(ROOT)])
+    return env
 
 
 def free_port() -> int:

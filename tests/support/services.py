@@ -3,16 +3,13 @@
 from __future__ import annotations
 
 import contextlib
-import os
 import signal
 import subprocess
 import sys
 from pathlib import Path
 
 from streamtx.service.readiness import wait_ready
-from tests.support.procs import free_port, stop
-
-ROOT = Path(__file__).resolve().parents[2]
+from tests.support.procs import free_port, python_env, stop
 
 
 class ServiceProcess:
@@ -32,13 +29,7 @@ class ServiceProcess:
 
     def start(self, timeout: float = 30.0, *, ready: bool = True) -> ServiceProcess:
         """Start it; wait until it is ready (``/readyz``) unless ``ready`` is False."""
-        env = {
-            **os.environ,
-            "PYTHONPATH": os.pathsep.join(str(ROOT / p) for p in ("shared", "services", ".")),
-            "STREAMTX_HOST": "127.0.0.1",
-            "STREAMTX_PORT": str(self.port),
-            **self.env,
-        }
+        env = python_env({"STREAMTX_HOST": "127.0.0.1", "STREAMTX_PORT": str(self.port), **self.env})
         with self.log_path.open("ab") as log:  # the child keeps its own copy of the descriptor
             self.proc = subprocess.Popen(
                 [sys.executable, "-m", f"streamtx.{self.module}"], env=env, stdout=log, stderr=log

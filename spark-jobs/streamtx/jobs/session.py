@@ -5,8 +5,8 @@ cluster. Executors decode ledgers with the project's own codecs, so the
 launcher zips the ``streamtx`` package (the library in ``shared/``, the
 services' pure codecs in ``services/``, the jobs in ``spark-jobs/``: one
 namespace, merged into one tree in the zip) and adds it with ``addPyFile``.
-Nothing is copied by hand: the zip is rebuilt from the source tree on every
-run.
+Nothing is copied by hand: the zip is rebuilt on every run from the folders
+the ``streamtx`` package is imported from here.
 """
 
 from __future__ import annotations
@@ -18,20 +18,25 @@ import zipfile
 from pathlib import Path
 from typing import Any
 
-repo_root = Path(__file__).resolve().parents[3]
-_roots = ("shared", "services", "spark-jobs")
+import streamtx
+
 _light_jvm = "-XX:TieredStopAtLevel=1 -XX:+UseSerialGC"
 
 
 def library_zip(directory: str | None = None) -> str:
-    """Zip every ``streamtx`` module of the three roots into one file; its path."""
+    """Zip every ``streamtx`` module into one file (the first folder of the namespace package
+    that has a module wins, as on import); its path."""
     fd, path = tempfile.mkstemp(prefix="streamtx-lib-", suffix=".zip", dir=directory)
     os.close(fd)
+    written: set[str] = set()
     with zipfile.ZipFile(path, "w", zipfile.ZIP_DEFLATED) as zf:
-        for root in _roots:
-            pkg = repo_root / root / "streamtx"
+        for folder in streamtx.__path__:
+            pkg = Path(folder)
             for file in sorted(pkg.rglob("*.py")):
-                zf.write(file, str(Path("streamtx") / file.relative_to(pkg)))
+                name = str(Path("streamtx") / file.relative_to(pkg))
+                if name not in written:
+                    written.add(name)
+                    zf.write(file, name)
     return path
 
 

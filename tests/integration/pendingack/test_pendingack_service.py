@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import json
-import os
 import subprocess
 import sys
 from typing import Any
@@ -11,7 +10,8 @@ from typing import Any
 import httpx
 
 from tests.integration.pendingack.conftest import FakeBroker
-from tests.support.services import ROOT, ServiceProcess
+from tests.support.procs import python_env
+from tests.support.services import ServiceProcess
 
 TOPIC, SUB = "persistent://t/n/x-partition-0", "sub"
 STATS = "/admin/v3/transactions/pendingAckStats/t/n/x-partition-0/sub"
@@ -173,7 +173,7 @@ def test_metrics_exist(pendingack: ServiceProcess) -> None:
 
 
 def test_admin_cli_against_the_service(pendingack: ServiceProcess) -> None:
-    env = {**os.environ, "PYTHONPATH": os.pathsep.join(str(ROOT / p) for p in ("shared", "services", "."))}
+    env = python_env()
 
     def cli(*argv: str) -> Any:
         command = [sys.executable, "-m", "streamtx.client.admin_cli", "--url", pendingack.url, *argv]
