@@ -28,6 +28,10 @@ PARTITION_SUFFIX = "-partition-"
 NAME_PATTERN = f"^{_chars}{{1,{max_name_chars}}}$"
 TOPIC_PATTERN = f"^persistent://{_chars}{{1,{max_name_chars}}}(/{_chars}{{1,{max_name_chars}}}){{2}}$"
 TopicName = Annotated[str, StringConstraints(pattern=TOPIC_PATTERN)]
+#: A partition's full name, ``persistent://t/n/x-partition-N``: what a transaction registers, and
+#: all a broker can end (every topic is partitioned; its name alone is refused with 400).
+PARTITION_PATTERN = TOPIC_PATTERN.removesuffix("$") + r"-partition-(?:0|[1-9][0-9]{0,3})$"
+PartitionName = Annotated[str, StringConstraints(pattern=PARTITION_PATTERN)]
 SubscriptionName = Annotated[str, StringConstraints(pattern=NAME_PATTERN)]
 
 

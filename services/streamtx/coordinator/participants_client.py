@@ -12,12 +12,14 @@ Every call is idempotent, so ends are retried with capped, jittered backoff
 until they succeed: once COMMITTING or ABORTING is logged the decision is
 final and every participant must hear it, however long it is down.
 
-Except a 409 to an end: the participant already ended the transaction the
+Except a 409 or a 400 to an end. A 409: the participant already ended the transaction the
 other way (the broker's stuck-transaction checker aborted it, a buggy or
 forged call ended it). Retrying cannot change that, so it is not retried: it
 is a protocol violation, returned as a :class:`Violation` for the coordinator
 to report (log, metric, admin view) while the transaction still reaches its
-final state. A 409 whose error code is ``fenced`` is not such an answer (the
+final state. A 400 says the participant cannot end what was registered (a name
+that is no partition's): no retry can change that either, so it is a violation
+too. A 409 whose error code is ``fenced`` is not such an answer (the
 participant lost its ledger to a newer process, which will answer): it is
 retried like a 503.
 """
@@ -34,7 +36,7 @@ from pydantic import BaseModel
 
 from streamtx.contracts import Action, TxnId
 from streamtx.contracts.models import PartitionEnd, SubscriptionTxn, SubscriptionTxnEnd
-from streamtx.errors import ConflictError, NotFoundError, StreamtxError, UnavailableError
+from streamtx.errors import ConflictError, MalformedError, NotFoundError, StreamtxError, UnavailableError
 from streamtx.records.txnlog import Subscription
 from streamtx.transport import ONCE, HttpClient, RetryPolicy
 
@@ -163,10 +165,14 @@ class Participants:
                 await client.request("POST", path, json=body, retry=ONCE)
             except NotFoundError as exc:
                 log.warning("%s: participant answered 404, nothing to end: %s", what, exc.message)
-            except ConflictError as exc:
-                log.error("PROTOCOL VIOLATION: %s %s answered 409 to %s: %s",
-                          getattr(body, "txn_id", "?"), who, action, exc.message)
-                return Violation(who, action, exc.message, time.time_ns() // 1_000_000)
+            except (ConflictError, MalformedError) as exc:
+                # 400: the participant cannot end what was registered (a topic's name where a
+                # partition's belongs, say); asking again would be refused for ever, with the
+                # transaction stuck ending and its messages holding back the partition.
+                log.error("PROTOCOL VIOLATION: %s %s answered %d to %s: %s",
+                          getattr(body, "txn_id", "?"), who, exc.status, action, exc.message)
+                answer = exc.message if exc.status == 409 else f"{exc.status} {exc.code}: {exc.message}"
+                return Violation(who, action, answer, time.time_ns() // 1_000_000)
             return None
 
         return await self._until_done_policy.run(once, on_retry=retrying)

@@ -38,6 +38,7 @@ class Participant:
     ended_other_way: set[str] = field(default_factory=set)  # partition ends of these answer 409
     fenced_ends: int = 0  # answer the next N partition ends with 409 "fenced" (a broker that lost its ledger)
     gone: set[str] = field(default_factory=set)  # partition ends for these partitions answer 404
+    malformed: set[str] = field(default_factory=set)  # partition ends for these partitions answer 400
     slow_ends: int = 0  # the next N partition ends answer only after slow_s (past the TC's request timeout)
     slow_s: float = 0.0
     # (txn, "partition"|"subscription", name) -> the first action applied; a
@@ -55,6 +56,7 @@ class Participant:
             self.ended_other_way.clear()
             self.fenced_ends = 0
             self.gone.clear()
+            self.malformed.clear()
             self.slow_ends, self.slow_s = 0, 0.0
             self.fail_next, self.fail_ends, self.down, self.delay_s = 0, 0, False, 0.0
 
@@ -118,6 +120,9 @@ def build_app(p: Participant) -> FastAPI:
         if body["partition"] in p.gone:  # as a broker answers for a deleted topic
             record("partitions/end", body, 404)
             return JSONResponse({"error": "not_found", "message": "topic deleted"}, status_code=404)
+        if body["partition"] in p.malformed:  # as a broker answers a name that is no partition's
+            record("partitions/end", body, 400)
+            return JSONResponse({"error": "malformed", "message": "not a partition name"}, status_code=400)
         with p.lock:
             fenced = p.fenced_ends > 0
             p.fenced_ends -= fenced

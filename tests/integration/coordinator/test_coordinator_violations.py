@@ -43,6 +43,43 @@ async def test_a_409_to_an_end_is_a_reported_violation_and_the_txn_finishes(
     assert other not in await tc.admin("protocolViolations")
 
 
+async def test_a_400_to_an_end_is_a_reported_violation_never_retried_for_ever(
+    file_url: str, tc_factory: TcFactory, client_factory: ClientFactory, participant: Participant
+) -> None:
+    """Issue 21 item 4: a participant that cannot end what was registered (400) would refuse every
+    retry; the transaction sat in COMMITTING for ever and its messages held the partition back."""
+    tc = client_factory(tc_factory(file_url))
+    txn = await tc.create()
+    await tc.add_partitions(txn, [P0, P1])
+    participant.malformed.add(P1)
+
+    answer = await asyncio.wait_for(tc.commit(txn, expect=409), 30)
+    assert "protocol violation" in answer["message"]
+    assert (await tc.get(txn))["state"] == "COMMITTED"
+    assert participant.count("partitions/end", txn, status=400) == 1  # asked once: no retries
+    assert participant.actions(txn) == {("partition", P0): "commit"}
+    seen = await tc.admin("protocolViolations")
+    assert [v["participant"] for v in seen[txn]["violations"]] == [f"partition {P1}"]
+    assert seen[txn]["violations"][0]["answer"].startswith("400 malformed")
+
+
+async def test_a_topic_name_is_refused_where_a_partition_name_belongs(
+    file_url: str, tc_factory: TcFactory, client_factory: ClientFactory, participant: Participant
+) -> None:
+    """Issue 21 item 4: registered, a topic's name could never be ended (the broker ends partitions)."""
+    tc = client_factory(tc_factory(file_url))
+    txn = await tc.create()
+    for wrong in (TOPIC, f"{TOPIC}-partition-", f"{TOPIC}-partition-01", f"{TOPIC}-partition-x"):
+        answer = await tc.add_partitions(txn, [P0, wrong], expect=400)
+        assert answer["error"] == "malformed" and "partition" in answer["message"], answer
+    assert (await tc.get(txn))["partitions"] == []  # nothing of a refused request was registered
+    await tc.add_partitions(txn, [P0])
+    # Subscriptions may name the topic (the acks and their end go to the topic's name).
+    await tc.add_subscriptions(txn, [(TOPIC, "s")])
+    assert (await tc.commit(txn))["state"] == "COMMITTED"
+    assert participant.actions(txn) == {("partition", P0): "commit", ("subscription", f"{TOPIC}|s"): "commit"}
+
+
 async def test_the_broker_checker_does_not_read_not_served_here_as_abort(
     file_url: str, tc_factory: TcFactory, client_factory: ClientFactory
 ) -> None:

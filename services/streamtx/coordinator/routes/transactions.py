@@ -10,7 +10,7 @@ from streamtx.coordinator.deps import OwnedTxnDep, TxnPath
 from streamtx.coordinator.registry import Coordinators
 from streamtx.coordinator.settings import CoordinatorSettings
 from streamtx.errors import MalformedError
-from streamtx.names import SubscriptionName, TopicName
+from streamtx.names import PartitionName, SubscriptionName, TopicName
 from streamtx.records.txnlog import Subscription
 from streamtx.records.txnstate import Action
 from streamtx.records.txntable import TxnMeta
@@ -40,7 +40,9 @@ class TxnCreated(BaseModel):
 class PartitionsAdd(StrictBody):
     """Partitions to register before producing to them in the transaction."""
 
-    partitions: list[TopicName] = Field(min_length=1, max_length=_max_items)
+    # Partition names only (x-partition-N): a topic's name registered here was ended on the broker
+    # with 400 for ever, its transaction stuck in COMMITTING (issue 21 item 4).
+    partitions: list[PartitionName] = Field(min_length=1, max_length=_max_items)
 
 
 class SubscriptionRef(StrictBody):
@@ -66,6 +68,9 @@ class TxnPublic(BaseModel):
     opened_at: int
     timeout_at: int
     timeout_ms: int
+    # The subject that opened it ("" without auth): a participant (broker, pending-ack store)
+    # accepts a produce or ack in the transaction from that client only (streamtx.peers.txnguard).
+    owner: str = ""
 
 
 class TxnEnded(BaseModel):
@@ -86,6 +91,7 @@ def public(meta: TxnMeta) -> TxnPublic:
         opened_at=meta.opened_at_ms,
         timeout_at=meta.timeout_at_ms,
         timeout_ms=meta.timeout_ms,
+        owner=meta.owner,
     )
 
 
