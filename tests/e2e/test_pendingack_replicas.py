@@ -181,11 +181,13 @@ async def test_a_store_paused_past_its_lease_lands_no_append_after_it_wakes(
     stats = f"{zombie.url}/admin/v3/transactions/pendingAckStats/{topic.removeprefix('persistent://')}/{name}"
     async with StreamtxClient(replicas.tcs[0].url) as client:
         txn = await client.new_transaction(timeout_ms=60_000)
+        await txn.add_subscription(topic, name)  # the store takes acks of registered subscriptions only
         # A durable ack on the zombie first: the log it owns has a writer's history.
         r = await http.post(f"{zombie.url}/v1/pendingack/acks", json={
             "topic": topic, "subscription": name, "txn_id": txn.txn_id, "message_ids": ["1:0"]})
         assert r.status_code == 200, r.text
         late = await client.new_transaction(timeout_ms=60_000)
+        await late.add_subscription(topic, name)
         ack = asyncio.create_task(http.post(f"{zombie.url}/v1/pendingack/acks", timeout=60, json={
             "topic": topic, "subscription": name, "txn_id": late.txn_id, "message_ids": ["1:1"]}))
 

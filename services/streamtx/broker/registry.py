@@ -50,7 +50,7 @@ from streamtx.errors import (
 )
 from streamtx.ledger import LedgerFactory, ledger_id_for
 from streamtx.names import check_name, check_topic
-from streamtx.peers import CoordinatorLookup
+from streamtx.peers import CoordinatorLookup, TxnGuard
 
 __all__ = ["Broker", "Local", "Resolved", "SpreadPlan", "partition_item", "split_item", "split_partition"]
 
@@ -110,6 +110,10 @@ class Broker:
         self._ledger_partitions: dict[str, dict[int, int]] = {}
         self._tasks: list[asyncio.Task[None]] = []
         self._lookup: CoordinatorLookup | None = None  # the stuck-transaction checker's
+        # Every transactional produce and ack is checked with the coordinator (peers/txnguard.py);
+        # a broker without one (tests of the broker alone) cannot ask, and takes them unchecked.
+        self.txn_guard = (TxnGuard(settings.coordinator_url, token=settings.outgoing_token())
+                          if settings.coordinator_url else None)
         self.replication = Replication(ledgers, settings.cluster)
         replication_metrics.watch(self.replication)
         self.exclusive = (ExclusiveClaims.from_url(settings.redis_url, settings.cluster,
@@ -155,6 +159,8 @@ class Broker:
         await self.pendingack.aclose()
         if self._lookup is not None:
             await self._lookup.aclose()
+        if self.txn_guard is not None:
+            await self.txn_guard.aclose()
         if self.exclusive is not None:
             await self.exclusive.aclose()
 

@@ -13,7 +13,7 @@ from __future__ import annotations
 import asyncio
 import itertools
 import zlib
-from collections.abc import Callable, Iterable
+from collections.abc import Awaitable, Callable, Iterable
 from dataclasses import dataclass
 
 from streamtx.broker.notify import Notifier
@@ -28,6 +28,11 @@ from streamtx.records.partition import Message, ProducerInfo
 def key_partition(key: str, partitions: int) -> int:
     """Keyed routing: CRC32 of the key's UTF-8 bytes mod N (stable across processes)."""
     return zlib.crc32(key.encode()) % partitions
+
+
+#: ``await check(indexes)``: 403/404/409 unless the request's transaction may write to those
+#: partitions (the route's :class:`~streamtx.peers.TxnGuard` call, with the caller).
+TxnCheck = Callable[[Iterable[int]], Awaitable[None]]
 
 
 @dataclass(slots=True)
@@ -145,12 +150,16 @@ class Topic:
                 raise self.not_owner(i)
 
     async def produce(self, messages: list[Outgoing], txn: TxnId | None,
-                      producer: ProducerInfo | None, only: int | None = None) -> list[str]:
-        """Store one entry per partition touched; message ids in request order."""
+                      producer: ProducerInfo | None, only: int | None = None,
+                      check: TxnCheck | None = None) -> list[str]:
+        """Store one entry per partition touched; message ids in request order. ``check``: the
+        transaction's door check, once the partitions are known and before anything is stored."""
         routed = self.route(messages, producer, only)
         if not routed and producer is not None:
             routed = {0 if only is None else only: []}  # no messages: just record the producer's epoch
             self._check_owned(routed)
+        if check is not None and txn is not None:
+            await check(routed)
         fence = self.check_epoch(producer)
         results = await asyncio.gather(*(
             self.owned[i].produce(msgs, txn, producer, fence) for i, msgs in routed.items()

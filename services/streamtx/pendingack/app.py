@@ -10,7 +10,7 @@ from contextlib import asynccontextmanager
 from fastapi import FastAPI
 
 from streamtx.ledger import open_ledger_factory
-from streamtx.peers import CoordinatorLookup
+from streamtx.peers import CoordinatorLookup, TxnGuard
 from streamtx.pendingack import txnchecker
 from streamtx.pendingack.broker_client import BrokerClient
 from streamtx.pendingack.leases import Slots
@@ -44,13 +44,18 @@ def build_app(settings: PendingAckSettings) -> FastAPI:
         app.state.slots = slots
         lookup: CoordinatorLookup | None = None
         checker: asyncio.Task[None] | None = None
+        # Every transactional ack is checked with the coordinator first (peers/txnguard.py); a
+        # store without one (tests of the store alone) cannot ask, and takes them unchecked.
+        guard: TxnGuard | None = None
         if settings.coordinator_url:
             token = settings.outgoing_token()
+            guard = TxnGuard(settings.coordinator_url, token=token)
             lookup = CoordinatorLookup(settings.coordinator_url, token=token)
             checker = asyncio.create_task(txnchecker.checker(
                 lookup, stores.opened, after_s=settings.stuck_txn_after_s,
                 interval_s=settings.stuck_txn_interval_s,
             ).run())
+        app.state.txn_guard = guard
         starting: asyncio.Task[None] | None = None
         if slots is not None:
             state.reason = "taking its share of the subscription slots"
@@ -74,6 +79,8 @@ def build_app(settings: PendingAckSettings) -> FastAPI:
                     await checker
             if lookup is not None:
                 await lookup.aclose()
+            if guard is not None:
+                await guard.aclose()
             await stores.close()
             await notifier.aclose()
             await ledgers.close()

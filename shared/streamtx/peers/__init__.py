@@ -2,5 +2,6 @@
 
 from streamtx.peers.coordinator import CoordinatorLookup
 from streamtx.peers.stuck import Lookup, Stuck, StuckTxnChecker, Sweep
+from streamtx.peers.txnguard import TxnGuard
 
-__all__ = ["CoordinatorLookup", "Lookup", "Stuck", "StuckTxnChecker", "Sweep"]
+__all__ = ["CoordinatorLookup", "Lookup", "Stuck", "StuckTxnChecker", "Sweep", "TxnGuard"]

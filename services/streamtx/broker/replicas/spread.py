@@ -43,7 +43,7 @@ import httpx
 import orjson
 
 from streamtx.broker.replicas.plan import SpreadPlan
-from streamtx.broker.topic import Outgoing
+from streamtx.broker.topic import Outgoing, TxnCheck
 from streamtx.contracts.txnid import TxnId
 from streamtx.errors import MalformedError, StreamtxError
 from streamtx.records.partition import Message, ProducerInfo
@@ -110,11 +110,15 @@ def _group(plan: SpreadPlan, indexes: Sequence[int]) -> dict[str, list[int]]:
 # --- produce ---------------------------------------------------------------------------
 
 async def produce_json(fwd: Forwarder, plan: SpreadPlan, path: str, raw: list[Any], out: list[Outgoing],
-                       txn: TxnId | None, producer: ProducerInfo | None) -> list[str]:
-    """The ids of a JSON produce on a spread topic, in request order."""
+                       txn: TxnId | None, producer: ProducerInfo | None, *,
+                       check: TxnCheck | None = None) -> list[str]:
+    """The ids of a JSON produce on a spread topic, in request order. ``check``: the transaction's
+    door check of every routed partition, here with the caller, before any share is sent."""
     routed = plan.router.route(out, producer, check=False)
     if not routed and producer is not None:
         routed = {0: []}  # no messages: the producer's epoch is recorded on partition 0
+    if check is not None:
+        await check(routed)
     ids = [""] * len(out)
 
     async def share(index: int, msgs: list[Message]) -> None:

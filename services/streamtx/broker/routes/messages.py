@@ -9,6 +9,7 @@ partition's messages to that partition's name, so each request reaches one owner
 from __future__ import annotations
 
 import binascii
+from collections.abc import Iterable
 from typing import Annotated, Any
 
 import orjson
@@ -17,10 +18,11 @@ from pydantic import AfterValidator, BaseModel, Field, ValidationError
 
 from streamtx.broker.deps import broker_of, topic_name
 from streamtx.broker.partition import RawBatch
+from streamtx.broker.registry import Broker, partition_item
 from streamtx.broker.replicas import spread
 from streamtx.broker.replicas.plan import SpreadPlan
 from streamtx.broker.settings import BrokerSettings
-from streamtx.broker.topic import Outgoing
+from streamtx.broker.topic import Outgoing, TxnCheck
 from streamtx.contracts.body import StrictBody
 from streamtx.contracts.txnid import TxnId, TxnIdField
 from streamtx.errors import MalformedError, TooLargeError
@@ -145,6 +147,21 @@ def _path(p: dict[str, str]) -> str:
 _min_message_bytes = 14  # request index, key length, property count, value length
 
 
+def txn_check(request: HotRequest, broker: Broker, txn: TxnId | None, topic: str) -> TxnCheck | None:
+    """The door check of a produce in ``txn`` on partitions of ``topic`` (issue 21 item 2): the
+    transaction open, each partition registered in it, the caller its owner. None: nothing to
+    check (no transaction, or no coordinator to ask)."""
+    guard = broker.txn_guard
+    if txn is None or guard is None:
+        return None
+    principal = request.principal
+
+    async def check(indexes: Iterable[int]) -> None:
+        await guard.check(txn, principal, partitions=[partition_item(topic, i) for i in indexes])
+
+    return check
+
+
 async def _produce_batch(request: HotRequest) -> bytes:
     """The binary path (:mod:`streamtx.wire.batch`): each section validated, stored as is."""
     settings: BrokerSettings = request.state.settings
@@ -169,6 +186,10 @@ async def _produce_batch(request: HotRequest) -> bytes:
     broker = broker_of(request.state)
     name = topic_name(p["tenant"], p["namespace"], p["topic"])
     at = broker.resolve(name, here=request.header(spread.HERE) is not None)
+    base, only = (at.name, None) if isinstance(at, SpreadPlan) else (at.topic.name, at.index)
+    if check := txn_check(request, broker, got.txn, base):
+        # Every partition the sections name, or the one an empty request records its producer on.
+        await check([s.partition for s in got.sections] or [0 if only is None else only])
     if isinstance(at, SpreadPlan):
         plan = at
 
@@ -206,7 +227,9 @@ async def produce(request: HotRequest) -> bytes:
     name = topic_name(p["tenant"], p["namespace"], p["topic"])
     at = broker.resolve(name, here=request.header(spread.HERE) is not None)
     if isinstance(at, SpreadPlan):
-        ids = await spread.produce_json(request.state.forwarder, at, _path(p), messages, out, txn, producer)
+        ids = await spread.produce_json(request.state.forwarder, at, _path(p), messages, out, txn, producer,
+                                        check=txn_check(request, broker, txn, at.name))
     else:
-        ids = await at.topic.produce(out, txn, producer, at.index)
+        ids = await at.topic.produce(out, txn, producer, at.index,
+                                     check=txn_check(request, broker, txn, at.topic.name))
     return orjson.dumps({"message_ids": ids})

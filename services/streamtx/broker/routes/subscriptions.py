@@ -227,6 +227,10 @@ async def ack(request: HotRequest) -> bytes:
     p = request.params
     name = topic_name(p["tenant"], p["namespace"], p["topic"])
     topic, plan = await _spread(broker, request, name)
+    if txn is not None and broker.txn_guard is not None:
+        # The door check (issue 21 item 2): the transaction open, the subscription registered in
+        # it under the name acked on (the name its end comes by), the caller its owner.
+        await broker.txn_guard.check(txn, request.principal, subscriptions=[(name, p["sub"])])
 
     async def local(ids: list[str]) -> None:
         t = topic or (plan.topic if plan is not None else None)

@@ -6,6 +6,7 @@ import orjson
 from fastapi import APIRouter
 
 from streamtx.broker.deps import broker_of
+from streamtx.broker.registry import Broker
 from streamtx.broker.replicas import spread
 from streamtx.broker.replicas.plan import SpreadPlan
 from streamtx.broker.subscription import Subscription
@@ -23,6 +24,7 @@ async def end_partition(request: HotRequest) -> bytes:
     """Write the transaction's commit or abort marker on one partition (idempotent)."""
     broker = broker_of(request.state)
     body = request.json(PartitionEnd)
+    _forget(broker, body.txn_id)
     marker = await broker.resolve_partition(body.partition).end_txn(body.txn_id, body.action)
     return orjson.dumps({"txn_id": str(body.txn_id), "partition": body.partition,
                          "action": body.action.value, "marker": marker})
@@ -35,6 +37,7 @@ async def end_subscription(request: HotRequest) -> bytes:
     broker = broker_of(request.state)
     body = request.json(SubscriptionAcksEnd)
     txn = body.txn_id
+    _forget(broker, txn)
     cumulative = [*body.cumulative_message_ids,
                   *([body.cumulative_message_id] if body.cumulative_message_id else [])]
     here = request.header(spread.HERE) is not None
@@ -56,6 +59,12 @@ async def end_subscription(request: HotRequest) -> bytes:
     # The count, not the ids back: an end carries thousands of them.
     return orjson.dumps({"topic": body.topic, "subscription": body.subscription, "txn_id": str(txn),
                          "action": body.action.value, "ended": len(body.message_ids)})
+
+
+def _forget(broker: Broker, txn: TxnId) -> None:
+    """The transaction ends: a write naming it from now on asks the coordinator again."""
+    if broker.txn_guard is not None:
+        broker.txn_guard.forget(txn)
 
 
 async def _end(sub: Subscription, ids: list[str], txn: TxnId, commit: bool, cumulative: list[str], *,

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from fastapi import APIRouter, Query
 
+from streamtx.peers import TxnGuard
 from streamtx.pendingack.deps import OK, Stores, stores_of
 from streamtx.pendingack.models import Held, PendingAckCreate
 from streamtx.records.pendingack import MessageId
@@ -18,6 +19,11 @@ async def ack(request: HotRequest) -> bytes:
     """Hold the messages for the transaction; 200 once durable, 409 on a conflict."""
     body = request.json(PendingAckCreate)
     ids = [MessageId.parse(m) for m in body.message_ids]
+    guard: TxnGuard | None = getattr(request.state, "txn_guard", None)
+    if guard is not None:
+        # The door check (issue 21 item 2): the transaction open, the subscription registered in
+        # it. The caller is a broker, which checked the client's ownership before forwarding.
+        await guard.check(body.txn_id, None, subscriptions=[(body.topic, body.subscription)])
     async with stores_of(request.state).use(body.topic, body.subscription, create=True) as store:
         assert store is not None  # created on demand
         await store.ack(body.txn_id, ids, body.cumulative)

@@ -5,6 +5,7 @@ from __future__ import annotations
 from fastapi import APIRouter
 
 from streamtx.contracts import Action
+from streamtx.peers import TxnGuard
 from streamtx.pendingack.deps import OK, stores_of
 from streamtx.pendingack.models import SubscriptionTxn, SubscriptionTxnEnd
 from streamtx.service import HotRequest, HotRoutes
@@ -29,6 +30,9 @@ async def end(request: HotRequest) -> bytes:
     """Commit or abort the transaction's acks; idempotent, 200 for an unknown transaction."""
     body = request.json(SubscriptionTxnEnd)
     txn = body.txn_id
+    guard: TxnGuard | None = getattr(request.state, "txn_guard", None)
+    if guard is not None:
+        guard.forget(txn)  # an ack naming it from now on asks the coordinator again
     stores = stores_of(request.state)
     commit = body.action is Action.COMMIT
     async with stores.use(body.topic, body.subscription) as store:

@@ -1,0 +1,144 @@
+"""The participants' door check of transactional writes (issue 21 item 2), against a fake coordinator."""
+
+from __future__ import annotations
+
+import asyncio
+from typing import Any
+
+import httpx
+import pytest
+
+from streamtx.auth import Principal
+from streamtx.contracts import TxnId
+from streamtx.errors import ConflictError, ForbiddenError, NotFoundError, UnavailableError
+from streamtx.peers import TxnGuard
+
+P0, P1 = "persistent://a/n/x-partition-0", "persistent://a/n/x-partition-1"
+SUB = ("persistent://a/n/x", "s")
+OWNER = Principal("app-a", frozenset({"client"}), frozenset({"a"}))
+OTHER = Principal("app-a2", frozenset({"client"}), frozenset({"a"}))  # same tenant, another subject
+SERVICE = Principal("svc", frozenset({"service"}), None)
+TXN = TxnId(0, 7)
+
+
+class FakeCoordinator:
+    """``GET /v1/transactions/{txn}`` as the coordinator answers it; counts the requests."""
+
+    def __init__(self) -> None:
+        self.txns: dict[str, dict[str, Any]] = {}
+        self.requests = 0
+        self.delay_s = 0.0
+        self.down = False
+
+    def open(self, txn: TxnId, owner: str = "app-a", partitions: tuple[str, ...] = (P0,),
+             subscriptions: tuple[tuple[str, str], ...] = (SUB,)) -> dict[str, Any]:
+        self.txns[str(txn)] = body = {
+            "txn_id": str(txn), "state": "OPEN", "owner": owner, "partitions": list(partitions),
+            "subscriptions": [{"topic": t, "subscription": s} for t, s in subscriptions]}
+        return body
+
+    async def handle(self, request: httpx.Request) -> httpx.Response:
+        self.requests += 1
+        if self.delay_s:
+            await asyncio.sleep(self.delay_s)
+        if self.down:
+            return httpx.Response(503, json={"error": "unavailable", "message": "down"})
+        txn = TxnId.parse(request.url.path.rsplit("/", 1)[1])
+        if txn.coordinator_id != 0:
+            return httpx.Response(404, json={"error": "not_served", "message": "not served here"})
+        body = self.txns.get(str(txn))
+        if body is None:
+            return httpx.Response(404, json={"error": "not_found", "message": "unknown"})
+        return httpx.Response(200, json=body)
+
+
+@pytest.fixture
+def tc() -> FakeCoordinator:
+    return FakeCoordinator()
+
+
+@pytest.fixture
+async def guard(tc: FakeCoordinator) -> Any:
+    http = httpx.AsyncClient(transport=httpx.MockTransport(tc.handle))
+    g = TxnGuard("http://tc", token=None, http=http)
+    yield g
+    await g.aclose()
+    await http.aclose()
+
+
+async def test_the_owner_writes_to_what_it_registered_at_one_question_per_transaction(
+        tc: FakeCoordinator, guard: TxnGuard) -> None:
+    tc.open(TXN)
+    for _ in range(5):
+        await guard.check(TXN, OWNER, partitions=[P0])
+        await guard.check(TXN, OWNER, subscriptions=[SUB])
+        await guard.check(TXN, SERVICE, partitions=[P0], subscriptions=[SUB])  # a forwarding replica
+        await guard.check(TXN, None, partitions=[P0])  # auth off
+    assert tc.requests == 1  # the positive answer is cached
+
+
+async def test_concurrent_first_sights_share_one_question(tc: FakeCoordinator, guard: TxnGuard) -> None:
+    tc.open(TXN)
+    tc.delay_s = 0.05
+    await asyncio.gather(*(guard.check(TXN, OWNER, partitions=[P0]) for _ in range(20)))
+    assert tc.requests == 1
+
+
+async def test_never_opened_and_unserved_transactions_are_404(tc: FakeCoordinator, guard: TxnGuard) -> None:
+    with pytest.raises(NotFoundError, match="unknown"):
+        await guard.check(TxnId(0, 424242), OWNER, partitions=[P0])
+    with pytest.raises(NotFoundError, match="no coordinator serves"):
+        await guard.check(TxnId.parse("281474976710656:5"), OWNER, partitions=[P0])
+    assert tc.requests == 2
+    with pytest.raises(NotFoundError):  # a refusal is not cached: asked again
+        await guard.check(TxnId(0, 424242), OWNER, partitions=[P0])
+    assert tc.requests == 3
+
+
+async def test_an_ended_transaction_is_409_and_forget_drops_the_cached_answer(
+        tc: FakeCoordinator, guard: TxnGuard) -> None:
+    body = tc.open(TXN)
+    await guard.check(TXN, OWNER, partitions=[P0])
+    body["state"] = "COMMITTED"
+    await guard.check(TXN, OWNER, partitions=[P0])  # cached: the end has not reached us yet
+    guard.forget(TXN)  # ... now it has
+    with pytest.raises(ConflictError, match="COMMITTED, not OPEN"):
+        await guard.check(TXN, OWNER, partitions=[P0])
+    with pytest.raises(ConflictError):
+        await guard.check(TXN, OWNER, partitions=[P0])
+    assert tc.requests == 3  # a closed transaction is never cached as writable
+
+
+async def test_another_subject_of_the_same_tenant_is_403(tc: FakeCoordinator, guard: TxnGuard) -> None:
+    tc.open(TXN)
+    await guard.check(TXN, OWNER, partitions=[P0])
+    with pytest.raises(ForbiddenError, match="another client"):
+        await guard.check(TXN, OTHER, partitions=[P0])
+    with pytest.raises(ForbiddenError):
+        await guard.check(TXN, OTHER, subscriptions=[SUB])
+    with pytest.raises(ForbiddenError):  # who owns it is checked before anything else is told
+        await guard.check(TXN, OTHER, partitions=[P1])
+    tc.open(TxnId(0, 8), owner="")  # opened with auth off: no client token owns it
+    with pytest.raises(ForbiddenError):
+        await guard.check(TxnId(0, 8), OWNER, partitions=[P0])
+
+
+async def test_an_unregistered_participant_is_asked_again_then_409(
+        tc: FakeCoordinator, guard: TxnGuard) -> None:
+    tc.open(TXN)
+    await guard.check(TXN, OWNER, partitions=[P0])
+    with pytest.raises(ConflictError, match=f"partition {P1} is not registered"):
+        await guard.check(TXN, OWNER, partitions=[P1])
+    assert tc.requests == 2  # asked again: it may have been registered since
+    with pytest.raises(ConflictError, match="subscription t of"):
+        await guard.check(TXN, OWNER, subscriptions=[("persistent://a/n/x", "t")])
+    tc.open(TXN, partitions=(P0, P1))  # the client registers it
+    await guard.check(TXN, OWNER, partitions=[P1])
+    await guard.check(TXN, OWNER, partitions=[P0, P1])
+    assert tc.requests == 4
+
+
+async def test_a_coordinator_that_does_not_answer_is_503(tc: FakeCoordinator, guard: TxnGuard) -> None:
+    tc.down = True
+    with pytest.raises(UnavailableError):
+        await guard.check(TXN, OWNER, partitions=[P0])
