@@ -210,6 +210,35 @@ def decode(data: bytes) -> Record:
     raise CorruptEntryError(f"unknown transaction-log record type {kind}")
 
 
+def txn_event(data: bytes) -> tuple[tuple[int, int], int, TxnState | None] | None:
+    """A NEW or STATUS record's transaction, time and state, reading only its fixed head.
+
+    ``((most, least), opened_at_ms, None)`` for NEW (with or without the owner
+    auth adds), ``((most, least), at_ms, state)`` for STATUS, either one inside a
+    FORWARDED record too; None for the other types. The histograms job's fast
+    path: it needs no owner, partition or subscription strings.
+    """
+    try:
+        if data[0] == T_FORWARDED:
+            if data[1] != version:
+                raise ValueError(f"version {data[1]} is not {version}")
+            data = data[2 + request_id_bytes:]
+        kind = data[0]
+        if kind != T_NEW and kind != T_STATUS:
+            if kind in (T_ADD_PARTITIONS, T_ADD_SUBSCRIPTIONS, T_RESERVE_IDS):
+                return None
+            raise ValueError(f"unknown type {kind}")
+        if data[1] != version:
+            raise ValueError(f"version {data[1]} is not {version}")
+        if kind == T_NEW:
+            _, _, most, least, _, opened_at_ms = _new.unpack_from(data)
+            return (most, least), opened_at_ms, None
+        _, _, most, least, state, _, at_ms = _status_unpack(data)
+        return (most, least), at_ms, _states[state]
+    except (struct.error, ValueError, IndexError) as exc:
+        raise CorruptEntryError(f"bad transaction-log record: {exc}") from exc
+
+
 def _count(items: tuple[object, ...]) -> int:
     if len(items) > max_items:
         raise ValueError(f"{len(items)} items do not fit one record (max {max_items})")

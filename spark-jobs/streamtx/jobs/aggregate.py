@@ -47,8 +47,6 @@ BUCKETS: dict[str, tuple[float, ...]] = {
 _outcome = {TxnState.COMMITTED: "committed", TxnState.ABORTED: "aborted", TxnState.TIMEOUT: "timeout"}
 _final = frozenset(_outcome)
 _ending = frozenset({TxnState.COMMITTING, TxnState.ABORTING})
-_T_NEW, _T_STATUS, _T_FORWARDED = tc_records.T_NEW, tc_records.T_STATUS, tc_records.T_FORWARDED
-_forwarded_head = 2 + tc_records.request_id_bytes
 
 
 class _Acc:
@@ -90,30 +88,24 @@ def _txnlog(task: Task, entries: Iterable[tuple[int, bytes]], acc: _Acc, since_m
     order = task.split.order
     txns: dict[tuple[int, int], list[Any]] = {}  # txn -> [opened_ms, final state, final at, ending seen]
     last_time: int | None = None
-    unpack_new, unpack_status = tc_records._new.unpack, tc_records._status.unpack
+    txn_event = tc_records.txn_event
     for _, payload in entries:
         raws = decode_entry(payload)
         entry_time = None
         for raw in raws:
-            kind = raw[0]
-            if kind == _T_FORWARDED:  # a record a mailbox request appended: the record inside
-                raw = raw[_forwarded_head:]
-                kind = raw[0]
-            if kind == _T_NEW:
-                _, _, most, least, _, opened = unpack_new(raw)
-                t = txns.setdefault((most, least), [None, None, 0, False])
+            event = txn_event(raw)
+            if event is None:
+                continue
+            txn, at, state = event
+            t = txns.setdefault(txn, [None, None, 0, False])
+            if state is None:  # NEW: the transaction opened at ``at``
                 if t[0] is None:
-                    t[0] = opened
-                entry_time = opened if entry_time is None else max(entry_time, opened)
-            elif kind == _T_STATUS:
-                _, _, most, least, state, _, at = unpack_status(raw)
-                t = txns.setdefault((most, least), [None, None, 0, False])
-                state = TxnState(state)
-                if state in _final and t[1] is None:
-                    t[1], t[2] = state, at
-                elif state in _ending:
-                    t[3] = True
-                entry_time = at if entry_time is None else max(entry_time, at)
+                    t[0] = at
+            elif state in _final and t[1] is None:
+                t[1], t[2] = state, at
+            elif state in _ending:
+                t[3] = True
+            entry_time = at if entry_time is None else max(entry_time, at)
         last_time = entry_time if entry_time is not None else last_time
         if not _in_range(last_time, since_ms, until_ms):
             continue
