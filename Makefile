@@ -54,7 +54,7 @@ mutate: setup
 
 lint: setup
 	.venv/bin/ruff check shared services spark-jobs tests bench
-	.venv/bin/mypy shared services
+	.venv/bin/mypy shared services spark-jobs
 
 bench: bench-log bench-tc bench-txn
 

@@ -127,7 +127,7 @@ def compact_pending_ack_log(ledger_id: int, deletions: Deletions | None, base: I
     # Committed positions are memory the base does not keep: remember none.
     state = SubscriptionState(max_committed_ids=0, max_ended_txns=max_ended_txns)
     replay = _Replay(ledger_id, deletions)
-    end_marker: dict[pa.TxnId, Place] = {}
+    end_marker: dict[TxnId, Place] = {}
 
     def apply(position: Position, index: int, size: int, raw: bytes) -> None:
         record = pa.decode(raw)

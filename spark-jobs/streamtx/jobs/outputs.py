@@ -84,10 +84,10 @@ class _Collector:
                     buckets.append((_le(bound), cum))
                 fam.add_metric([dict(labels).get(k, "") for k in keys], buckets, h.total)
             yield fam
-        for name, series in sorted(self._r.gauges.items()):
-            keys = _label_names(series)
-            g = GaugeMetricFamily(prefix + name, f"{name} (streamtx Spark job)", labels=keys)
-            for labels, value in sorted(series.items()):
+        for gauge, values in sorted(self._r.gauges.items()):
+            keys = _label_names(values)
+            g = GaugeMetricFamily(prefix + gauge, f"{gauge} (streamtx Spark job)", labels=keys)
+            for labels, value in sorted(values.items()):
                 g.add_metric([dict(labels).get(k, "") for k in keys], value)
             yield g
 

@@ -47,8 +47,9 @@ def _plausible(buf: bytes, pos: int, seg_size: int, base: int) -> int:
     """The end of a plausible entry header at ``pos`` (-1 if none); ``base`` = file offset of buf[0]."""
     if pos + _both_size > len(buf):
         return -1
+    length: int
     length, _, kind, _, _, _ = _both.unpack_from(buf, pos)
-    end = pos + segment.HEADER_SIZE + length
+    end: int = pos + segment.HEADER_SIZE + length
     if length < framing.HEADER_SIZE or kind not in (1, 2) or base + end > seg_size:
         return -1
     return end
@@ -94,7 +95,7 @@ def _is_boundary(fd: int, buf: bytes, i: int, base: int, seg_size: int) -> bool:
         nxt = nxt2
     length, crc = _entry_head.unpack_from(buf, i)
     payload = os.pread(fd, length, base + i + segment.HEADER_SIZE)
-    return len(payload) == length and google_crc32c.value(payload) == crc
+    return len(payload) == length and bool(google_crc32c.value(payload) == crc)
 
 
 def _entries(fd: int, start: int, hi: int, seg_size: int, *, payloads: bool) -> Iterator[tuple[int, bytes]]:

@@ -80,7 +80,8 @@ def get_session(master: str | None = None, app: str = "streamtx", *, shuffle_par
 
 def slices(spark: Any, n: int) -> int:
     """Spark partitions for ``n`` tasks: a few per core (one per tiny split costs more than it reads)."""
-    return max(1, min(n, spark.sparkContext.defaultParallelism * 3))
+    cores: int = spark.sparkContext.defaultParallelism
+    return max(1, min(n, cores * 3))
 
 
 def ship_library(spark: Any) -> None:

@@ -68,9 +68,9 @@ def write_ledger(root: str, name: str, payloads: Sequence[bytes], *, segment_byt
             state = tracker.snapshot()
             with open(os.path.join(directory, "TRIM"), "wb") as f:
                 f.write(segment.encode_trim_state(start, state.encode()))
-        frame = framing.decode(raw)
-        if tracker.accept(frame) and offset >= start:
-            live.append((offset, frame.payload))
+        decoded = framing.decode(raw)
+        if tracker.accept(decoded) and offset >= start:
+            live.append((offset, decoded.payload))
     _write_segments(directory, frames, segment_bytes)
     return live
 
@@ -145,7 +145,7 @@ def pending_ack_records(n_txns: int, rng: random.Random, *, open_share: float = 
     out: list[bytes] = []
     entry = 0
     for i in range(n_txns):
-        txn = pa.TxnId(1 << 48, i)
+        txn = TxnId(1 << 48, i)
         ids = tuple(pa.MessageId(7, entry + k) for k in range(rng.randint(1, 4)))
         entry += len(ids)
         out.append(pa.encode(pa.PendingAck(txn, ids, False)))
