@@ -34,6 +34,7 @@ def build_app(settings: BrokerSettings) -> FastAPI:
     @asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
         ledgers = open_ledger_factory(settings.ledger_url)
+        state.checks.append(ledgers.health)  # unready while ledgers cannot be opened
         pendingack = PendingAckClient(settings.pendingack_url, settings.pendingack_timeout_s,
                                       settings.outgoing_token())
         broker = Broker(ledgers, settings, pendingack, replicas=bool(settings.redis_url))

@@ -497,6 +497,14 @@ class Broker:
             await self.set_replicated(topic_name, name, sub, replicated)
         return sub
 
+    def _check_room(self, topic: str) -> None:
+        """409 when the topic has ``max_subscriptions_per_topic`` subscriptions already (each holds a
+        cursor ledger per partition: files, memory, a share of every trim's work)."""
+        limit = self.settings.max_subscriptions_per_topic
+        if len(self.catalog.topics[topic].subscriptions) >= limit:
+            raise ConflictError(f"topic {topic} has {limit} subscriptions, the most it may have "
+                                "(STREAMTX_MAX_SUBSCRIPTIONS_PER_TOPIC): delete one first")
+
     async def set_replicated(self, topic: str, name: str, sub: Subscription | None, replicated: bool) -> None:
         """Whether the subscription's position follows the consumer to other clusters (durable)."""
         async with self._lock:
@@ -516,6 +524,8 @@ class Broker:
                 sub = topic.subscriptions.get(name) if topic is not None else None
                 if sub is not None and sub.consumers:
                     raise ConflictError(f"subscription {name} is {sub.type.value} and has consumers")
+            if record is None:
+                self._check_room(topic_name)
             if record is None or record.type != sub_type.value:
                 await self._record(self._sub_record(topic_name, name, sub_type, initial_position))
             # The topic may have opened or closed here meanwhile: its lock decides.

@@ -20,6 +20,8 @@ class BrokerSettings(ReplicaSettings):
     # Shared and Exclusive subscriptions forget a consumer not fetching for this long (at least
     # exclusive_idle_ms on Exclusive): names are not kept forever (Pulsar forgets a consumer
     # when it disconnects); at most max_consumers_per_subscription live ones (then 429).
+    # Subscriptions one topic may have (Pulsar's maxSubscriptionsPerTopic): a new one past it is a 409.
+    max_subscriptions_per_topic: int = Field(default=1000, ge=1)
     consumer_idle_ms: int = Field(default=60_000, ge=1)
     max_consumers_per_subscription: int = Field(default=10_000, ge=1)
     dispatch_read_entries: int = Field(default=200, ge=1)  # entries per ledger read in dispatch

@@ -37,6 +37,7 @@ def build_app(settings: CoordinatorSettings) -> FastAPI:
     @contextlib.asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
         ledgers = open_ledger_factory(settings.ledger_url)
+        state.checks.append(ledgers.health)  # unready while ledgers cannot be opened
         participants = Participants(
             settings.broker_url, settings.pendingack_url,
             backoff_s=settings.fanout_backoff_ms / 1000,

@@ -32,6 +32,7 @@ def build_app(settings: PendingAckSettings) -> FastAPI:
     @asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
         ledgers = open_ledger_factory(settings.ledger_url)
+        state.checks.append(ledgers.health)  # unready while ledgers cannot be opened
         notifier = BrokerClient(settings.broker_url, timeout_s=settings.broker_end_timeout_s,
                                 token=settings.outgoing_token())
         stores = PendingAckStores(

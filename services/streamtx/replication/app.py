@@ -23,6 +23,7 @@ def build_app(settings: ReplicationSettings | None = None) -> FastAPI:
     @asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
         ledgers = open_ledger_factory(settings.ledger_url)
+        state.checks.append(ledgers.health)  # unready while ledgers cannot be opened
         controller = await Controller.open(settings, ledgers)
         controller.start()
         app.state.controller = controller

@@ -41,8 +41,10 @@ def open_ledger_factory(url: str) -> LedgerFactory:
         from streamtx.ledger.file import FileLedgerFactory
 
         path = (parts.netloc + parts.path) or "."
+        limit = query.get("max_open_ledgers")  # default: a quarter of RLIMIT_NOFILE (openfiles.py)
         return FileLedgerFactory(path, segment_bytes=int(query.get("segment_bytes", 64 << 20)),
-                               io_threads=int(query.get("io_threads", 16)))
+                                 io_threads=int(query.get("io_threads", 16)),
+                                 max_open_ledgers=int(limit) if limit is not None else None)
     if parts.scheme == "kafka":
         from streamtx.ledger.kafka import KafkaLedgerFactory
 

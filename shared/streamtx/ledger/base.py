@@ -120,3 +120,7 @@ class LedgerFactory(abc.ABC):
     @abc.abstractmethod
     async def close(self) -> None:
         """Close the store and every ledger it opened."""
+
+    async def health(self) -> str | None:
+        """None while ledgers can be opened; else why not (a service is unready meanwhile)."""
+        return None

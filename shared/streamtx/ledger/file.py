@@ -77,6 +77,7 @@ from streamtx.ledger.fenced_ledger import FencedLedger
 from streamtx.ledger.framecache import FrameCache
 from streamtx.ledger.frames import FenceState
 from streamtx.ledger.ioexec import SerialExecutor
+from streamtx.ledger.openfiles import OpenFiles
 from streamtx.ledger.rawlog import RawLog
 
 log = logging.getLogger(__name__)
@@ -111,8 +112,10 @@ class FileRawLog(RawLog):
     """A raw log in one ledger directory; create it with :meth:`open`."""
 
     def __init__(self, directory: str, *, segment_bytes: int, pool: ThreadPoolExecutor | None = None,
-                 writable: bool = True) -> None:
+                 writable: bool = True, files: OpenFiles | None = None) -> None:
         self._dir = directory
+        self._files = files  # the store's bound on open descriptors (openfiles.py)
+        self._released = False  # its files are closed until the next call reopens them
         self._writable = writable  # False: never cut a torn tail (a read-only open)
         self._torn_reported = False
         self._segment_bytes = segment_bytes
@@ -130,8 +133,9 @@ class FileRawLog(RawLog):
 
     @classmethod
     async def open(cls, directory: str, *, segment_bytes: int = 64 << 20,
-                   pool: ThreadPoolExecutor | None = None, writable: bool = True) -> FileRawLog:
-        raw = cls(directory, segment_bytes=segment_bytes, pool=pool, writable=writable)
+                   pool: ThreadPoolExecutor | None = None, writable: bool = True,
+                   files: OpenFiles | None = None) -> FileRawLog:
+        raw = cls(directory, segment_bytes=segment_bytes, pool=pool, writable=writable, files=files)
         try:
             await raw._run(raw._open_sync)
         except BaseException:
@@ -143,10 +147,24 @@ class FileRawLog(RawLog):
         if self._closed:
             raise LedgerClosedError(f"ledger files in {self._dir} are closed")
         loop = asyncio.get_running_loop()
+        if self._files is not None:
+            self._files.used(self)
         try:
-            return await loop.run_in_executor(self._pool, functools.partial(fn, *args))
+            result = await loop.run_in_executor(self._pool, functools.partial(self._with_files, fn, *args))
         except OSError as exc:
+            if self._files is not None:
+                self._files.failed(exc)
             raise LedgerUnavailableError(f"ledger files in {self._dir}: {exc}") from exc
+        if self._files is not None and self._files.exhausted is not None:
+            self._files.opened()  # files could be opened again
+        return result
+
+    def release(self) -> None:
+        """Close this handle's files once the calls already queued ran; the next call reopens them."""
+        if self._files is not None:
+            self._files.forget(self)
+        if not self._closed:
+            self._pool.submit(self._release_sync)
 
     # --- the RawLog interface -----------------------------------------------
 
@@ -187,6 +205,8 @@ class FileRawLog(RawLog):
         if self._closed:
             return
         self._closed = True
+        if self._files is not None:
+            self._files.forget(self)
         loop = asyncio.get_running_loop()
         await loop.run_in_executor(self._pool, self._close_sync)
         self._pool.shutdown(wait=False)
@@ -275,12 +295,47 @@ class FileRawLog(RawLog):
                 _fsync_dir(self._dir)
 
     def _close_sync(self) -> None:
-        for seg in self._segs:
-            os.close(seg.fd)
+        self._close_files()
         self._segs.clear()
+
+    def _close_files(self) -> None:
+        for seg in self._segs:
+            if seg.fd >= 0:
+                os.close(seg.fd)
+                seg.fd = -1
         if self._lock_fd >= 0:
             os.close(self._lock_fd)
             self._lock_fd = -1
+
+    def _with_files(self, fn: Callable[..., T], *args: object) -> T:
+        if self._released:
+            self._reopen_sync()
+        return fn(*args)
+
+    def _release_sync(self) -> None:
+        if not self._closed and not self._released:
+            self._close_files()
+            self._released = True
+
+    def _reopen_sync(self) -> None:
+        """Reopen the files :meth:`release` closed; the index in memory still describes them."""
+        try:
+            try:
+                self._lock_fd = os.open(os.path.join(self._dir, _lock_name), os.O_RDWR)
+            except FileNotFoundError:
+                raise LedgerClosedError(f"ledger directory {self._dir} was deleted") from None
+            for seg in self._segs:
+                with contextlib.suppress(FileNotFoundError):  # trimmed by another handle meanwhile
+                    seg.fd = os.open(seg.path, os.O_RDWR)
+                    if os.fstat(seg.fd).st_size < seg.end:
+                        raise LedgerClosedError(f"{seg.path} is shorter than when its files were released")
+        except BaseException:
+            self._close_files()  # all or nothing: still released, the next call tries again
+            raise
+        self._released = False
+        present = {s.base for s in self._segs if s.fd >= 0}
+        if len(present) < len(self._segs):
+            self._forget_trimmed(present)
 
     # --- the index ------------------------------------------------------------
 
@@ -361,7 +416,7 @@ class FileRawLog(RawLog):
         """Another handle trimmed: drop our segments whose files are gone."""
         keep = [s for s in self._segs if s.base in present]
         for seg in self._segs:
-            if seg.base not in present:
+            if seg.base not in present and seg.fd >= 0:
                 os.close(seg.fd)
         self._segs = keep
         self._start = max(self._start, self._read_trim()[0])
@@ -435,7 +490,8 @@ def _fsync_dir(path: str) -> None:
 class FileLedgerFactory(LedgerFactory):
     """Ledgers as directories of segment files under ``path``."""
 
-    def __init__(self, path: str, *, segment_bytes: int = 64 << 20, io_threads: int = 16) -> None:
+    def __init__(self, path: str, *, segment_bytes: int = 64 << 20, io_threads: int = 16,
+                 max_open_ledgers: int | None = None) -> None:
         if segment_bytes <= 0:
             raise ValueError("segment_bytes must be positive")
         if io_threads <= 0:
@@ -445,6 +501,8 @@ class FileLedgerFactory(LedgerFactory):
         self._open: list[FencedLedger] = []
         # Every ledger's file I/O, however many are open (threads start as needed).
         self._io = ThreadPoolExecutor(max_workers=io_threads, thread_name_prefix="ledger-io")
+        # At most this many ledgers hold their files open; the rest reopen them on use.
+        self.files = OpenFiles(path, max_open_ledgers)
 
     def ledger_dir(self, name: str) -> str:
         """The directory holding ledger ``name``."""
@@ -452,7 +510,7 @@ class FileLedgerFactory(LedgerFactory):
 
     async def open(self, name: str, *, writer: bool = True) -> Ledger:
         raw = await FileRawLog.open(self.ledger_dir(name), segment_bytes=self._segment_bytes, pool=self._io,
-                                    writable=writer)
+                                    writable=writer, files=self.files)
         try:
             ledger = await FencedLedger.open(name, raw, writer=writer)
         except BaseException:
@@ -461,6 +519,9 @@ class FileLedgerFactory(LedgerFactory):
         self._open = [led for led in self._open if not led.closed]  # closed by their users
         self._open.append(ledger)
         return ledger
+
+    async def health(self) -> str | None:
+        return await self.files.health()
 
     async def exists(self, name: str) -> bool:
         loop = asyncio.get_running_loop()

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable
 from contextlib import AbstractAsyncContextManager
 from typing import Any
 
@@ -27,11 +27,26 @@ from streamtx.service.workermetrics import track
 
 
 class ServiceState:
-    """Readiness flag shared by the lifespan and `/readyz`."""
+    """Readiness flag shared by the lifespan and `/readyz`, and what else a ready service must pass."""
 
     def __init__(self) -> None:
         self.ready = False
         self.reason = "starting"
+        # Each names why the service cannot serve now, or None (a ledger store out of file
+        # descriptors, say: openfiles.py); asked by every /readyz, so a recovery shows at once.
+        self.checks: list[Callable[[], Awaitable[str | None]]] = []
+        self.failing: str | None = None  # what the last /readyz found (the ready gauge reads it)
+
+    async def unready(self) -> str | None:
+        """Why ``/readyz`` is not 200 now, or None."""
+        if not self.ready:
+            return self.reason
+        self.failing = None
+        for check in self.checks:
+            if (why := await check()) is not None:
+                self.failing = why
+                break
+        return self.failing
 
 
 def create_app(
@@ -86,7 +101,7 @@ def create_app(
     # With workers: ready while every live worker is; long polls add up over them.
     track(Gauge("streamtx_service_ready", "1 while the service is ready (/readyz answers 200)", ["cluster"],
                 registry=http_registry, multiprocess_mode="livemin").labels(settings.cluster),
-          lambda: float(state.ready))
+          lambda: float(state.ready and state.failing is None))
     instrumentator.instrument(app)
     track(Gauge("streamtx_long_polls_open", "long-poll requests waiting now (fetches)",
                 registry=http_registry, multiprocess_mode="livesum"), lambda: len(polls))
@@ -109,9 +124,10 @@ def create_app(
 
     @app.get("/readyz")
     async def readyz() -> Response:
-        if state.ready:
+        why = await state.unready()
+        if why is None:
             return JSONResponse({"status": "ready"})
-        return error_response(503, "unavailable", state.reason)
+        return error_response(503, "unavailable", why)
 
     @app.get("/v1/cluster")
     async def cluster() -> dict[str, Any]:
