@@ -29,6 +29,7 @@ not be asked: retry).
 from __future__ import annotations
 
 import asyncio
+import functools
 import time
 from collections import OrderedDict
 from collections.abc import Iterable
@@ -133,7 +134,7 @@ class TxnGuard:
         task = self._asking.get(txn)
         if task is None:
             task = self._asking[txn] = asyncio.create_task(self._lookup(txn), name=f"txnguard-{txn}")
-            task.add_done_callback(lambda _: self._asking.pop(txn, None))
+            task.add_done_callback(functools.partial(self._asked, txn))
         # Shielded: one caller going away must not cancel the answer the others wait for.
         known = await asyncio.shield(task)
         if known.state == TxnState.OPEN.name:
@@ -144,6 +145,11 @@ class TxnGuard:
         else:
             self._known.pop(txn, None)
         return known
+
+    def _asked(self, txn: TxnId, task: asyncio.Task[Registration]) -> None:
+        self._asking.pop(txn, None)
+        if not task.cancelled():
+            task.exception()  # retrieved: every caller may have gone away meanwhile
 
     async def _lookup(self, txn: TxnId) -> Registration:
         self.lookups += 1

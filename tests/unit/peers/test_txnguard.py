@@ -142,3 +142,29 @@ async def test_a_coordinator_that_does_not_answer_is_503(tc: FakeCoordinator, gu
     tc.down = True
     with pytest.raises(UnavailableError):
         await guard.check(TXN, OWNER, partitions=[P0])
+
+
+async def test_a_caller_going_away_does_not_cancel_the_others_answer(
+        tc: FakeCoordinator, guard: TxnGuard) -> None:
+    tc.open(TXN)
+    tc.delay_s = 0.05
+    gone = asyncio.create_task(guard.check(TXN, OWNER, partitions=[P0]))
+    staying = asyncio.create_task(guard.check(TXN, OWNER, partitions=[P0]))
+    await asyncio.sleep(0.01)
+    gone.cancel()
+    await staying
+    assert tc.requests == 1
+
+
+async def test_a_cached_answer_is_asked_again_after_its_ttl(tc: FakeCoordinator) -> None:
+    tc.open(TXN)
+    async with httpx.AsyncClient(transport=httpx.MockTransport(tc.handle)) as http:
+        guard = TxnGuard("http://tc", token=None, http=http, ttl_s=0.05)
+        await guard.check(TXN, OWNER, partitions=[P0])
+        await guard.check(TXN, OWNER, partitions=[P0])
+        assert tc.requests == 1
+        tc.txns[str(TXN)]["state"] = "ABORTED"  # an end that never reached this process
+        await asyncio.sleep(0.06)
+        with pytest.raises(ConflictError, match="ABORTED"):
+            await guard.check(TXN, OWNER, partitions=[P0])
+        await guard.aclose()
