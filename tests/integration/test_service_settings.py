@@ -3,10 +3,13 @@ coordinator's other cases: tests/integration/coordinator/test_coordinator_api.py
 
 from __future__ import annotations
 
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
 
+from tests.support.procs import python_env
 from tests.support.services import ServiceProcess
 
 CASES = [
@@ -27,3 +30,15 @@ def test_bad_settings_stop_the_start(tmp_path: Path, service: str, env: dict[str
         proc.stop()
     assert setting in str(failed.value), proc.log_tail()
     assert not (tmp_path / "ledgers").exists()  # stopped before it touched any state
+
+
+@pytest.mark.parametrize("service", ["broker", "pendingack", "coordinator", "replication"])
+def test_a_bad_ledger_url_is_one_line_naming_the_setting(tmp_path: Path, service: str) -> None:
+    """It failed in the app's start-up: a 74-line traceback."""
+    out = subprocess.run([sys.executable, "-m", f"streamtx.{service}"], capture_output=True, text=True,
+                         timeout=60, env=python_env({"STREAMTX_LEDGER_URL": "bogus://x",
+                                                     "STREAMTX_PORT": "1"}))
+    assert out.returncode == 1
+    assert out.stderr.splitlines() == [
+        f"streamtx {service}: invalid setting STREAMTX_LEDGER_URL (ledger_url): unknown ledger URL "
+        "scheme in 'bogus://x' (file://, kafka://, memory://)"]

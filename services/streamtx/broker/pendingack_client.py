@@ -2,10 +2,49 @@
 
 from __future__ import annotations
 
+import asyncio
+import logging
+import time
+from collections.abc import Callable
+
 from streamtx.contracts import TxnId
 from streamtx.contracts.models import Held, PendingAckCreate
-from streamtx.errors import NotFoundError
+from streamtx.errors import NotFoundError, StreamtxError
 from streamtx.transport import ONCE, HttpClient, RetryPolicy
+
+log = logging.getLogger(__name__)
+
+
+class Outage:
+    """Says once that a peer does not answer (again every ``every_s`` while that lasts), and once
+    that it answers again: every subscription of a restarted broker waits for the pending-ack
+    store, which may well start after it, and a line per try and per subscription (hundreds)
+    drowned the log."""
+
+    def __init__(self, peer: str, every_s: float = 60.0, clock: Callable[[], float] = time.monotonic) -> None:
+        self.peer = peer
+        self.every_s = every_s
+        self._clock = clock
+        self._since: float | None = None  # when the current outage began
+        self._said = float("-inf")
+
+    def failed(self, exc: Exception) -> None:
+        now = self._clock()
+        if self._since is None:
+            self._since = now
+        if now - self._said >= self.every_s:
+            self._said = now
+            waited = now - self._since
+            log.warning("the %s does not answer%s (%s); what needs it waits, retrying quietly",
+                        self.peer, f" for {waited:.0f} s" if waited >= 1 else " yet", exc)
+        else:
+            log.debug("the %s does not answer: %s", self.peer, exc)
+
+    def answered(self) -> None:
+        if self._since is not None:
+            if self._said >= self._since:  # its outage was told: so is its end
+                log.info("the %s answers again after %.1f s", self.peer, self._clock() - self._since)
+            self._since = None
 
 
 class PendingAckClient:
@@ -14,6 +53,7 @@ class PendingAckClient:
     def __init__(self, base_url: str | None, timeout_s: float, token: str | None = None) -> None:
         self._client = HttpClient(base_url, peer="pending-ack store", setting="STREAMTX_PENDINGACK_URL",
                                   timeout_s=timeout_s, token=token, retry=RetryPolicy(attempts=5))
+        self.outage = Outage("pending-ack store")
 
     @property
     def configured(self) -> bool:
@@ -37,6 +77,21 @@ class PendingAckClient:
         except NotFoundError:  # no transactional ack was ever logged there
             return []
         return held_pairs(Held.model_validate(body))
+
+    async def held_when_answering(self, topic: str, subscription: str,
+                                  max_delay_s: float = 2.0) -> list[tuple[str, TxnId | None]]:
+        """:meth:`held`, asked again (backing off) until the store answers; said once (:class:`Outage`)."""
+        delay = 0.1
+        while True:
+            try:
+                got = await self.held(topic, subscription)
+            except StreamtxError as exc:
+                self.outage.failed(exc)
+                await asyncio.sleep(delay)
+                delay = min(delay * 2, max_delay_s)
+                continue
+            self.outage.answered()
+            return got
 
     async def aclose(self) -> None:
         await self._client.aclose()

@@ -636,16 +636,7 @@ class Broker:
         # a partition's own name (the SDK's, over spread replicas) are held under that name.
         if names is None:
             names = [sub.topic, *(partition_item(sub.topic, p.index) for p in sub.parts)]
-        delay = 0.1
-        while True:
-            try:
-                for n in names:
-                    sub.restore_held(await self.pendingack.held(n, sub.name))
-                break
-            except StreamtxError as exc:
-                log.warning("pending-ack store did not answer for %s/%s: %s; retrying",
-                            sub.topic, sub.name, exc)
-                await asyncio.sleep(delay)
-                delay = min(delay * 2, 2.0)
+        for n in names:
+            sub.restore_held(await self.pendingack.held_when_answering(n, sub.name))
         sub.held_ready.set()
         sub.notifier.changed()

@@ -31,8 +31,6 @@ log = logging.getLogger(__name__)
 def build_app(settings: CoordinatorSettings) -> FastAPI:
     """The TC app; ready (``/readyz``) once every coordinator has replayed its log."""
     state = ServiceState()
-    # httpx logs every participant call at INFO: thousands a second under load.
-    logging.getLogger("httpx").setLevel(logging.WARNING)
 
     @contextlib.asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:

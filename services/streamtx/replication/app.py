@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import logging
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 
@@ -18,7 +17,6 @@ from streamtx.service import ServiceState, create_app
 def build_app(settings: ReplicationSettings | None = None) -> FastAPI:
     settings = settings or ReplicationSettings.from_env()
     state = ServiceState()
-    logging.getLogger("httpx").setLevel(logging.WARNING)  # a line per replication call otherwise
 
     @asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:

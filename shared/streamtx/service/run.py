@@ -22,6 +22,21 @@ from streamtx.service.workers import serve_app
 S = TypeVar("S", bound=ServiceSettings)
 
 
+def settings_errors(name: str, settings_class: type[ServiceSettings], exc: ValidationError) -> list[str]:
+    """One line per bad setting, naming its environment variable (pydantic's own report is
+    several lines each, and says nothing of ``STREAMTX_``)."""
+    prefix = settings_class.model_config.get("env_prefix") or ""
+    nested = settings_class.model_config.get("env_nested_delimiter") or "__"
+    lines = []
+    for error in exc.errors():
+        field = [str(p) for p in error["loc"]]
+        what = (f"{prefix}{nested.join(field).upper()} ({'.'.join(field)})" if field
+                else f"{prefix}* settings")
+        message = str(error["msg"]).removeprefix("Value error, ")
+        lines.append(f"streamtx {name}: invalid setting {what}: {message}")
+    return lines
+
+
 def run_service(name: str, settings_class: type[S], build_app: Callable[[S], FastAPI], *,
                 base_member: Callable[[S], str] | None = None) -> None:
     """Read ``settings_class`` from the environment, build the app, serve it until stopped.
@@ -32,5 +47,5 @@ def run_service(name: str, settings_class: type[S], build_app: Callable[[S], Fas
     try:
         settings = settings_class()  # type: ignore[call-arg]  # fields from the environment
     except ValidationError as exc:
-        sys.exit(f"streamtx {name}: invalid settings (STREAMTX_* environment):\n{exc}")
+        sys.exit("\n".join(settings_errors(name, settings_class, exc)))
     serve_app(build_app, settings, base_member=base_member(settings) if base_member else "")

@@ -5,8 +5,11 @@ from __future__ import annotations
 from pathlib import Path
 from typing import ClassVar, Literal
 
-from pydantic import Field, model_validator
+from pydantic import Field, field_validator, model_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
+
+from streamtx.errors import MalformedError
+from streamtx.ledger import check_ledger_url
 
 
 class ServiceSettings(BaseSettings):
@@ -63,6 +66,16 @@ class ServiceSettings(BaseSettings):
     worker_index: int = Field(0, ge=0, description="set by the launcher: which worker this process is")
 
     supports_workers: ClassVar[bool] = False
+
+    @field_validator("ledger_url")
+    @classmethod
+    def _ledger_url(cls, url: str) -> str:
+        # At start-up, named (it failed in the app's start-up: a 74-line traceback).
+        try:
+            check_ledger_url(url)
+        except MalformedError as exc:
+            raise ValueError(str(exc)) from None
+        return url
 
     @model_validator(mode="after")
     def _one_jwt_key(self) -> ServiceSettings:
