@@ -95,10 +95,10 @@ bench-stack: setup
 # Spark jobs over the ledgers of $(DATA) (spark-jobs/; ARGS adds options, e.g. ARGS='--pattern txnlog/*').
 SPARK_OUT ?= $(DATA)/spark
 spark-histograms: setup
-	$(PY) spark-jobs/histograms.py --ledgers file://$(abspath $(DATA)) --out $(SPARK_OUT) $(ARGS)
+	$(PY) spark-jobs/histograms.py --ledgers file://$(abspath $(DATA))/ledgers --out $(SPARK_OUT) $(ARGS)
 
 spark-compact: setup
-	$(PY) spark-jobs/compact.py --ledgers file://$(abspath $(DATA)) --out $(SPARK_OUT) $(ARGS)
+	$(PY) spark-jobs/compact.py --ledgers file://$(abspath $(DATA))/ledgers --out $(SPARK_OUT) $(ARGS)
 
 demo: setup
 	$(PY) -m streamtx.cli demo reshard

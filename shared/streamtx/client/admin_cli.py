@@ -29,7 +29,8 @@ the public key).
 directory of ``file://DATA_DIR``), not through a service: ``check`` reports torn
 tails and corruption of every ledger (or the ``--ledger`` names), ``repair``
 fixes what it can (see :mod:`streamtx.ledger.filecheck`); both exit with 2 when
-something is (left) damaged. Run ``repair`` while the services are stopped.
+something is (left) damaged, and with 1 when ``DATA_DIR`` holds no ledger (`make
+run` keeps them in ``<data dir>/ledgers``). Run ``repair`` while the services are stopped.
 """
 
 from __future__ import annotations
@@ -192,18 +193,16 @@ def create_token(ns: argparse.Namespace) -> dict[str, Any]:
 
 def _ledger_command(ns: argparse.Namespace) -> dict[str, Any]:
     # Imported here: the admin API commands need no ledger code.
-    from streamtx.ledger import filecheck, segment
+    from streamtx.ledger import filecheck, segment, where
 
     root = ns.data_dir.removeprefix("file://")
-    if not os.path.isdir(root):
-        raise MalformedError(f"{root} is not a directory")
     if ns.action == "repair" and not ns.ledger and not ns.all:
         raise MalformedError("repair needs --ledger NAME (repeatable) or --all")
-    if ns.ledger:
-        dirs = [os.path.join(root, segment.ledger_dir_name(n)) for n in ns.ledger]
-    else:
-        dirs = sorted(os.path.join(root, d) for d in os.listdir(root)
-                      if not d.startswith(".") and os.path.isfile(os.path.join(root, d, filecheck.LOCK_NAME)))
+    dirs = ([os.path.join(root, segment.ledger_dir_name(n)) for n in ns.ledger] if ns.ledger
+            else where.ledger_dirs(root))
+    if not os.path.isdir(root) or not dirs:  # a check of nothing is no "clean"
+        command = f"streamtx-admin ledger {ns.action}"
+        raise MalformedError(where.explain_empty(root, lambda nested: f"{command} {nested}"))
     try:
         if ns.action == "check":
             reports = [filecheck.check_ledger(d) for d in dirs]

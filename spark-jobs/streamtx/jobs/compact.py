@@ -40,6 +40,7 @@ import asyncio
 import contextlib
 import json
 import os
+import sys
 import time
 from collections.abc import Callable
 from dataclasses import asdict, dataclass
@@ -53,7 +54,17 @@ from streamtx.jobs import compaction, outputs
 from streamtx.jobs.common import add_input_args, names_of
 from streamtx.jobs.reader import live_entries, plan_tasks
 from streamtx.jobs.session import get_session, slices
-from streamtx.jobs.sources import PENDINGACK, SNAPSHOT, TXNLOG, LedgerRef, Task, find_ledgers, read_cursor
+from streamtx.jobs.sources import (
+    PENDINGACK,
+    SNAPSHOT,
+    TXNLOG,
+    LedgerRef,
+    NoLedgersError,
+    Task,
+    find_ledgers,
+    read_cursor,
+    require_ledgers,
+)
 from streamtx.ledger import ledger_id_for, open_ledger_factory
 
 _kinds = frozenset({TXNLOG, PENDINGACK, SNAPSHOT})
@@ -259,6 +270,11 @@ def build_parser() -> argparse.ArgumentParser:
 
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
+    try:  # nothing written, no success pushed: a staleness alert still fires
+        require_ledgers(args.ledgers, args.pattern, names_of(args), _kinds)
+    except NoLedgersError as exc:
+        print(f"compact: {exc}", file=sys.stderr)
+        return 2
     spark = get_session(args.master, "streamtx-compact")
     started = time.monotonic()
     reports = run(spark, args.ledgers, pattern=args.pattern, names=names_of(args),

@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import argparse
 import os
+import sys
 import time
 from collections.abc import Callable, Iterator
 from typing import Any
@@ -33,7 +34,7 @@ from streamtx.jobs import aggregate, outputs
 from streamtx.jobs.common import add_input_args, names_of, time_ms
 from streamtx.jobs.reader import live_entries, plan_tasks
 from streamtx.jobs.session import get_session, slices
-from streamtx.jobs.sources import PARTITION, PENDINGACK, TXNLOG, Task, find_ledgers
+from streamtx.jobs.sources import PARTITION, PENDINGACK, TXNLOG, NoLedgersError, Task, require_ledgers
 
 _kinds = frozenset({TXNLOG, PENDINGACK, PARTITION})
 
@@ -59,11 +60,12 @@ def compute(spark: Any, url: str, *, pattern: str = "*", names: list[str] | None
             on_phase: Callable[[str], None] | None = None) -> outputs.Results:
     """Run the job's Spark part; the results, not yet written anywhere.
 
-    ``on_phase`` is called with ``plan`` and ``tasks`` as each ends (the bench's profile).
+    NoLedgersError when ``url`` holds no ledger the job reads (nothing to report
+    is not a success). ``on_phase`` is called with ``plan`` and ``tasks`` as each ends (the bench's profile).
     """
     mark = on_phase or (lambda _: None)
     started = time.monotonic()
-    refs = find_ledgers(url, pattern, names, _kinds)
+    refs = require_ledgers(url, pattern, names, _kinds)
     tasks = plan_tasks(spark, refs, split_bytes=split_bytes, split_entries=split_entries)
     mark("plan")
     results = outputs.Results("histograms")
@@ -160,9 +162,14 @@ def build_parser() -> argparse.ArgumentParser:
 
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
-    spark = get_session(args.master, "streamtx-histograms")
-    results = compute(spark, args.ledgers, pattern=args.pattern, names=names_of(args),
-                      since_ms=args.since, until_ms=args.until, split_bytes=args.split_mb << 20)
+    try:
+        require_ledgers(args.ledgers, args.pattern, names_of(args), _kinds)  # before Spark's start
+        spark = get_session(args.master, "streamtx-histograms")
+        results = compute(spark, args.ledgers, pattern=args.pattern, names=names_of(args),
+                          since_ms=args.since, until_ms=args.until, split_bytes=args.split_mb << 20)
+    except NoLedgersError as exc:  # nothing written, no success pushed: a staleness alert still fires
+        print(f"histograms: {exc}", file=sys.stderr)
+        return 2
     write(results, args.out, args.prom, args.pushgateway)
     print(f"histograms: {len(results.extra['ledgers'])} ledgers, {results.extra['tasks']} tasks, "
           f"{results.extra['seconds']} s -> {args.out}")

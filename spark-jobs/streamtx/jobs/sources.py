@@ -25,7 +25,7 @@ from urllib.parse import urlsplit
 
 from streamtx.cursor.cursor import cursor_ledger_name
 from streamtx.cursor.state import CursorState
-from streamtx.ledger import open_ledger_factory, segment
+from streamtx.ledger import open_ledger_factory, segment, where
 from streamtx.ledger.frames import FenceState
 
 TXNLOG, PENDINGACK, PARTITION, SNAPSHOT = "txnlog", "pendingack", "partition", "tbsnapshot"
@@ -104,6 +104,27 @@ def find_ledgers(url: str, pattern: str = "*", names: list[str] | None = None,
                  and not d.startswith(".")] if os.path.isdir(root) else []
     refs = [ref for n in names if fnmatch.fnmatchcase(n, pattern) and (ref := classify(url, n))]
     return [r for r in refs if kinds is None or r.kind in kinds]
+
+
+class NoLedgersError(ValueError):
+    """The input holds no ledger the job reads: a job that read nothing must not report success."""
+
+
+def require_ledgers(url: str, pattern: str = "*", names: list[str] | None = None,
+                    kinds: frozenset[str] | None = None) -> list[LedgerRef]:
+    """:func:`find_ledgers`, or NoLedgersError saying where the job looked when there are none."""
+    refs = find_ledgers(url, pattern, names, kinds)
+    if refs:
+        return refs
+    wanted = "/".join(sorted(kinds)) if kinds else "data"
+    if names is not None:
+        raise NoLedgersError(f"none of the {len(names)} ledger names given (--names) is a {wanted} ledger"
+                             f" matching --pattern {pattern!r}")
+    root = file_root(url)
+    if (others := find_ledgers(url)):
+        raise NoLedgersError(f"none of the {len(others)} ledgers under {os.path.abspath(root)} is a {wanted}"
+                             f" ledger matching --pattern {pattern!r}")
+    raise NoLedgersError(where.explain_empty(root, lambda nested: f"--ledgers file://{nested}"))
 
 
 def plan(ref: LedgerRef, *, split_bytes: int, split_entries: int) -> tuple[int, FenceState, list[Split]]:
