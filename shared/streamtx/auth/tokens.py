@@ -57,10 +57,15 @@ def principal_from_claims(claims: dict[str, Any]) -> Principal:
     return Principal(sub, frozenset(roles), None if ALL_TENANTS in tenants else frozenset(tenants))
 
 
+#: How long past its ``exp`` a token is still accepted: the issuer's clock and a service's
+#: may differ by this much (README, "Security").
+EXPIRY_LEEWAY_S = 5.0
+
+
 class TokenVerifier:
     """Checks a token's signature and expiry with one key: an HS256 secret or an RS256 public key."""
 
-    def __init__(self, key: str, algorithm: str, *, leeway_s: float = 5.0) -> None:
+    def __init__(self, key: str, algorithm: str, *, leeway_s: float = EXPIRY_LEEWAY_S) -> None:
         if algorithm not in ("HS256", "RS256"):
             raise ValueError(f"unsupported algorithm {algorithm}")
         self._key = key

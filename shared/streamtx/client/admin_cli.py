@@ -158,7 +158,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--subject", required=True, help="who the token is for (owner of its transactions)")
     p.add_argument("--role", action="append", choices=ROLES, required=True, help="repeatable")
     p.add_argument("--tenant", action="append", default=[], help="repeatable; '*' for every tenant")
-    p.add_argument("--expires-in-s", type=float, default=None, help="default: never expires")
+    p.add_argument("--expires-in-s", type=float, default=None,
+                   help="default: never expires (the services accept it up to 5 s past expiry: clock skew)")
     p.add_argument("--private-key-file", default=None, help="RS256 PEM private key (default: HS256 with "
                    "$STREAMTX_AUTH_JWT_SECRET)")
 
@@ -177,6 +178,10 @@ def build_parser() -> argparse.ArgumentParser:
 
 def create_token(ns: argparse.Namespace) -> dict[str, Any]:
     """A signed token and what it carries."""
+    if "client" in ns.role and not ns.tenant:
+        # It would reach no tenant at all: every client call 403, and nothing said why.
+        raise MalformedError("a token with the client role needs --tenant NAME (repeatable; '*' for every "
+                             "tenant): without one it may touch no tenant")
     if ns.private_key_file:
         with open(ns.private_key_file) as f:
             key, algorithm = f.read(), "RS256"

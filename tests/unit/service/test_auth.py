@@ -15,6 +15,7 @@ from cryptography.hazmat.primitives.asymmetric import rsa
 
 from streamtx.auth import Denial, Principal, TokenError, TokenVerifier, issue
 from streamtx.auth.policy import Need, check, rule_of
+from streamtx.auth.tokens import EXPIRY_LEEWAY_S
 from streamtx.client import admin_cli
 from streamtx.service.auth import Authenticator, authorizer
 from streamtx.service.settings import ServiceSettings
@@ -165,3 +166,23 @@ async def test_admin_cli_issues_tokens(
     assert exp is not None and 3500 < exp - time.time() <= 3600
     monkeypatch.delenv("STREAMTX_AUTH_JWT_SECRET")
     assert await admin_cli.run(["token", "create", "--subject", "x", "--role", "admin"]) == 1
+
+
+async def test_a_client_token_without_a_tenant_is_refused(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """It was made, and reached no tenant: every call of its holder a 403."""
+    monkeypatch.setenv("STREAMTX_AUTH_JWT_SECRET", SECRET)
+    assert await admin_cli.run(["token", "create", "--subject", "app1", "--role", "client"]) == 1
+    out = capsys.readouterr()
+    assert out.out == "" and "needs --tenant" in json.loads(out.err)["message"]
+    assert await admin_cli.run(["token", "create", "--subject", "ops", "--role", "admin"]) == 0  # no tenant
+
+
+def test_an_expired_token_is_accepted_for_the_documented_leeway_only() -> None:
+    now = time.time()
+    verifier = TokenVerifier(SECRET, "HS256")
+    assert EXPIRY_LEEWAY_S == 5.0  # README, "Security"
+    verifier.verify(issue(SECRET, subject="a", roles=["client"], expires_in_s=-3, now=now))
+    with pytest.raises(TokenError, match="expired"):
+        verifier.verify(issue(SECRET, subject="a", roles=["client"], expires_in_s=-8, now=now))
