@@ -17,8 +17,9 @@ and caches the positive answer per transaction. A partition or subscription not
 in the cached answer is asked again (the client may have registered it since);
 the entry is dropped when the transaction's end reaches this process
 (:meth:`TxnGuard.forget`), and re-asked after ``ttl_s`` in any case, so an end
-that never reached us (the partition moved) is noticed too. Concurrent first
-sights of one transaction share one request.
+that never reached us (the partition moved) is noticed too (as is an OPEN answer
+that was on its way while the end arrived). Concurrent first sights of one
+transaction share one request.
 
 Answers, in the API's error shape: 404 (unknown transaction, or one of a
 coordinator id no coordinator serves), 403 (another client's transaction),
@@ -113,7 +114,6 @@ class TxnGuard:
         self._max = max_txns
         self._known: OrderedDict[TxnId, Registration] = OrderedDict()
         self._asking: dict[TxnId, asyncio.Task[Registration]] = {}
-        self.lookups = 0  # requests sent to the coordinator (tests, the cost of the check)
 
     async def check(self, txn: TxnId, principal: Principal | None, *, partitions: Iterable[str] = (),
                     subscriptions: Iterable[SubscriptionKey] = ()) -> None:
@@ -152,7 +152,6 @@ class TxnGuard:
             task.exception()  # retrieved: every caller may have gone away meanwhile
 
     async def _lookup(self, txn: TxnId) -> Registration:
-        self.lookups += 1
         try:
             answer = await self._client.request("GET", f"/v1/transactions/{txn}")
         except NotServedError:
