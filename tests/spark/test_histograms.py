@@ -88,7 +88,8 @@ def test_histograms_equal_the_written_records(spark: Any, tmp_path: Path) -> Non
         still_open = [t for t in opened if t not in final]
         assert results.gauges["txns"].get((*labels, ("state", "OPEN")), 0) + results.gauges["txns"].get(
             (*labels, ("state", "ENDING")), 0) == len(still_open)
-    pa_labels = (("topic", "persistent://public/default/in"), ("subscription", "s"))
+    pa_labels = (("topic", "persistent://public/default/in"), ("partition", "persistent://public/default/in"),
+                 ("subscription", "s"))
     pa_batched = [p for _, p in written["pendingack/persistent://public/default/in/s"] if p[:2] == MAGIC]
     assert results.histograms["pending_ack_log_records_per_entry"][pa_labels].counts == _buckets(
         [len(decode_entry(p)) for p in pa_batched], RECORDS_BUCKETS)

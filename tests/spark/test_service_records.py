@@ -75,7 +75,9 @@ def test_the_jobs_read_every_ledger_the_services_wrote(spark: Any, written: str)
     assert states == {"COMMITTED": 1, "ABORTED": 1, "OPEN": 1}, states
     msgs = {dict(labels)["topic"]: n for labels, n in res.gauges["partition_messages"].items()}
     assert sum(msgs.values()) == 6, msgs  # 3 plain, 3 in transactions (aborted ones were written too)
-    assert "pending_ack_log_records_per_entry" in res.histograms or res.gauges.get("log_unbatched_entries")
+    assert set(msgs) == {"persistent://a/n/in", "persistent://a/n/out"}, msgs
+    acked = {dict(labels)["topic"] for labels in res.histograms["pending_ack_log_records_per_entry"]}
+    assert acked == {"persistent://a/n/in"}, acked  # the same label as the messages' (item 9)
 
     reports = compact.run(spark, written, commit=False)
     assert {r.kind for r in reports} >= {TXNLOG, PENDINGACK, SNAPSHOT}, reports

@@ -9,8 +9,8 @@ name                                         labels                             
 ===========================================  ======================================  ===========
 tc_log_records_per_entry                     cluster, coordinator_id                 histogram
 tc_log_entry_size_bytes                      cluster, coordinator_id                 histogram
-pending_ack_log_records_per_entry            topic, subscription                     histogram
-pending_ack_log_entry_size_bytes             topic, subscription                     histogram
+pending_ack_log_records_per_entry            topic, partition, subscription          histogram
+pending_ack_log_entry_size_bytes             topic, partition, subscription          histogram
 txn_duration_seconds                         cluster, coordinator_id, outcome        histogram
 message_size_bytes                           topic                                   histogram
 txns                                         cluster, coordinator_id, state          gauge
@@ -24,6 +24,11 @@ job_last_success_timestamp_seconds           job                                
 job_duration_seconds                         job                                     gauge
 job_records_read                             job                                     gauge
 ===========================================  ======================================  ===========
+
+``topic`` is always the topic's full name (``persistent://t/n/x``) and
+``partition`` the partition's (``persistent://t/n/x-partition-0``), from
+whichever ledger (:func:`streamtx.jobs.sources.topic_labels`): the message
+and pending-ack metrics join on them.
 
 The file is written with :func:`prometheus_client.write_to_textfile`, which
 writes a temporary file and renames it over the target (the node-exporter

@@ -27,8 +27,10 @@ from streamtx.cursor.cursor import cursor_ledger_name
 from streamtx.cursor.state import CursorState
 from streamtx.ledger import open_ledger_factory, segment, where
 from streamtx.ledger.frames import FenceState
+from streamtx.names import PARTITION_SUFFIX
 
 TXNLOG, PENDINGACK, PARTITION, SNAPSHOT = "txnlog", "pendingack", "partition", "tbsnapshot"
+_scheme = "persistent://"
 _cursor_of = {TXNLOG: "tc", PENDINGACK: "pendingack"}
 
 
@@ -70,22 +72,33 @@ class Task:
 
 
 def classify(url: str, name: str) -> LedgerRef | None:
-    """A LedgerRef for a data ledger name; None for cursor and compaction ledgers."""
+    """A LedgerRef for a data ledger name; None for cursor and compaction ledgers.
+
+    Every per-topic metric labels its topic the same way, whatever ledger it
+    comes from (partition ledgers drop the ``persistent://`` that pending-ack
+    ledger names keep): ``topic`` is the topic's full name
+    (``persistent://t/n/x``) and ``partition`` the partition's
+    (``persistent://t/n/x-partition-0``), so message and pending-ack metrics join.
+    """
     parts = name.split("/")
     if "cursor" in parts[1:-1] or parts[0] == "compaction" or "base" in parts[1:-1]:
         return None
     if parts[0] == "txnlog" and len(parts) == 3:
         return LedgerRef(url, name, TXNLOG, (("cluster", parts[1]), ("coordinator_id", parts[2])))
     if parts[0] == "pendingack" and len(parts) >= 3:
-        topic = "/".join(parts[1:-1])
-        return LedgerRef(url, name, PENDINGACK, (("topic", topic), ("subscription", parts[-1])))
+        return LedgerRef(url, name, PENDINGACK, (*topic_labels("/".join(parts[1:-1])),
+                                                 ("subscription", parts[-1])))
     if parts[0] == "topics" and len(parts) >= 2:
-        partition = name.removeprefix("topics/")
-        topic = partition.rsplit("-partition-", 1)[0]
-        return LedgerRef(url, name, PARTITION, (("topic", topic), ("partition", partition)))
+        return LedgerRef(url, name, PARTITION, topic_labels(name.removeprefix("topics/")))
     if parts[0] == "tbsnapshot":
-        return LedgerRef(url, name, SNAPSHOT, (("partition", name.removeprefix("tbsnapshot/")),))
+        return LedgerRef(url, name, SNAPSHOT, topic_labels(name.removeprefix("tbsnapshot/")))
     return None
+
+
+def topic_labels(partition: str) -> tuple[tuple[str, str], ...]:
+    """``topic`` and ``partition`` labels of a partition named with or without ``persistent://``."""
+    full = partition if partition.startswith(_scheme) else _scheme + partition
+    return (("topic", full.rsplit(PARTITION_SUFFIX, 1)[0]), ("partition", full))
 
 
 def file_root(url: str) -> str:
