@@ -10,7 +10,7 @@ PORT_ARG = $(if $(BASE_PORT),--base-port $(BASE_PORT))
 # shared/, services/ and spark-jobs/); pytest and the benchmarks find tests/ in the checkout.
 
 .PHONY: setup run test lint spark-histograms spark-compact bench bench-spark bench-log bench-tc bench-txn bench-peer demo demo-long clean bench-bounded bench-auth
-.PHONY: run-geo bench-repl bench-stack bench-lease help
+.PHONY: run-geo bench-repl bench-stack bench-lease help bench-recovery
 
 help: ## this list
 	@awk 'BEGIN {FS = ":.*## "} /^[a-z-]+:.*## / {printf "  make %-17s %s\n", $$1, $$2}' $(MAKEFILE_LIST)
@@ -97,6 +97,9 @@ bench-peer: setup ## the resharding job against a Kafka peer
 # issue 15 item 4: server loop and parser, client loop, fetch batch; JSON decoders (bench/stack.py)
 bench-stack: setup ## server loop and parser, client loop, fetch batch (ARGS)
 	$(PY) bench/stack.py $(ARGS)
+
+bench-recovery: setup ## recovery after kill -9 of each kind of process, 10 kills each (ARGS=--kills 1)
+	$(PY) bench/recovery.py $(ARGS)
 
 # Spark jobs over the ledgers of $(DATA) (spark-jobs/; ARGS adds options, e.g. ARGS='--pattern txnlog/*').
 SPARK_OUT ?= $(DATA)/spark

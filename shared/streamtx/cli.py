@@ -58,7 +58,7 @@ def _demo(args: argparse.Namespace) -> int:
         commit_interval_ms=args.commit_interval_ms, txn_timeout_ms=args.txn_timeout_ms,
         chaos=args.chaos, kill_every_s=args.kill_every, zombie=args.zombie, run_dir=args.run_dir,
         keep=args.keep, seed=args.seed, quiet=args.quiet, assignment=args.assignment, users=args.users,
-        backlog=args.backlog, url=args.url,
+        backlog=args.backlog, url=args.url, kills_per_kind=args.kills_per_kind,
     ))
 
 
@@ -122,6 +122,10 @@ def build_parser() -> argparse.ArgumentParser:
     r.add_argument("--txn-timeout-ms", type=int, default=10_000, help="workers' transaction timeout (10000)")
     r.add_argument("--chaos", action="store_true", help="kill -9 and restart a random process repeatedly")
     r.add_argument("--kill-every", type=float, default=5.0, help="seconds between chaos kills (5)")
+    r.add_argument("--kills-per-kind", type=int, default=0,
+                   help="the recovery plan instead of --chaos: kill -9 the broker, the coordinator, the "
+                   "pending-ack store and a worker this many times each, one at a time, the next once the "
+                   "job commits every partition again; the load runs until then (--duration unused)")
     r.add_argument("--zombie", action="store_true",
                    help="SIGSTOP a worker past its txn timeout, then SIGCONT")
     r.add_argument("--run-dir", type=Path, default=None, help="keep ledgers and histories here (temp dir)")

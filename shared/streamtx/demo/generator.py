@@ -18,6 +18,7 @@ import asyncio
 import json
 import random
 import resource
+import signal
 import sys
 import time
 from pathlib import Path
@@ -42,8 +43,12 @@ async def run(cfg: RunConfig, run_dir: Path, broker_url: str, rate: float, durat
     written = bytes_written = retries = requests = 0
     start = time.monotonic()
     last_status = start
+    # SIGTERM ends the load after the request under way (the recovery plan stops it so).
+    stop = asyncio.Event()
+    asyncio.get_running_loop().add_signal_handler(signal.SIGTERM, stop.set)
     with generator_log(run_dir).open("a") as log:
-        while (now := time.monotonic()) - start < duration_s and not (count and written >= count):
+        while ((now := time.monotonic()) - start < duration_s and not (count and written >= count)
+               and not stop.is_set()):
             due = min(int(rate * (now - start)) - written, max_batch, *([count - written] if count else []))
             if due <= 0:
                 await asyncio.sleep(tick_s)

@@ -12,7 +12,8 @@ generator.jsonl, one line per acknowledged request::
 worker-<i>.jsonl, one line per transaction event::
 
     {"txn": "<id>", "o": "open" | "wrote" | "committing" | "committed" | "aborted" | "refused",
-     "n": <records>, "why": "<error>", "r": [[src_partition, seq], ...]}  # "r": aborted/refused
+     "n": <records>, "why": "<error>", "r": [[src_partition, seq], ...],  # "r": aborted/refused
+     "p": [src_partition, ...], "t": <wall clock, s>}  # "p": committed, the partitions it advanced
 """
 
 from __future__ import annotations

@@ -25,6 +25,7 @@ import tempfile
 import threading
 import time
 import uuid
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -35,13 +36,17 @@ from tqdm import tqdm
 from streamtx.demo.checker import Report
 from streamtx.demo.layout import RunConfig, read_jsonl, worker_log
 from streamtx.demo.procs import Child, child_env, cpu_seconds, free_port
+from streamtx.demo.recovery import Kill, RecoveryReport, analyse, kind_of, kinds, whole_since
+from streamtx.demo.recovery import render as render_recovery
 from streamtx.demo.rest import Rest, last_per_partition
 from streamtx.demo.stats import DemoResult, render_table, summary_line
-from streamtx.demo.verify import load_workers, load_written, verify
+from streamtx.demo.verify import load_commits, load_workers, load_written, verify
 from streamtx.errors import StreamtxError
 
 services = ("broker", "pendingack", "coordinator")  # start order: participants first
 workers_ready_timeout_s = 30.0  # the generator starts once the workers are up, or after this
+recovery_wait_s = 120.0  # the recovery plan: wait this long for the job to be whole again, then go on
+recovery_settle_s = 1.0  # ... and this long after it is, before the next kill
 
 
 @dataclass
@@ -68,6 +73,9 @@ class Options:
     fetch_max: int = 10_000  # records per worker fetch
     service_env: dict[str, str] = field(default_factory=dict)  # more STREAMTX_* for the services
     url: str | None = None  # a running deployment (any service's URL): start no services, kill none
+    # > 0: the recovery plan instead of random chaos: kill -9 each kind of process this many
+    # times, one kill at a time, the next once the job is whole again; then stop the load.
+    kills_per_kind: int = 0
 
 
 @dataclass
@@ -130,6 +138,8 @@ class Demo:
             for i in range(opts.workers)
         ]
         self.kills: list[str] = []
+        self.kill_events: list[KillEvent] = []  # the same kills, timed
+        self.recovery: RecoveryReport | None = None
         self.zombie_txns: list[str] = []  # transactions open while their worker was paused
         self.paused: set[str] = set()  # workers under SIGSTOP
         self.finishing = False  # workers being stopped: do not restart them
@@ -139,6 +149,7 @@ class Demo:
         self.gen = GeneratorStatus()
         self.generators: list[subprocess.Popen[bytes]] = []  # stopped by shutdown if still running
         self.lock = asyncio.Lock()  # one chaos action at a time
+        self.watching: set[asyncio.Task[None]] = set()  # restarted workers, until they are up
         (self.run_dir / "services.json").write_text(json.dumps(self.urls))
 
     def say(self, text: str) -> None:
@@ -218,7 +229,7 @@ class Demo:
     async def chaos(self) -> None:
         """Every ``kill_every`` seconds (on a fixed schedule), kill -9 one random process and
         restart it; a paused (zombie) worker is left alone."""
-        targets = [t for t in (*self.services, *(w.name for w in self.workers)) if t not in self.opts.spare]
+        targets = self.targets()
         next_at = time.monotonic()
         while not self.gen.done:
             next_at += self.opts.kill_every_s
@@ -226,12 +237,66 @@ class Demo:
             if self.gen.done:
                 break
             async with self.lock:
-                name = self.rng.choice([t for t in targets if t not in self.paused])
-                child = self.services.get(name) or next(w for w in self.workers if w.name == name)
-                child.kill9()
-                self.kills.append(name)
-                self.say(f"demo: kill -9 {name} (kill {len(self.kills)})")
-                await asyncio.to_thread(child.start)
+                await self.kill_and_restart(self.rng.choice([t for t in targets if t not in self.paused]))
+
+    async def kill_and_restart(self, name: str) -> KillEvent:
+        """kill -9 the process ``name`` and start it again (the caller holds the lock); the
+        event notes when it was back: a service answering ``/readyz``, a worker saying what
+        it owns (watched in the background)."""
+        child = self.services.get(name) or next(w for w in self.workers if w.name == name)
+        offset = child.log_path.stat().st_size if child.log_path.exists() else 0
+        event = KillEvent(name, time.time())
+        child.kill9()
+        self.kills.append(name)
+        self.kill_events.append(event)
+        self.say(f"demo: kill -9 {name} (kill {len(self.kills)})")
+        await asyncio.to_thread(child.start)
+        if child.ready_url:
+            event.ready_at = time.time()
+        else:
+            self.watching.add(asyncio.create_task(self._worker_ready(child, offset, event)))
+        return event
+
+    async def _worker_ready(self, w: Child, offset: int, event: KillEvent) -> None:
+        deadline = time.monotonic() + recovery_wait_s
+        while w.alive() and time.monotonic() < deadline:
+            if _said_owns(w, offset):
+                event.ready_at = time.time()
+                return
+            await asyncio.sleep(0.02)
+
+    def targets(self) -> list[str]:
+        return [t for t in (*self.services, *(w.name for w in self.workers)) if t not in self.opts.spare]
+
+    async def recovery_plan(self, stop_load: Callable[[], None]) -> None:
+        """Kill -9 each kind of process ``kills_per_kind`` times, kinds in turn and one kill at a
+        time: the next only once the job is whole again (every source partition advanced by a
+        transaction opened after the kill) and ``recovery_settle_s`` later; then stop the load."""
+        targets = self.targets()
+        order = [k for k in kinds if any(kind_of(t) == k for t in targets)]
+        try:
+            await self.wait_whole(time.time() - 3600)  # the job runs before the first kill
+            for i in range(self.opts.kills_per_kind):
+                for kind in order:
+                    names = [t for t in targets if kind_of(t) == kind]
+                    async with self.lock:
+                        event = await self.kill_and_restart(names[i % len(names)])
+                    await self.wait_whole(event.at)
+                    await asyncio.sleep(recovery_settle_s)
+            self.say(f"demo: recovery plan done ({len(self.kills)} kills); stopping the load")
+        finally:
+            stop_load()  # whatever happened: the load would otherwise run for good
+
+    async def wait_whole(self, since: float) -> None:
+        """Until every source partition has a commit of a transaction opened after ``since``
+        (wall clock), at most ``recovery_wait_s``."""
+        partitions = set(range(self.cfg.source_partitions))
+        deadline = time.monotonic() + recovery_wait_s
+        while time.monotonic() < deadline and not self.gen.done:
+            commits = await asyncio.to_thread(load_commits, self.run_dir)
+            if whole_since(since, commits) >= partitions:
+                return
+            await asyncio.sleep(0.2)
 
     def open_txn(self, worker: Child) -> str | None:
         """The transaction in which a worker has written but not asked to commit yet,
@@ -324,16 +389,21 @@ class Demo:
                 self.say(f"demo: backlog of {self.gen.written} records written; starting the workers")
             await self.start_workers()
             self.say(f"demo: run dir {self.run_dir}; {opts.workers} workers, {opts.rate:.0f} records/s "
-                     f"for {opts.duration_s:.0f}s, commit every {opts.commit_interval_ms} ms"
+                     + (f"until {opts.kills_per_kind} kills of each kind" if opts.kills_per_kind
+                        else f"for {opts.duration_s:.0f}s") + f", commit every {opts.commit_interval_ms} ms"
                      + (f", chaos every {opts.kill_every_s:g}s" if opts.chaos else "")
                      + (", zombies" if opts.zombie else ""))
             if not opts.backlog:
-                gen = self.spawn_generator(rate=opts.rate, duration_s=opts.duration_s)
+                # The recovery plan stops the load itself when its last kill is recovered from.
+                gen = self.spawn_generator(rate=opts.rate,
+                                           duration_s=1e9 if opts.kills_per_kind else opts.duration_s)
             reader = threading.Thread(target=self.read_generator, args=(gen,), daemon=True)
             reader.start()
             started = time.monotonic()
             tasks = [asyncio.create_task(self.follow(rest)), asyncio.create_task(self.babysit())]
-            if opts.chaos:
+            if opts.kills_per_kind:
+                tasks.append(asyncio.create_task(self.recovery_plan(lambda: gen.send_signal(signal.SIGTERM))))
+            elif opts.chaos:
                 tasks.append(asyncio.create_task(self.chaos()))
             if opts.zombie:
                 tasks.append(asyncio.create_task(self.zombie()))
@@ -375,6 +445,9 @@ class Demo:
             self.probe.stopping = True
             await asyncio.gather(*tasks[:2], return_exceptions=True)
             report = await verify(rest, self.run_dir)
+            for t in self.watching:
+                t.cancel()
+            self.recovery = analyse([e.kill() for e in self.kill_events], load_commits(self.run_dir))
             result = self.result(elapsed, report)
             return result, report
         finally:
@@ -410,9 +483,10 @@ class Demo:
             shutil.rmtree(self.run_dir, ignore_errors=True)
 
 
-def run_demo(opts: Options) -> int:
-    """Run one demo; print the table, the checker's report, and the summary line last."""
-    demo = Demo(opts)
+def run_demo(opts: Options, demo: Demo | None = None) -> int:
+    """Run one demo (``demo``: made by the caller, who reads its results after); print the table,
+    the recoveries from kills, the checker's report, and the summary line last."""
+    demo = demo or Demo(opts)
     try:
         result, report = asyncio.run(demo.run())
     except BaseException:
@@ -428,6 +502,8 @@ def run_demo(opts: Options) -> int:
         print(f"zombies: {len(demo.zombie_txns)} paused past their txn timeout; their txns: "
               f"{', '.join(outcomes) or 'none'}")
     print("cpu seconds: " + ", ".join(f"{k} {v:.1f}" for k, v in demo.cpu.items()))
+    if demo.kills and demo.recovery is not None:
+        print(render_recovery(demo.recovery))
     print(report.render())
     if not demo.caught_up:
         print(f"demo: the job made no progress for {opts.drain_timeout_s:.0f}s before it had caught up; "
@@ -440,6 +516,18 @@ def run_demo(opts: Options) -> int:
     if report.ok:
         demo.cleanup()
     return 0 if report.ok else 1
+
+
+@dataclass
+class KillEvent:
+    """One kill -9 as the supervisor saw it (wall clock); ``ready_at`` once it was back."""
+
+    name: str
+    at: float
+    ready_at: float | None = None
+
+    def kill(self) -> Kill:
+        return Kill(self.name, self.at, self.ready_at)
 
 
 def deployment_urls(url: str) -> dict[str, str]:

@@ -18,6 +18,7 @@ from typing import TypeVar
 from streamtx.demo.checker import Observed, Report, Written, check
 from streamtx.demo.layout import RunConfig, generator_log, read_jsonl, worker_logs
 from streamtx.demo.records import decode
+from streamtx.demo.recovery import Commit
 from streamtx.demo.rest import Fetched, Rest, last_per_partition, position_of, retry_retriable
 
 T = TypeVar("T")
@@ -54,6 +55,20 @@ def load_workers(run_dir: Path) -> WorkerHistory:
             if line.get("n") == -1:
                 h.orphans += 1
     return h
+
+
+def load_commits(run_dir: Path) -> list[Commit]:
+    """Every committed transaction of the workers' logs that says which source partitions it
+    advanced (an orphan ended by a worker's next life says none), with its open time."""
+    commits: list[Commit] = []
+    for path in worker_logs(run_dir):
+        opened: dict[str, float] = {}
+        for line in read_jsonl(path):
+            if line["o"] == "open":
+                opened[line["txn"]] = line["t"]
+            elif line["o"] == "committed" and line.get("p") and line["txn"] in opened:
+                commits.append(Commit(opened[line["txn"]], line["t"], frozenset(line["p"])))
+    return commits
 
 
 def load_written(run_dir: Path) -> tuple[list[Written], list[float]]:

@@ -257,7 +257,8 @@ class Worker(SharedJob, Intake, Outputs):
             sent = [h.record.sent_at_ms for *_, h in c.taken]
             at = c.started_wall_ms
             ages = {"age_max": round(at - min(sent)), "age_min": round(at - max(sent))} if sent else {}
-            self._log(c.txn, "committed", n=len(c.taken), commit=round(commit_s * 1000), **timing, **ages)
+            self._log(c.txn, "committed", n=len(c.taken), p=sorted({p for p, _, _ in c.taken}),
+                      commit=round(commit_s * 1000), **timing, **ages)
             return True
         self.buf.rollback(keep=self.known)
         self.resync_wanted |= self.known  # refused: another worker may have written these
