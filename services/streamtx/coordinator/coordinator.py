@@ -48,6 +48,7 @@ from streamtx.records.txnlog import (
     AddPartitions,
     AddSubscriptions,
     Forwarded,
+    LogRef,
     NewTxn,
     Plain,
     ReserveIds,
@@ -169,7 +170,7 @@ class TransactionCoordinator:
         self.recover_started_ms = self._clock()
         table = self.table
         with _gc_paused():
-            await self.log.replay(table.apply)
+            await self.log.replay(table.apply, self.needed_refs)
         self._next = table.next_counter
         for meta in table.txns.values():
             if meta.state in ending_states:
@@ -438,10 +439,19 @@ class TransactionCoordinator:
 
     async def adopt_compaction(self) -> None:
         """Adopt a compacted base of the log (``compact`` Spark job) that holds what we still need."""
-        needed = [ref for meta in self.table.unfinished() for ref in meta.refs]
+        await self.log.adopt_compaction(self.needed_refs())
+
+    def needed_refs(self) -> list[LogRef]:
+        """The records the table stands on: those of every transaction it remembers, and the reservation.
+
+        Finished transactions count until their records are deleted (after
+        ``finished_retention_ms``): a retried commit and the participants' stuck
+        checkers ask about them, and a 404 reads as an abort.
+        """
+        needed = [ref for meta in self.table.txns.values() for ref in meta.refs]
         if self.table.reserve_ref is not None:
             needed.append(self.table.reserve_ref)
-        await self.log.adopt_compaction(needed)
+        return needed
 
     async def delete_finished(self) -> int:
         """Delete the records of transactions finished longer than the retention ago; trim."""

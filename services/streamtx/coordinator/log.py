@@ -95,22 +95,28 @@ class TransactionLog:
 
     # --- reading -----------------------------------------------------------------
 
-    async def replay(self, apply: Callable[[LogRef, Record], object]) -> int:
+    async def replay(self, apply: Callable[[LogRef, Record], object],
+                     needed: Callable[[], Iterable[LogRef]] | None = None) -> int:
         """Call ``apply`` with every live record, in log order; the number of records.
 
         A callback rather than an iterator: a million records make a million
         tuples and list appends otherwise (measured: a tenth of the replay).
+        ``needed``: the records the state replayed stands on, asked once replay
+        is over; a compacted base in force is adopted only if it holds them all
+        (without it, not at all: the owner adopts later).
         """
         cursor = self._cursor
         ledger = self._ledger
         count = 0
         start = cursor.first_undeleted()
-        # A compacted base holds what replay needs below its cut: read it first.
+        # A compacted base stands in for what the log no longer holds: read it first.
         loaded = await compacted.load_base(self._factory, ledger.name) if self._factory else None
         if loaded is not None:
             info, base = loaded
-            count += replay_records(base, ledger.ledger_id, cursor, self._one(apply))[0]
-            start = max(start, Position(ledger.ledger_id, info.cut))
+            takes_over = compacted.takes_over(ledger, info)
+            count += replay_records(compacted.below(base, takes_over), ledger.ledger_id, cursor,
+                                    self._one(apply))[0]
+            start = max(start, Position(ledger.ledger_id, takes_over))
         # Read ahead: the next chunk is read (on the backend's I/O thread, or
         # from the network) while this one is decoded.
         ahead = asyncio.ensure_future(ledger.read(start, _read_entries))
@@ -118,9 +124,9 @@ class TransactionLog:
             while True:
                 entries = await ahead
                 if not entries:
-                    if loaded is not None:  # the state stands on base + tail: adopt the base
-                        await ledger.trim(Position(ledger.ledger_id, loaded[0].cut))
-                        self.adopted_base = loaded[0].generation
+                    if loaded is not None and needed is not None:
+                        self.adopted_base = await compacted.adopt_loaded(ledger, *loaded, needed(),
+                                                                         self.adopted_base)
                     return count
                 last = entries[-1].position
                 ahead = asyncio.ensure_future(

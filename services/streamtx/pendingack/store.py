@@ -154,13 +154,15 @@ class PendingAckStore:
         def one(position: Position, index: int, size: int, payload: bytes) -> None:
             garbage.extend(self.state.apply(decode(payload), LogSlot(position, index, size)))
 
-        # A compacted base holds what replay needs below its cut: read it first.
+        # A compacted base stands in for what the log no longer holds: read it first.
         loaded = await compacted.load_base(self._factory, self.ledger.name) if self._factory else None
         if loaded is not None:
-            applied, dropped = replay_records(loaded[1], self.ledger.ledger_id, self.cursor, one)
+            takes_over = compacted.takes_over(self.ledger, loaded[0])
+            applied, dropped = replay_records(compacted.below(loaded[1], takes_over), self.ledger.ledger_id,
+                                              self.cursor, one)
             records += applied
             skipped += dropped
-            start = max(start, Position(self.ledger.ledger_id, loaded[0].cut))
+            start = max(start, Position(self.ledger.ledger_id, takes_over))
         while True:
             chunk = await self.ledger.read(start, _replay_chunk)
             if not chunk:
@@ -171,9 +173,9 @@ class PendingAckStore:
             skipped += dropped
             last = chunk[-1].position
             start = Position(last.ledger_id, self.ledger.next_entry_id(last.entry_id))
-        if loaded is not None:  # the state stands on base + tail: adopt the base
-            await self.ledger.trim(Position(self.ledger.ledger_id, loaded[0].cut))
-            self.adopted_base = loaded[0].generation
+        if loaded is not None:  # adopt the base if it holds what the state stands on
+            self.adopted_base = await compacted.adopt_loaded(self.ledger, *loaded, self._needed(),
+                                                             self.adopted_base)
         self.replay = ReplayStats(entries, records, skipped, loop.time() - started)
         self._metrics.replayed(self.replay.seconds)
         log.info("pending-ack %s/%s replayed: %s", self.topic, self.subscription, self.replay)
@@ -330,9 +332,13 @@ class PendingAckStore:
     async def adopt_compaction(self) -> None:
         """Adopt a compacted base of the log (``compact`` Spark job) that holds what we still need."""
         if self._factory is not None:
-            needed = [(s.position, s.batch_index, s.batch_size)
-                      for acks in self.state.txns.values() for s in acks.slots]
-            self.adopted_base = await compacted.adopt(self._factory, self.ledger, needed, self.adopted_base)
+            self.adopted_base = await compacted.adopt(self._factory, self.ledger, self._needed(),
+                                                      self.adopted_base)
+
+    def _needed(self) -> list[tuple[Position, int, int]]:
+        """The records the state stands on: those of every transaction holding acks."""
+        return [(s.position, s.batch_index, s.batch_size)
+                for acks in self.state.txns.values() for s in acks.slots]
 
     # --- admin -----------------------------------------------------------------
 

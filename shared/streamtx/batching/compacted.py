@@ -23,13 +23,15 @@ reads the base before the tail:
   commit point of a compaction: a job that dies before it leaves an
   unreferenced base (ignored, deleted by the next run) and changes nothing.
 
-Replay (:func:`load_base`, then the tail from ``max(cut, first undeleted)``)
-applies the base's records that the owner's cursor has not deleted, with the
-shared rule of :mod:`.replay`, then the log from the cut. Since the base holds
-every record below the cut that replay needs, the owner may then **adopt**
-it (:func:`adopt`): check that every record its state still needs below the
-cut is in the base, and trim ``<log>`` up to the cut. Owners adopt when they
-recover and, while they run, when they next delete finished records.
+Replay (:func:`load_base`) applies the base's records below where the log
+itself takes over (:func:`takes_over`: the log's first entry, at most the cut)
+that the owner's cursor has not deleted, with the shared rule of
+:mod:`.replay`, then the log from there: what the log still holds is read from
+the log, so a base missing something changes nothing until it is adopted.
+The owner **adopts** a base (:func:`adopt`, :func:`adopt_loaded`) only after
+checking that every record its state still needs below the cut is in the base,
+then trims ``<log>`` up to the cut. Owners adopt when they recover and, while
+they run, when they next delete finished records.
 """
 
 from __future__ import annotations
@@ -171,6 +173,23 @@ async def load_base(factory: LedgerFactory, log_name: str) -> tuple[BaseInfo, li
         await ledger.close()
 
 
+def takes_over(ledger: Ledger, info: BaseInfo) -> int:
+    """Where replay leaves the base for the log itself: the log's first entry, at most the cut.
+
+    The log is the source of truth: what it still holds is read from it, and
+    the base only stands in for what was trimmed away (the base adopted). A
+    base that lacks a record the log still holds then loses nothing, and the
+    adoption check after replay (:func:`adopt_loaded`) refuses it.
+    """
+    first = ledger.first_position()
+    return info.cut if first is None else min(first.entry_id, info.cut)
+
+
+def below(records: Iterable[BaseRecord], entry_id: int) -> list[BaseRecord]:
+    """The base records replay takes from the base: those below ``entry_id`` (:func:`takes_over`)."""
+    return [r for r in records if r[0] < entry_id]
+
+
 async def adopt(factory: LedgerFactory, ledger: Ledger, needed: Iterable[Ref], adopted: int) -> int:
     """Trim ``ledger`` up to a newer base's cut if that base holds every ``needed`` record below it.
 
@@ -179,12 +198,24 @@ async def adopt(factory: LedgerFactory, ledger: Ledger, needed: Iterable[Ref], a
     loaded = await load_base(factory, ledger.name)
     if loaded is None or loaded[0].generation <= adopted:
         return adopted
-    info, records = loaded
+    return await adopt_loaded(ledger, loaded[0], loaded[1], needed, adopted)
+
+
+def missing(info: BaseInfo, records: Iterable[BaseRecord], needed: Iterable[Ref]) -> int:
+    """How many ``needed`` records below the base's cut the base lacks."""
     have = {(e, i, n) for e, i, n, _ in records}
-    missing = sum(1 for p, i, n in needed if p.entry_id < info.cut and (p.entry_id, i, n) not in have)
-    if missing:
+    return sum(1 for p, i, n in needed if p.entry_id < info.cut and (p.entry_id, i, n) not in have)
+
+
+async def adopt_loaded(ledger: Ledger, info: BaseInfo, records: Iterable[BaseRecord], needed: Iterable[Ref],
+                       adopted: int) -> int:
+    """:func:`adopt` with the base already read (at recovery)."""
+    if info.generation <= adopted:
+        return adopted
+    lacking = missing(info, records, needed)
+    if lacking:
         log.warning("%s: compacted base %d lacks %d live records; not adopted", ledger.name,
-                    info.generation, missing)
+                    info.generation, lacking)
         return adopted
     await ledger.trim(Position(ledger.ledger_id, info.cut))
     log.info("%s: adopted compacted base %d (trimmed below %d)", ledger.name, info.generation, info.cut)
