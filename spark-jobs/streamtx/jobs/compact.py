@@ -52,6 +52,7 @@ from streamtx.cursor.state import CursorState
 from streamtx.errors import LedgerError
 from streamtx.jobs import compaction, outputs
 from streamtx.jobs.common import add_input_args, names_of
+from streamtx.jobs.compactlock import LogLocks
 from streamtx.jobs.reader import live_entries, plan_tasks
 from streamtx.jobs.session import get_session, slices
 from streamtx.jobs.sources import (
@@ -68,6 +69,13 @@ from streamtx.jobs.sources import (
 from streamtx.ledger import ledger_id_for, open_ledger_factory
 
 _kinds = frozenset({TXNLOG, PENDINGACK, SNAPSHOT})
+# The coordinator's default (STREAMTX_FINISHED_RETENTION_MS); a run is told the deployment's.
+finished_retention_ms = int(os.environ.get("STREAMTX_FINISHED_RETENTION_MS", "60000"))
+COMPACTED = "compacted"
+NOT_SMALLER = "left: a base would not be smaller"
+HELD = "left: another compaction run holds it"
+MOVED = "left: the manifest changed since it was planned"
+LOST = "left: its compaction lease was lost"
 
 
 @dataclass
@@ -84,6 +92,15 @@ class LogReport:
     bytes_after: int
     cpu_s: float = 0.0  # the task's CPU time (wall time on a busy machine says little)
     write_cpu_s: float = 0.0  # of which encoding and writing the base
+    outcome: str = COMPACTED  # or why the log was left as it is (no base written, or none committed)
+
+    @property
+    def compacted(self) -> bool:
+        return self.outcome == COMPACTED
+
+    def left(self, why: str) -> None:
+        """Not committed: the log stays as it was (its size after is its size before)."""
+        self.outcome, self.records_after, self.bytes_after = why, self.records_before, self.bytes_before
 
 
 @dataclass
@@ -94,6 +111,7 @@ class _Work:
     cursor: bytes | None
     old: compacted.BaseInfo | None
     generation: int
+    finished_since_ms: int = 0  # transaction logs: keep what finished since (now - finished retention)
 
 
 def compact_log(work: _Work) -> LogReport:
@@ -111,7 +129,8 @@ def compact_log(work: _Work) -> LogReport:
     entries = ((eid, p) for task in work.tasks for eid, p in live_entries(task) if old_cut <= eid < work.cut)
     lid = ledger_id_for(ref.name)
     if ref.kind == TXNLOG:
-        kept = compaction.compact_txn_log(int(ref.label("coordinator_id")), lid, deletions, base, entries)
+        kept = compaction.compact_txn_log(int(ref.label("coordinator_id")), lid, deletions, base, entries,
+                                          finished_since_ms=work.finished_since_ms)
     elif ref.kind == SNAPSHOT:
         kept = compaction.compact_snapshot_log(lid, base, entries)
     else:
@@ -119,10 +138,19 @@ def compact_log(work: _Work) -> LogReport:
     kept.bytes_before += sum(len(r[3]) + 16 for r in base)
     cpu1 = time.process_time()
     data = compacted.encode_base(kept.records, work.cut)
-    asyncio.run(_write_base(ref.url, compacted.base_ledger(ref.name, work.generation), data))
+    after = sum(map(len, data))
+    if after >= kept.bytes_before:  # a small log's base (with its seal) can outweigh it
+        left = LogReport(ref.name, ref.kind, work.generation, work.cut, kept.records_before,
+                         len(kept.records), kept.bytes_before, after, time.process_time() - cpu0)
+        left.left(NOT_SMALLER)
+        return left
+    written = asyncio.run(_write_base(ref.url, ref.name, work.generation, data))
     cpu2 = time.process_time()
-    return LogReport(ref.name, ref.kind, work.generation, work.cut, kept.records_before, len(kept.records),
-                     kept.bytes_before, sum(map(len, data)), cpu2 - cpu0, cpu2 - cpu1)
+    report = LogReport(ref.name, ref.kind, work.generation, work.cut, kept.records_before, len(kept.records),
+                       kept.bytes_before, after, cpu2 - cpu0, cpu2 - cpu1)
+    if not written:
+        report.left(MOVED)
+    return report
 
 
 async def _load(url: str, name: str) -> tuple[compacted.BaseInfo, list[compacted.BaseRecord]] | None:
@@ -133,29 +161,56 @@ async def _load(url: str, name: str) -> tuple[compacted.BaseInfo, list[compacted
         await factory.close()
 
 
-async def _write_base(url: str, name: str, entries: list[bytes]) -> None:
+async def _write_base(url: str, log_name: str, generation: int, entries: list[bytes]) -> bool:
+    """Write base ``generation`` of ``log_name``; False (nothing touched) when a manifest names it already."""
     factory = open_ledger_factory(url)
+    name = compacted.base_ledger(log_name, generation)
     try:
+        # A base of this generation is one a dead run left half written, unless a
+        # manifest names it: then another run committed it (and its owner may have
+        # adopted it), and it is never touched.
+        named = (await compacted.read_manifest(factory)).get(log_name)
+        if named is not None and named.generation >= generation:
+            return False  # another compaction run committed meanwhile
         with contextlib.suppress(LedgerError):
-            await factory.delete(name)  # a base a dead run left half written
+            await factory.delete(name)
         ledger = await factory.open(name, writer=True)
         await asyncio.gather(*(ledger.append(e) for e in entries))  # group-committed, in order
+        return True
     finally:
         await factory.close()
 
 
-async def _commit(url: str, reports: list[LogReport], manifest: dict[str, compacted.BaseInfo]) -> None:
-    """Driver: append the new manifest (the commit point), then drop what it superseded."""
+async def _commit(url: str, reports: list[LogReport], planned: dict[str, compacted.BaseInfo],
+                  held: Callable[[str], bool]) -> None:
+    """Driver: append the new manifest (the commit point), then drop what it superseded.
+
+    A compare-and-set: the manifest ledger is opened as its writer (fencing any
+    other run's commit in progress), and each log goes in only if the manifest
+    in force still names what the run planned from and the run still holds the
+    log's lock; the append fails if another run opened the manifest since.
+    """
     factory = open_ledger_factory(url)
     try:
-        new = dict(manifest)
-        for r in reports:
-            new[r.ledger] = compacted.BaseInfo(r.generation, r.cut, r.records_after)
         ledger = await factory.open(compacted.manifest_ledger, writer=True)
-        position = await ledger.append(compacted.encode_manifest(new))
-        await ledger.trim(position)
-        await ledger.close()
-        for r in reports:
+        try:
+            last = ledger.last_position()
+            current = compacted.decode_manifest((await ledger.read(last, 1))[0].data) if last else {}
+            new = dict(current)
+            for r in (r for r in reports if r.compacted):
+                if current.get(r.ledger) != planned.get(r.ledger):
+                    r.left(MOVED)
+                elif not held(r.ledger):
+                    r.left(LOST)
+                else:
+                    new[r.ledger] = compacted.BaseInfo(r.generation, r.cut, r.records_after)
+            committed = [r for r in reports if r.compacted]
+            if committed:
+                position = await ledger.append(compacted.encode_manifest(new))
+                await ledger.trim(position)
+        finally:
+            await ledger.close()
+        for r in committed:
             if r.generation >= 2:
                 await factory.delete(compacted.base_ledger(r.ledger, r.generation - 2))
     finally:
@@ -174,10 +229,21 @@ def _read_manifest(url: str) -> dict[str, compacted.BaseInfo]:
 
 
 def plan(spark: Any, url: str, *, pattern: str = "*", names: list[str] | None = None,
-         split_bytes: int = 32 << 20) -> tuple[list[_Work], dict[str, compacted.BaseInfo]]:
-    """Driver: the logs to compact, each cut at its end as planned now."""
-    manifest = _read_manifest(url)
+         split_bytes: int = 32 << 20, locks: LogLocks | None = None, finished_since_ms: int = 0,
+         held: list[LogReport] | None = None) -> tuple[list[_Work], dict[str, compacted.BaseInfo]]:
+    """Driver: the logs to compact, each cut at its end as planned now.
+
+    With ``locks``, only the logs this run could lock (before it reads the
+    manifest); the others go to ``held`` as reports.
+    """
     refs = find_ledgers(url, pattern, names, _kinds)
+    if locks is not None:
+        taken = [ref for ref in refs if locks.acquire(ref.name)]
+        if held is not None:
+            held += [LogReport(r.name, r.kind, -1, 0, 0, 0, 0, 0, outcome=HELD)
+                     for r in refs if r not in taken]
+        refs = taken
+    manifest = _read_manifest(url)
     # The cursor is read before the log is planned: deletions only grow, so the
     # job can only keep too much, never too little.
     cursors = {ref.name: read_cursor(ref) for ref in refs}
@@ -194,7 +260,7 @@ def plan(spark: Any, url: str, *, pattern: str = "*", names: list[str] | None = 
             continue  # nothing new since the last compaction
         state = cursors[ref.name]
         work.append(_Work(ref, ts, cut, state.encode() if state else None, old,
-                          old.generation + 1 if old else 0))
+                          old.generation + 1 if old else 0, finished_since_ms))
     return work, manifest
 
 
@@ -221,25 +287,37 @@ def _balance(work: list[_Work], n: int) -> list[list[_Work]]:
 
 
 def run(spark: Any, url: str, *, pattern: str = "*", names: list[str] | None = None,
-        split_bytes: int = 32 << 20, commit: bool = True,
+        split_bytes: int = 32 << 20, commit: bool = True, redis_url: str | None = None,
+        finished_retention_ms: int = finished_retention_ms,
         on_phase: Callable[[str], None] | None = None) -> list[LogReport]:
-    """Plan, write the bases on Spark, commit; the reports (``commit=False``: a run that dies there).
+    """Lock, plan, write the bases on Spark, commit; the reports (``commit=False``: a run that dies there).
 
-    ``on_phase`` is called with ``plan``, ``tasks`` and ``commit`` as each ends (the bench's profile).
+    One run per log at a time (:mod:`.compactlock`: a file lock, a Redis lease
+    with ``redis_url``), and a compare-and-set at the commit either way.
+    ``finished_retention_ms``: the coordinators' (a transaction finished within
+    it is kept). ``on_phase`` is called with ``plan``, ``tasks`` and ``commit``
+    as each ends (the bench's profile).
     """
     mark = on_phase or (lambda _: None)
-    work, manifest = plan(spark, url, pattern=pattern, names=names, split_bytes=split_bytes)
-    mark("plan")
-    if not work:
-        return []
-    bins = _balance(work, slices(spark, len(work)))
-    sc = spark.sparkContext
-    reports: list[LogReport] = sc.parallelize(bins, len(bins)).flatMap(_compact_all).collect()
-    mark("tasks")
-    if commit:
-        asyncio.run(_commit(url, reports, manifest))
-    mark("commit")
-    return reports
+    locks = LogLocks(url, redis_url=redis_url)
+    try:
+        held: list[LogReport] = []
+        since = int(time.time() * 1000) - finished_retention_ms
+        work, manifest = plan(spark, url, pattern=pattern, names=names, split_bytes=split_bytes, locks=locks,
+                              finished_since_ms=since, held=held)
+        mark("plan")
+        if not work:
+            return held
+        bins = _balance(work, slices(spark, len(work)))
+        sc = spark.sparkContext
+        reports: list[LogReport] = sc.parallelize(bins, len(bins)).flatMap(_compact_all).collect()
+        mark("tasks")
+        if commit:
+            asyncio.run(_commit(url, reports, manifest, locks.held))
+        mark("commit")
+        return reports + held
+    finally:
+        locks.close()
 
 
 def results_of(reports: list[LogReport], seconds: float) -> outputs.Results:
@@ -265,6 +343,11 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--out", default=None, help="write report.json and streamtx_spark_compact.prom here")
     p.add_argument("--prom", default=None, help="the .prom file (default <out>/streamtx_spark_compact.prom)")
     p.add_argument("--pushgateway", default=None, help="push the report's metrics to this Pushgateway")
+    p.add_argument("--redis-url", default=os.environ.get("STREAMTX_REDIS_URL") or None,
+                   help="take each log's compaction lease in this Redis (default $STREAMTX_REDIS_URL)")
+    p.add_argument("--finished-retention-ms", type=int, default=finished_retention_ms,
+                   help="the coordinators' finished_retention_ms: transactions finished within it are kept "
+                        "(default $STREAMTX_FINISHED_RETENTION_MS or 60000)")
     return p
 
 
@@ -278,12 +361,13 @@ def main(argv: list[str] | None = None) -> int:
     spark = get_session(args.master, "streamtx-compact")
     started = time.monotonic()
     reports = run(spark, args.ledgers, pattern=args.pattern, names=names_of(args),
-                  split_bytes=args.split_mb << 20)
+                  split_bytes=args.split_mb << 20, redis_url=args.redis_url,
+                  finished_retention_ms=args.finished_retention_ms)
     res = results_of(reports, time.monotonic() - started)
-    print(f"{'ledger':<60} {'records':>21} {'bytes':>25}")
+    print(f"{'ledger':<60} {'records':>21} {'bytes':>25}  outcome")
     for r in reports:
         print(f"{r.ledger:<60} {r.records_before:>10}->{r.records_after:<10} "
-              f"{r.bytes_before:>12}->{r.bytes_after:<12}")
+              f"{r.bytes_before:>12}->{r.bytes_after:<12}  {r.outcome}")
     if args.out:
         os.makedirs(args.out, exist_ok=True)
         with open(os.path.join(args.out, "report.json"), "w") as f:
@@ -292,6 +376,9 @@ def main(argv: list[str] | None = None) -> int:
         outputs.write_prom(res, args.prom or os.path.join(args.out, "streamtx_spark_compact.prom"))
     if args.pushgateway:
         outputs.push(res, args.pushgateway)
-    print(f"compact: {len(reports)} logs compacted in {time.monotonic() - started:.1f} s")
+    done = [r for r in reports if r.compacted]
+    print(f"compact: {len(done)} of {len(reports)} logs compacted "
+          f"({sum(r.bytes_before for r in done)} -> {sum(r.bytes_after for r in done)} bytes) "
+          f"in {time.monotonic() - started:.1f} s")
     return 0
 

@@ -8,11 +8,13 @@ service replays them: the cursor's deletions by the shared rule of
 :class:`~streamtx.records.pendingack_state.SubscriptionState`). What the state still
 stands on is kept, with its original place in the log:
 
-* transaction log: every record of a transaction not in a final state, and
-  the live id reservation, and the records of the transaction with the
-  highest id when no reservation covers it (finished transactions,
-  superseded reservations and leftovers are dropped: the coordinator deletes
-  them itself too);
+* transaction log: every record of a transaction not in a final state or
+  finished within the coordinator's ``finished_retention_ms`` (it still
+  answers for those: a retried commit, a participant's stuck checker), the
+  live id reservation, and the records of the transaction with the highest id
+  when no reservation covers it (older finished transactions, superseded
+  reservations and leftovers are dropped: the coordinator deletes them itself
+  too);
 * pending-ack log: every record of a transaction that holds acks (open,
   prepared, ending), and the end marker of each recently ended transaction
   the state remembers (so a late ack found after the cut is still refused);
@@ -97,8 +99,13 @@ class _Replay:
 
 
 def compact_txn_log(coordinator_id: int, ledger_id: int, deletions: Deletions | None,
-                    base: Iterable[BaseRecord], entries: Iterable[tuple[int, bytes]]) -> Kept:
-    """What a transaction log keeps (see the module docstring)."""
+                    base: Iterable[BaseRecord], entries: Iterable[tuple[int, bytes]], *,
+                    finished_since_ms: int = 0) -> Kept:
+    """What a transaction log keeps (see the module docstring).
+
+    ``finished_since_ms``: a transaction finished at or after this wall-clock
+    time (now minus the coordinator's ``finished_retention_ms``) is kept whole.
+    """
     table = TxnTable(coordinator_id)
     replay = _Replay(ledger_id, deletions)
 
@@ -109,7 +116,8 @@ def compact_txn_log(coordinator_id: int, ledger_id: int, deletions: Deletions | 
         table_apply(_tuple_new(tc.LogRef, (position, index, size)), decode(raw))
 
     before = replay.run(base, entries, apply)
-    keep = [(r.position.entry_id, r.batch_index, r.batch_size) for m in table.unfinished() for r in m.refs]
+    keep = [(r.position.entry_id, r.batch_index, r.batch_size) for m in table.txns.values()
+            if not m.state.is_final or m.ended_at_ms >= finished_since_ms for r in m.refs]
     if table.reserve_ref is not None:
         r = table.reserve_ref
         keep.append((r.position.entry_id, r.batch_index, r.batch_size))
