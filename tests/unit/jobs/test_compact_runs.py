@@ -95,14 +95,7 @@ def _coordinator_log(url: str, *records: tc.Record, needed: bool = False) -> dic
 
 
 def _manifest(url: str) -> dict[str, compacted.BaseInfo]:
-    async def go() -> dict[str, compacted.BaseInfo]:
-        factory = open_ledger_factory(url)
-        try:
-            return await compacted.read_manifest(factory)
-        finally:
-            await factory.close()
-
-    return asyncio.run(go())
+    return compact._read_manifest(url)
 
 
 def _base_txns(url: str) -> set[TxnId]:
