@@ -54,7 +54,7 @@ from streamtx.jobs import compaction, outputs
 from streamtx.jobs.common import add_input_args, names_of
 from streamtx.jobs.compactlock import LogLocks
 from streamtx.jobs.reader import live_entries, plan_tasks
-from streamtx.jobs.session import get_session, slices
+from streamtx.jobs.session import get_session, missing_extra, slices
 from streamtx.jobs.sources import (
     PENDINGACK,
     SNAPSHOT,
@@ -353,6 +353,9 @@ def build_parser() -> argparse.ArgumentParser:
 
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
+    if (missing := missing_extra()) is not None:
+        print(f"compact: {missing}", file=sys.stderr)
+        return 2
     try:  # nothing written, no success pushed: a staleness alert still fires
         require_ledgers(args.ledgers, args.pattern, names_of(args), _kinds)
     except NoLedgersError as exc:

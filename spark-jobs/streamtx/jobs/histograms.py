@@ -33,7 +33,7 @@ from typing import Any
 from streamtx.jobs import aggregate, outputs
 from streamtx.jobs.common import add_input_args, names_of, time_ms
 from streamtx.jobs.reader import live_entries, plan_tasks
-from streamtx.jobs.session import get_session, slices
+from streamtx.jobs.session import get_session, missing_extra, slices
 from streamtx.jobs.sources import PARTITION, PENDINGACK, TXNLOG, NoLedgersError, Task, require_ledgers
 
 _kinds = frozenset({TXNLOG, PENDINGACK, PARTITION})
@@ -162,6 +162,9 @@ def build_parser() -> argparse.ArgumentParser:
 
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
+    if (missing := missing_extra()) is not None:
+        print(f"histograms: {missing}", file=sys.stderr)
+        return 2
     try:
         require_ledgers(args.ledgers, args.pattern, names_of(args), _kinds)  # before Spark's start
         spark = get_session(args.master, "streamtx-histograms")

@@ -2,16 +2,23 @@
 
 ``local[*]`` by default; ``--master`` (or ``spark-submit --master``) for any
 cluster. Executors decode ledgers with the project's own codecs, so the
-launcher zips the ``streamtx`` package (the library in ``shared/``, the
-services' pure codecs in ``services/``, the jobs in ``spark-jobs/``: one
+launcher zips the ``streamtx`` package (the library and its record codecs in
+``shared/``, the jobs in ``spark-jobs/``, the services in ``services/``: one
 namespace, merged into one tree in the zip) and adds it with ``addPyFile``.
 Nothing is copied by hand: the zip is rebuilt on every run from the folders
-the ``streamtx`` package is imported from here.
+the ``streamtx`` package is imported from here, in a temporary folder removed
+when the process exits.
+
+The jobs need the ``spark`` extra (PySpark, pyarrow, matplotlib...):
+:func:`missing_extra` says what to install when it is not there.
 """
 
 from __future__ import annotations
 
+import atexit
+import importlib.util
 import os
+import shutil
 import sys
 import tempfile
 import zipfile
@@ -21,6 +28,19 @@ from typing import Any
 import streamtx
 
 _light_jvm = "-XX:TieredStopAtLevel=1 -XX:+UseSerialGC"
+# The modules of the ``spark`` extra (pyproject.toml) the jobs import.
+EXTRA_MODULES = ("pyspark", "pyarrow", "numpy", "pandas", "matplotlib")
+
+
+def missing_extra() -> str | None:
+    """What to install when a module of the ``spark`` extra is missing; None when all are there."""
+    missing = [m for m in EXTRA_MODULES
+               if (sys.modules[m] is None if m in sys.modules else importlib.util.find_spec(m) is None)]
+    if not missing:
+        return None
+    return (f"the Spark jobs need the 'spark' extra (missing: {', '.join(missing)}): "
+            "pip install 'streamtx[spark]' (in a checkout: make setup,"
+            " or .venv/bin/pip install -e '.[spark]'), and Java 17 for PySpark")
 
 
 def library_zip(directory: str | None = None) -> str:
@@ -89,6 +109,8 @@ def ship_library(spark: Any) -> None:
     sc = spark.sparkContext
     if getattr(sc, "_streamtx_zip", None):
         return
-    path = library_zip()
+    folder = tempfile.mkdtemp(prefix="streamtx-lib-")
+    atexit.register(shutil.rmtree, folder, True)  # each run zipped ~450 KB into /tmp for good
+    path = library_zip(folder)
     sc.addPyFile(path)
     sc._streamtx_zip = path
