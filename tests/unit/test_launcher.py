@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import subprocess
 import sys
 import time
 from pathlib import Path
@@ -9,6 +10,7 @@ from pathlib import Path
 import pytest
 
 from streamtx.launch.children import Children
+from tests.support.procs import free_port, python_env
 
 SLEEP = [sys.executable, "-c", "import time; time.sleep(60)"]
 
@@ -19,7 +21,7 @@ def test_a_child_that_exits_stops_the_others(capsys: pytest.CaptureFixture[str])
     children.start("quitter", [sys.executable, "-c", "raise SystemExit(3)"], {})
     with pytest.raises(SystemExit) as done:
         children.watch(poll_s=0.05)
-    assert done.value.code == 0
+    assert done.value.code == 1  # a service that died is a failure to a script (issue 22 item 11)
     assert all(p.poll() is not None for p in sleepers)
     assert capsys.readouterr().out.splitlines() == ["t: quitter exited with 3; stopping", "t: stopped"]
 
@@ -35,8 +37,26 @@ def test_a_child_deaf_to_sigterm_is_killed_after_the_grace(tmp_path: Path,
     while not ready.exists():  # its handler is set once the file is there
         assert time.monotonic() < deadline and deaf.poll() is None
         time.sleep(0.05)
-    with pytest.raises(SystemExit):
+    with pytest.raises(SystemExit) as done:
         children.fail("giving up")
+    assert done.value.code == 1
     assert deaf.returncode == -9
     assert capsys.readouterr().out.splitlines() == [
         "t: giving up", "t: deaf still running 0.3 s after SIGTERM; killing it", "t: stopped"]
+
+
+def test_the_suite_exits_non_zero_when_a_service_fails_to_start(tmp_path: Path) -> None:
+    # A ledger URL no service can open: the first one (the broker) exits before it is ready.
+    run = subprocess.run([sys.executable, "-m", "streamtx.launch.suite", "--data-dir", str(tmp_path),
+                          "--ledger-url", "bogus://nowhere", "--base-port", str(free_port())],
+                         capture_output=True, text=True, timeout=120, env=python_env())
+    assert run.returncode == 1, (run.returncode, run.stdout, run.stderr)
+    assert "broker: " in run.stdout and "before" in run.stdout and "stopped" in run.stdout, run.stdout
+
+
+def test_a_signal_stops_the_children_and_exits_0() -> None:
+    children = Children("t")
+    sleeper = children.start("s", SLEEP, {})
+    with pytest.raises(SystemExit) as done:
+        children._signalled()
+    assert done.value.code == 0 and sleeper.poll() is not None

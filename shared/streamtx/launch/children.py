@@ -2,8 +2,10 @@
 :mod:`streamtx.launch.geo`): started, watched and stopped together.
 
 Ctrl-C or SIGTERM stops every child (SIGTERM, latest first, then SIGKILL after
-a grace period) and exits 0; so does any child exiting on its own, after saying
-which; a launcher that cannot finish starting calls :meth:`Children.fail`.
+a grace period) and exits 0. A child exiting on its own stops the others too,
+after saying which, and the launcher exits 1; so does a launcher that cannot
+finish starting (:meth:`Children.fail`): a script running `make run` sees a
+service that failed to start, or died, as a failure.
 """
 
 from __future__ import annotations
@@ -32,7 +34,7 @@ class Children:
         signal.signal(signal.SIGTERM, self._signalled)
 
     def _signalled(self, *_: object) -> None:
-        self.stop_all()
+        self.stop_all()  # asked to stop: a clean exit
 
     def start(self, name: str, cmd: Sequence[str], env: dict[str, str]) -> subprocess.Popen[bytes]:
         proc = subprocess.Popen(list(cmd), env=env)
@@ -42,7 +44,8 @@ class Children:
     def say(self, text: str) -> None:
         print(f"{self.prog}: {text}", flush=True)
 
-    def stop_all(self) -> NoReturn:
+    def stop_all(self, status: int = 0) -> NoReturn:
+        """Stop every child, then exit with ``status``."""
         for _, proc in reversed(self.procs):
             if proc.poll() is None:
                 proc.send_signal(signal.SIGTERM)
@@ -56,14 +59,15 @@ class Children:
                 proc.kill()
                 proc.wait()
         self.say("stopped")
-        sys.exit(0)
+        sys.exit(status)
 
     def fail(self, text: str) -> NoReturn:
+        """Say why, stop every child, exit 1."""
         self.say(text)
-        self.stop_all()
+        self.stop_all(1)
 
     def watch(self, poll_s: float = 0.5) -> NoReturn:
-        """Until a child exits: then stop the others."""
+        """Until a child exits: then stop the others and exit 1 (no service is meant to exit)."""
         while True:
             for name, proc in self.procs:
                 if proc.poll() is not None:
