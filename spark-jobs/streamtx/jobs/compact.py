@@ -21,8 +21,14 @@ not own. For each log it
    once they have checked the base holds every record their state still
    needs). Bases two generations old are deleted.
 
+Overlapping runs: a run locks each log before it reads the manifest
+(:mod:`.compactlock`) and leaves the logs another run holds; it never deletes
+a base a manifest names; its commit is a compare-and-set (each log goes in
+only if the manifest in force still names what the run planned from).
+
 Reports per log: records and bytes before (live records below the cut,
-including the old base) and after (the new base).
+including the old base) and after (the new base), and the outcome: a log
+whose base would not be smaller is left as it is (after = before).
 
 Transaction-buffer snapshot ledgers (``tbsnapshot/<partition>``) go the same
 way: no cursor, the records kept are the newest complete snapshot as the

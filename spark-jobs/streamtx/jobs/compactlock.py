@@ -49,9 +49,12 @@ class LogLocks:
         self._root = file_root(url) if url.startswith("file:") else None
         self._files: dict[str, int] = {}
         self._leases = _Leases(redis_url, lease_ttl_ms) if redis_url else None
+        self._closed = False
 
     def acquire(self, name: str) -> bool:
         """Lock log ``name`` for this run; False when another run holds it."""
+        if self._closed:
+            raise RuntimeError("these compaction locks were released")
         if self._root is not None and not self._lock_file(name):
             return False
         if self._leases is not None and not self._leases.acquire(name):
@@ -61,13 +64,16 @@ class LogLocks:
 
     def held(self, name: str) -> bool:
         """Whether the run still holds ``name`` (a Redis lease may have expired meanwhile)."""
-        if self._root is not None and name not in self._files:
+        if self._closed or (self._root is not None and name not in self._files):
             return False
         return self._leases is None or self._leases.held(name)
 
     def close(self) -> None:
+        """Release every lock (again: nothing)."""
+        self._closed = True
         if self._leases is not None:
             self._leases.close()
+            self._leases = None
         for name in list(self._files):
             self._unlock_file(name)
 
