@@ -14,20 +14,19 @@ import orjson
 import pytest
 from pydantic import BaseModel, ValidationError
 
-from streamtx.broker.replication.routes import (
-    AckRequest as ReplAck,
-)
-from streamtx.broker.replication.routes import (
-    CursorRequest,
-    ReadRequest,
-    TopicEnsure,
-)
-from streamtx.broker.replication.state import ReplicatedEntry
-from streamtx.broker.replication.subscription_routes import AckExport, ScanRequest
 from streamtx.broker.routes.messages import ProduceRequest, ProducerIdentity, _parse_body
 from streamtx.broker.routes.subscriptions import AckRequest, SubscriptionCreate
 from streamtx.broker.routes.topics import PartitionsBody, TrimBody
 from streamtx.contracts.models import PartitionEnd, PendingAckCreate, SubscriptionAcksEnd
+from streamtx.contracts.replication import (
+    AckExport,
+    ReplicatedEntry,
+    ReplicatedTopic,
+    ReplicationRead,
+    ReplicationScan,
+    ReplicatorAck,
+    ReplicatorCursor,
+)
 from streamtx.coordinator.routes.admin import BatchLogSwitch
 from streamtx.coordinator.routes.transactions import TxnCreate
 from streamtx.errors import MalformedError
@@ -48,14 +47,15 @@ CASES: list[tuple[type[BaseModel], dict[str, Any], str, list[Any]]] = [
     (AckRequest, {"message_ids": ["1:2"], "cumulative": False}, "cumulative", [0, "false"]),
     (SubscriptionCreate, {"initial_position": "earliest", "type": "Shared", "replicated": True},
      "replicated", [1, "true"]),
-    (ReadRequest, {"topic": "persistent://t/n/x", "partition": 0, "remote": "b"}, "partition", [False, "0"]),
-    (ReadRequest, {"topic": "persistent://t/n/x", "partition": 0, "remote": "b"}, "connected", [0]),
-    (CursorRequest, {"topic": "persistent://t/n/x", "partition": 0, "remote": "b"}, "partition", [True]),
-    (ReplAck, {"topic": "persistent://t/n/x", "partition": 0, "remote": "b", "position": "1:2"},
+    (ReplicationRead, {"topic": "persistent://t/n/x", "partition": 0, "remote": "b"}, "partition",
+     [False, "0"]),
+    (ReplicationRead, {"topic": "persistent://t/n/x", "partition": 0, "remote": "b"}, "connected", [0]),
+    (ReplicatorCursor, {"topic": "persistent://t/n/x", "partition": 0, "remote": "b"}, "partition", [True]),
+    (ReplicatorAck, {"topic": "persistent://t/n/x", "partition": 0, "remote": "b", "position": "1:2"},
      "messages", [True, "1"]),
-    (TopicEnsure, {"topic": "persistent://t/n/x", "partitions": 1}, "partitions", [True]),
+    (ReplicatedTopic, {"topic": "persistent://t/n/x", "partitions": 1}, "partitions", [True]),
     (ReplicatedEntry, {"position": "1:2", "publish_time": 5}, "publish_time", [True, "5"]),
-    (ScanRequest, {"topic": "persistent://t/n/x", "partition": 0}, "wait_ms", [False, "10"]),
+    (ReplicationScan, {"topic": "persistent://t/n/x", "partition": 0}, "wait_ms", [False, "10"]),
     (AckExport, {"topic": "persistent://t/n/x", "partition": 0, "subscription": "s"}, "back", [True]),
     (PartitionEnd, {"txn_id": "1:2", "partition": T, "action": "commit"}, "partition", [5]),
     (PendingAckCreate, {"topic": T, "subscription": "s", "txn_id": "1:2", "message_ids": ["1:2"]},

@@ -61,6 +61,7 @@ import time
 from typing import Any
 
 from streamtx.contracts.ackset import AckSet
+from streamtx.contracts.replication import AckApply, AckExport, ReplicationMarker
 from streamtx.ledger import Position
 from streamtx.replication import metrics
 from streamtx.transport import HttpClient
@@ -129,9 +130,9 @@ class AckSync:
                 await self._apply(name, writer, missing, start)
         for name in subscriptions:
             after = self.synced_to.get(name)
-            got = await self.local.request("POST", "/v1/replication/acks/export", json={
-                "topic": self.topic, "partition": self.partition, "subscription": name,
-                "after": str(after) if after else None, "back": self.back, "known": self.tokens.get(name)})
+            got = await self.local.request("POST", "/v1/replication/acks/export", json=AckExport(
+                topic=self.topic, partition=self.partition, subscription=name,
+                after=str(after) if after else None, back=self.back, known=self.tokens.get(name)))
             self.tokens[name] = got["token"]
             if got["origins"] is None:
                 continue
@@ -139,9 +140,9 @@ class AckSync:
             known = self.known.get(name)
             if not acks or (known is not None and known.covers(acks)):
                 continue
-            await self.local.request("POST", "/v1/replication/markers", json={
-                "topic": self.topic, "partition": self.partition,
-                "marker": {"type": "acks", "subscription": name, "origins": got["origins"]}})
+            await self.local.request("POST", "/v1/replication/markers", json=ReplicationMarker(
+                topic=self.topic, partition=self.partition,
+                marker={"type": "acks", "subscription": name, "origins": got["origins"]}))
             self.known[name] = acks
             self.markers += 1
 
@@ -161,9 +162,9 @@ class AckSync:
 
     async def _apply(self, name: str, writer: str, acks: AckSet, start: str | None) -> None:
         """Apply ``acks`` (from ``start`` on, for a retry); keep what is still on its way."""
-        got = await self.local.request("POST", "/v1/replication/acks/apply", json={
-            "topic": self.topic, "partition": self.partition, "subscription": name,
-            "origins": acks.to_wire(), "start": start})
+        got = await self.local.request("POST", "/v1/replication/acks/apply", json=AckApply(
+            topic=self.topic, partition=self.partition, subscription=name,
+            origins=acks.to_wire(), start=start))
         key = (name, writer)
         missing = [(str(c), int(lid)) for c, lid in got.get("missing", ())]
         if missing:

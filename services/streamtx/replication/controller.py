@@ -19,6 +19,7 @@ import functools
 import logging
 from typing import Any
 
+from streamtx.contracts.replication import ReplicatorCursorDelete
 from streamtx.errors import StreamtxError, UnavailableError
 from streamtx.ledger import LedgerFactory
 from streamtx.replication.peers import Peers
@@ -107,7 +108,7 @@ class Controller:
             for remote in sorted(gone):
                 try:
                     await self.local.request("POST", "/v1/replication/cursor/delete", retry=ONCE,
-                                             json={"topic": t["topic"], "remote": remote})
+                                             json=ReplicatorCursorDelete(topic=t["topic"], remote=remote))
                     log.info("%s no longer replicates to %s: its replicator cursors are deleted",
                              t["topic"], remote)
                 except StreamtxError as exc:  # the next scan asks again

@@ -21,6 +21,15 @@ import logging
 from collections.abc import Awaitable, Callable
 from typing import Any
 
+from streamtx.contracts.replication import (
+    ReplicatedEntry,
+    ReplicatedTopic,
+    ReplicationEntries,
+    ReplicationRead,
+    ReplicationWrite,
+    ReplicatorAck,
+    ReplicatorCursor,
+)
 from streamtx.errors import NotFoundError, StreamtxError
 from streamtx.replication.settings import ReplicationSettings
 from streamtx.transport import HttpClient
@@ -84,19 +93,19 @@ class PartitionReplicator:
 
     async def _open_cursor(self) -> None:
         """Open ``pulsar.repl.<remote>`` on the local broker; reads nothing, moves nothing."""
-        await self.local.request("POST", "/v1/replication/cursor", json={
-            "topic": self.topic, "partition": self.partition, "remote": self.remote, "connected": False})
+        await self.local.request("POST", "/v1/replication/cursor", json=ReplicatorCursor(
+            topic=self.topic, partition=self.partition, remote=self.remote, connected=False))
 
     async def step(self) -> None:
-        got = await self.local.request("POST", "/v1/replication/read", json={
-            "topic": self.topic, "partition": self.partition, "remote": self.remote, "after": self._after,
-            "max_entries": self.settings.read_max_entries, "wait_ms": self.settings.read_wait_ms,
-            "connected": self.connected,
-        })
-        last = got.get("last")
+        got = await self.local.request("POST", "/v1/replication/read", json=ReplicationRead(
+            topic=self.topic, partition=self.partition, remote=self.remote, after=self._after,
+            max_entries=self.settings.read_max_entries, wait_ms=self.settings.read_wait_ms,
+            connected=self.connected,
+        ))
+        read = ReplicationEntries.model_validate(got)
+        last, entries = read.last, read.entries
         if last is None:
             return
-        entries: list[dict[str, Any]] = got["entries"]
         if entries:
             try:
                 await self._send(entries)
@@ -104,8 +113,8 @@ class PartitionReplicator:
                 self.connected = False
                 raise
             self.connected = True
-        messages = sum(len(e.get("messages") or ()) for e in entries)
-        size = sum(len(m.get("value") or "") * 3 // 4 for e in entries for m in e.get("messages") or ())
+        messages = sum(len(e.messages or ()) for e in entries)
+        size = sum(len(m.value) * 3 // 4 for e in entries for m in e.messages or ())
         # The cursor moves while the next batch is read and sent: a wait for its fsync per
         # batch was a third of every hop (markers of a snapshot make four hops). One move
         # in flight at a time, so the cursor moves in order; a failed one surfaces here.
@@ -114,10 +123,10 @@ class PartitionReplicator:
         self._after = last
 
     async def _ack(self, last: str, messages: int, size: int) -> None:
-        await self.local.request("POST", "/v1/replication/ack", json={
-            "topic": self.topic, "partition": self.partition, "remote": self.remote, "position": last,
-            "messages": messages, "bytes": size,
-        })
+        await self.local.request("POST", "/v1/replication/ack", json=ReplicatorAck(
+            topic=self.topic, partition=self.partition, remote=self.remote, position=last,
+            messages=messages, bytes=size,
+        ))
         self.sent_messages += messages
 
     async def _acked(self) -> None:
@@ -134,10 +143,11 @@ class PartitionReplicator:
             self._remote = (cluster, cluster.for_log())
         return self._remote[1]
 
-    async def _send(self, entries: list[dict[str, Any]]) -> None:
+    async def _send(self, entries: list[ReplicatedEntry]) -> None:
         remote = await self._remote_client()
-        body = {"topic": self.topic, "partition": self.partition, "source": self.local_cluster,
-                "entries": entries}
+        # The entries were validated as read: not a second time.
+        body = ReplicationWrite.model_construct(topic=self.topic, partition=self.partition,
+                                                source=self.local_cluster, entries=entries)
         try:
             await remote.request("POST", "/v1/replication/write", json=body)
         except NotFoundError:  # deleted there meanwhile, or a remote that lost its data
@@ -147,4 +157,4 @@ class PartitionReplicator:
     async def _ensure_remote_topic(self, remote: HttpClient) -> None:
         """Create the topic there as it is here, if missing (Pulsar auto-creates it too); idempotent."""
         await remote.request("POST", "/v1/replication/topics",
-                             json={"topic": self.topic, "partitions": self.partitions})
+                             json=ReplicatedTopic(topic=self.topic, partitions=self.partitions))

@@ -41,6 +41,7 @@ import time
 from collections.abc import Callable
 from typing import Any
 
+from streamtx.contracts.replication import ReplicatedSubscriptionUpdate, ReplicationMarker, ReplicationScan
 from streamtx.errors import ConflictError, MalformedError, StreamtxError
 from streamtx.ledger import Position
 from streamtx.replication import metrics
@@ -99,11 +100,10 @@ class PartitionSnapshots:
                 await asyncio.sleep(self.settings.retry_max_s)
 
     async def step(self) -> None:
-        got = await self.local.request("POST", "/v1/replication/scan", json={
-            "topic": self.topic, "partition": self.partition, "after": self._after,
-            "wait_ms": self._wait_ms(), "back": self.settings.rescan_entries,
-            "mark_deletes": self._marks,
-        })
+        got = await self.local.request("POST", "/v1/replication/scan", json=ReplicationScan(
+            topic=self.topic, partition=self.partition, after=self._after,
+            wait_ms=self._wait_ms(), back=self.settings.rescan_entries, mark_deletes=self._marks,
+        ))
         self.scans += 1
         self._dirty = self._dirty or bool(got["data"])
         subs: dict[str, str | None] = got["subscriptions"]
@@ -213,9 +213,10 @@ class PartitionSnapshots:
         elif kind == "update" and source is not None:
             here = (body.get("clusters") or {}).get(self.cluster)
             if here:
-                await self.local.request("POST", "/v1/replication/subscriptions/update", json={
-                    "topic": self.topic, "partition": self.partition,
-                    "subscription": body["subscription"], "position": here})
+                await self.local.request(
+                    "POST", "/v1/replication/subscriptions/update", json=ReplicatedSubscriptionUpdate(
+                        topic=self.topic, partition=self.partition, subscription=body["subscription"],
+                        position=here))
         elif kind == "acks" and source is not None:
             await self.acks.apply(body, str(source))
 
@@ -224,8 +225,8 @@ class PartitionSnapshots:
             cache.add(snap)  # already passed: the advance in this step writes its update
 
     async def _write(self, marker: dict[str, Any]) -> None:
-        await self.local.request("POST", "/v1/replication/markers", json={
-            "topic": self.topic, "partition": self.partition, "marker": marker})
+        await self.local.request("POST", "/v1/replication/markers", json=ReplicationMarker(
+            topic=self.topic, partition=self.partition, marker=marker))
 
     def status(self) -> dict[str, Any]:
         return {"topic": self.topic, "partition": self.partition, "pending": len(self.pending),

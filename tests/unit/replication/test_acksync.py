@@ -9,6 +9,7 @@ import pytest
 from streamtx.contracts.ackset import AckSet
 from streamtx.ledger import Position
 from streamtx.replication.acksync import AckSync
+from tests.support.wire import body_of
 
 
 def wire(*spans: tuple[str, int, int]) -> list[dict[str, Any]]:
@@ -24,7 +25,8 @@ class Broker:
         self.missing: list[list[Any]] = []  # origins the next apply does not find all of
         self.calls: list[tuple[str, dict[str, Any]]] = []
 
-    async def request(self, method: str, path: str, json: dict[str, Any]) -> dict[str, Any]:
+    async def request(self, method: str, path: str, json: Any) -> dict[str, Any]:
+        json = body_of(json)
         self.calls.append((path, json))
         if path.endswith("/acks/export"):
             token = f"t{self.token}"

@@ -16,6 +16,7 @@ import pytest
 from streamtx.replication.controller import Controller
 from streamtx.replication.policies import Policies
 from streamtx.replication.settings import ReplicationSettings
+from tests.support.wire import body_of
 
 T = "persistent://t/n/x"
 
@@ -28,11 +29,11 @@ class LocalBroker:
         self.calls: list[tuple[str, str, Any]] = []
 
     async def request(self, method: str, path: str, **kw: Any) -> Any:
-        self.calls.append((method, path, kw.get("json")))
+        self.calls.append((method, path, body_of(kw.get("json"))))
         if path == "/v1/replication/topics":
             return {"topics": [{"topic": T, "partitions": 2, "remotes": self.remotes}]}
         if path == "/v1/replication/cursor/delete":
-            self.remotes.remove(kw["json"]["remote"])
+            self.remotes.remove(body_of(kw["json"])["remote"])
             return {"deleted": True}
         raise AssertionError(f"unexpected call {method} {path}")
 

@@ -6,6 +6,7 @@ from typing import Any
 
 from streamtx.replication.settings import ReplicationSettings
 from streamtx.replication.subscriptions import PartitionSnapshots
+from tests.support.wire import body_of
 
 
 class Broker:
@@ -14,7 +15,8 @@ class Broker:
     def __init__(self) -> None:
         self.markers: list[dict[str, Any]] = []
 
-    async def request(self, method: str, path: str, json: dict[str, Any]) -> dict[str, Any]:
+    async def request(self, method: str, path: str, json: Any) -> dict[str, Any]:
+        json = body_of(json)
         if path.endswith("/markers"):
             self.markers.append(json["marker"])
         return {}

@@ -10,7 +10,8 @@ Internal (the replication controller calls them; service credential):
 ``GET /v1/replication/topics`` (what the broker serves), ``POST /v1/replication/topics``
 (create a topic replicated here, as its source has it).
 
-Every call but ``/topics`` names one partition (``topic`` + ``partition``) and is
+The bodies are :mod:`streamtx.contracts.replication`'s (the controller builds the same
+models). Every call but ``/topics`` names one partition (``topic`` + ``partition``) and is
 served by that partition's owner, as a request to ``x-partition-N`` is: broker
 replicas split a topic's partitions, and a replica that does not own it answers
 307 to the one that does. The replicator cursor is state of the partition, so it
@@ -28,84 +29,27 @@ from typing import Any
 
 import orjson
 from fastapi import APIRouter, Request, Response
-from pydantic import Field
 
 from streamtx.broker.deps import BrokerDep
 from streamtx.broker.partition import Partition
 from streamtx.broker.registry import Broker, partition_item
 from streamtx.broker.replication import state as repl
 from streamtx.broker.topic import Topic
-from streamtx.contracts.body import StrictBody
+from streamtx.contracts.replication import (
+    ReplicatedTopic,
+    ReplicationMarker,
+    ReplicationRead,
+    ReplicationWrite,
+    ReplicatorAck,
+    ReplicatorCursor,
+    ReplicatorCursorDelete,
+)
 from streamtx.errors import MalformedError, NotFoundError, UnavailableError
 from streamtx.ledger import Position
-from streamtx.names import TopicName
 from streamtx.transport import HttpClient
 
 router = APIRouter(prefix="/v1/replication", tags=["replication (internal)"])
 admin = APIRouter(prefix="/admin/v2", tags=["admin: replication"])
-
-
-class ReadRequest(StrictBody):
-    """Read a partition's local entries for ``remote``, after ``after`` (else from its cursor)."""
-
-    topic: TopicName
-    partition: int = Field(ge=0)
-    remote: str = Field(min_length=1)
-    after: str | None = None
-    max_entries: int = Field(500, ge=1, le=10_000)
-    wait_ms: int = Field(0, ge=0, le=30_000)
-    connected: bool = True  # whether the controller reaches the remote (for stats)
-
-
-class CursorRequest(StrictBody):
-    """Open the replicator cursors of ``topic`` towards ``remote`` (idempotent); say if it is reached."""
-
-    topic: TopicName
-    partition: int = Field(ge=0)
-    remote: str = Field(min_length=1)
-    connected: bool = False
-
-
-class CursorDelete(StrictBody):
-    """``topic`` no longer replicates to ``remote``: delete its replicator cursors (idempotent)."""
-
-    topic: TopicName
-    remote: str = Field(min_length=1)
-
-
-class AckRequest(StrictBody):
-    """Everything through ``position`` reached ``remote``: ``messages`` of ``bytes`` were sent."""
-
-    topic: TopicName
-    partition: int = Field(ge=0)
-    remote: str = Field(min_length=1)
-    position: str
-    messages: int = Field(0, ge=0)
-    bytes: int = Field(0, ge=0)
-
-
-class WriteRequest(StrictBody):
-    """Entries of ``source`` (in their source order) to append to one partition."""
-
-    topic: TopicName
-    partition: int = Field(ge=0)
-    source: str = Field(min_length=1)
-    entries: list[repl.ReplicatedEntry]
-
-
-class MarkerRequest(StrictBody):
-    """A replication marker to append to one partition."""
-
-    topic: TopicName
-    partition: int = Field(ge=0)
-    marker: dict[str, Any]
-
-
-class TopicEnsure(StrictBody):
-    """A replicated topic as its source has it: created here with these partitions if missing."""
-
-    topic: TopicName  # checked as Pulsar does (a made-up name was a ledger file too long: 503)
-    partitions: int = Field(ge=1)
 
 
 @router.get("/topics")
@@ -119,7 +63,7 @@ async def topics(broker: BrokerDep) -> dict[str, Any]:
 
 
 @router.post("/topics")
-async def ensure_topic(body: TopicEnsure, broker: BrokerDep) -> TopicEnsure:
+async def ensure_topic(body: ReplicatedTopic, broker: BrokerDep) -> ReplicatedTopic:
     """Create a topic a remote cluster replicates here (409 if it exists with other partitions)."""
     await broker.create_topic(body.topic, body.partitions)
     return body
@@ -135,7 +79,7 @@ async def owned_partition(broker: Broker, topic: str, index: int) -> tuple[Topic
 
 
 @router.post("/cursor")
-async def open_cursor(body: CursorRequest, broker: BrokerDep) -> dict[str, Any]:
+async def open_cursor(body: ReplicatorCursor, broker: BrokerDep) -> dict[str, Any]:
     """The replicator's first call, before the remote is ever reached: from now on the cursor
     holds back trims and counts the backlog (a new cursor starts at the partition's first entry)."""
     t, part = await owned_partition(broker, body.topic, body.partition)
@@ -146,7 +90,7 @@ async def open_cursor(body: CursorRequest, broker: BrokerDep) -> dict[str, Any]:
 
 
 @router.post("/cursor/delete")
-async def delete_cursor(body: CursorDelete, broker: BrokerDep) -> dict[str, Any]:
+async def delete_cursor(body: ReplicatorCursorDelete, broker: BrokerDep) -> dict[str, Any]:
     """The remote left the topic's replication policy (or was deleted): its ``pulsar.repl.<remote>``
     cursors stop holding back trims, on every partition (each broker replica deletes those of the
     partitions it owns; the others at their next catalog tick)."""
@@ -155,7 +99,7 @@ async def delete_cursor(body: CursorDelete, broker: BrokerDep) -> dict[str, Any]
 
 
 @router.post("/read")
-async def read(body: ReadRequest, broker: BrokerDep) -> dict[str, Any]:
+async def read(body: ReplicationRead, broker: BrokerDep) -> dict[str, Any]:
     t, part = await owned_partition(broker, body.topic, body.partition)
     link = await broker.replication.link(t.name, body.partition, part, body.remote)
     link.reaches = body.connected
@@ -174,7 +118,7 @@ async def read(body: ReadRequest, broker: BrokerDep) -> dict[str, Any]:
 
 
 @router.post("/ack")
-async def ack(body: AckRequest, broker: BrokerDep) -> dict[str, Any]:
+async def ack(body: ReplicatorAck, broker: BrokerDep) -> dict[str, Any]:
     t, part = await owned_partition(broker, body.topic, body.partition)
     link = await broker.replication.link(t.name, body.partition, part, body.remote)
     try:
@@ -189,7 +133,7 @@ async def ack(body: AckRequest, broker: BrokerDep) -> dict[str, Any]:
 
 
 @router.post("/write")
-async def write(body: WriteRequest, broker: BrokerDep) -> dict[str, Any]:
+async def write(body: ReplicationWrite, broker: BrokerDep) -> dict[str, Any]:
     t, part = await owned_partition(broker, body.topic, body.partition)
     cluster = broker.replication.cluster
     written, dropped = await repl.write_replicated(part, body.source, body.entries, cluster)
@@ -201,7 +145,7 @@ async def write(body: WriteRequest, broker: BrokerDep) -> dict[str, Any]:
 
 
 @router.post("/markers")
-async def marker(body: MarkerRequest, broker: BrokerDep) -> dict[str, Any]:
+async def marker(body: ReplicationMarker, broker: BrokerDep) -> dict[str, Any]:
     _, part = await owned_partition(broker, body.topic, body.partition)
     pos = await part.append_marker(orjson.dumps(body.marker))
     return {"position": str(pos)}

@@ -28,11 +28,10 @@ from collections import deque
 from typing import Any
 
 import orjson
-from pydantic import Field
 
 from streamtx.broker.partition import Partition
 from streamtx.broker.replication import markers
-from streamtx.contracts.body import StrictBody
+from streamtx.contracts.replication import ReplicatedEntry
 from streamtx.cursor import Cursor, cursor_ledger_name
 from streamtx.errors import MalformedError
 from streamtx.ledger import LedgerFactory, Position
@@ -153,23 +152,6 @@ async def read_local(part: Partition, start: Position, max_entries: int
             continue
         items.append(item)
     return items, (entries[-1].position if entries else None)
-
-
-class ReplicatedMessage(StrictBody):
-    """One message of a replicated entry (``value`` base64)."""
-
-    key: str | None = None
-    value: str = ""
-    properties: dict[str, str] = Field(default_factory=dict)
-
-
-class ReplicatedEntry(StrictBody):
-    """One source entry, as :func:`read_local` gives it: messages, or a marker."""
-
-    position: str
-    publish_time: int = Field(0, ge=0, lt=1 << 63)
-    messages: list[ReplicatedMessage] | None = None
-    marker: dict[str, Any] | None = None
 
 
 def _parse_item(item: ReplicatedEntry, source: str, now_ms: int) -> tuple[bytes, ProducerInfo, int]:

@@ -15,7 +15,6 @@ import uuid
 from typing import Annotated, Any
 
 from fastapi import APIRouter, Body
-from pydantic import Field
 
 from streamtx.broker.deps import BrokerDep, topic_name
 from streamtx.broker.registry import Broker, split_partition
@@ -24,7 +23,7 @@ from streamtx.broker.replication.routes import owned_partition
 from streamtx.broker.subscription import Subscription, SubscriptionType
 from streamtx.broker.topic import Topic
 from streamtx.contracts.ackset import AckSet
-from streamtx.contracts.body import StrictBody
+from streamtx.contracts.replication import AckApply, AckExport, ReplicatedSubscriptionUpdate, ReplicationScan
 from streamtx.errors import MalformedError, NotFoundError
 from streamtx.ledger import Position
 
@@ -37,31 +36,8 @@ admin = APIRouter(prefix="/admin/v2/persistent/{tenant}/{namespace}/{topic}/subs
                   tags=["admin: replication"])
 
 
-class ScanRequest(StrictBody):
-    """Scan a partition after ``after`` (None: from ``back`` entries before its end)."""
-
-    topic: str
-    partition: int = Field(ge=0)
-    after: str | None = None
-    back: int = Field(10_000, ge=0)
-    max_entries: int = Field(1000, ge=1, le=10_000)
-    wait_ms: int = Field(0, ge=0, le=30_000)
-    #: The mark-deletes the caller last saw: the long poll also ends when one moves
-    #: (a snapshot it passed is an update to write now, not at the next entry).
-    mark_deletes: dict[str, str | None] | None = None
-
-
-class UpdateRequest(StrictBody):
-    """Move ``subscription``'s mark-delete on one partition to ``position`` (never back)."""
-
-    topic: str
-    partition: int = Field(ge=0)
-    subscription: str = Field(min_length=1)
-    position: str
-
-
 @router.post("/scan")
-async def scan(body: ScanRequest, broker: BrokerDep) -> dict[str, Any]:
+async def scan(body: ReplicationScan, broker: BrokerDep) -> dict[str, Any]:
     t, part = await owned_partition(broker, body.topic, body.partition)
     last, first = part.ledger.last_position(), part.ledger.first_position()
     if body.after is None and (last is None or first is None):
@@ -87,37 +63,6 @@ async def scan(body: ScanRequest, broker: BrokerDep) -> dict[str, Any]:
             out["last"] = body.after or (str(last) if last else None)
     out["subscriptions"] = markers.mark_deletes(t, body.partition)
     return out
-
-
-class AckExport(StrictBody):
-    """One partition of a subscription: its acks past ``after`` (None: ``back`` entries before
-    its mark-delete).
-
-    ``known`` is the ``token`` of an earlier answer: if nothing changed since, ``origins`` is None.
-    """
-
-    topic: str
-    partition: int = Field(ge=0)
-    subscription: str = Field(min_length=1)
-    after: str | None = None
-    back: int = Field(10_000, ge=0)
-    known: str | None = None
-
-
-class AckApply(StrictBody):
-    """Acknowledge on one partition of ``subscription`` the messages ``origins`` names.
-
-    ``start`` (the ``next`` of an earlier answer): look only from there on, for a retry
-    of a marker whose entries were not all here yet. The answer's ``complete`` says
-    whether every origin's last named entry was found (``missing``: the origins not,
-    as ``[cluster, ledger]``) and ``next`` where a retry starts.
-    """
-
-    topic: str
-    partition: int = Field(ge=0)
-    subscription: str = Field(min_length=1)
-    origins: list[dict[str, Any]]
-    start: str | None = None
 
 
 async def _replicated_sub(broker: Broker, t: Topic, name: str) -> Subscription:
@@ -163,7 +108,7 @@ async def apply_acks(body: AckApply, broker: BrokerDep) -> dict[str, Any]:
 
 
 @router.post("/subscriptions/update")
-async def update(body: UpdateRequest, broker: BrokerDep) -> dict[str, Any]:
+async def update(body: ReplicatedSubscriptionUpdate, broker: BrokerDep) -> dict[str, Any]:
     """Apply an update marker: created at the earliest position if missing, then moved forward."""
     t, part = await owned_partition(broker, body.topic, body.partition)
     pos = markers.parse_position(part, body.position)

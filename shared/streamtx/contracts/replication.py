@@ -1,0 +1,171 @@
+"""The replication API between the controller and a broker (docs/internal-api.md, "Replication").
+
+The replication controller (``services/streamtx/replication``) sends these bodies to
+its own cluster's broker and, for ``write`` and ``topics``, to a remote cluster's;
+the broker's routes (``broker/replication/routes.py``, ``subscription_routes.py``)
+validate with the same models. Every call but ``topics`` names one partition
+(``topic`` + ``partition``) and is served by its owner (307 elsewhere).
+
+Positions are ``"ledger:entry"`` strings; a marker (``marker``) is the JSON of a
+replication marker (:mod:`streamtx.broker.replication.markers` says which kinds).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from pydantic import Field
+
+from streamtx.contracts.body import StrictBody
+from streamtx.names import TopicName
+
+
+class ReplicatedTopic(StrictBody):
+    """``POST /v1/replication/topics``: a replicated topic as its source has it, created here with
+    these partitions if missing (409 if it exists with others)."""
+
+    topic: TopicName  # checked as Pulsar does (a made-up name was a ledger file too long: 503)
+    partitions: int = Field(ge=1)
+
+
+class ReplicatorCursor(StrictBody):
+    """``POST /v1/replication/cursor``: open the ``pulsar.repl.<remote>`` cursor of one partition
+    (idempotent); ``connected``: whether the controller reaches the remote (for stats)."""
+
+    topic: TopicName
+    partition: int = Field(ge=0)
+    remote: str = Field(min_length=1)
+    connected: bool = False
+
+
+class ReplicatorCursorDelete(StrictBody):
+    """``POST /v1/replication/cursor/delete``: ``topic`` no longer replicates to ``remote``; its
+    replicator cursors go, on every partition (idempotent)."""
+
+    topic: TopicName
+    remote: str = Field(min_length=1)
+
+
+class ReplicationRead(StrictBody):
+    """``POST /v1/replication/read``: a partition's local entries for ``remote``, after ``after``
+    (None: from its replicator cursor), waiting up to ``wait_ms`` for one."""
+
+    topic: TopicName
+    partition: int = Field(ge=0)
+    remote: str = Field(min_length=1)
+    after: str | None = None
+    max_entries: int = Field(default=500, ge=1, le=10_000)
+    wait_ms: int = Field(default=0, ge=0, le=30_000)
+    connected: bool = True  # whether the controller reaches the remote (for stats)
+
+
+class ReplicatorAck(StrictBody):
+    """``POST /v1/replication/ack``: everything through ``position`` reached ``remote``
+    (``messages`` of ``bytes`` were sent): the replicator cursor moves there."""
+
+    topic: TopicName
+    partition: int = Field(ge=0)
+    remote: str = Field(min_length=1)
+    position: str
+    messages: int = Field(default=0, ge=0)
+    bytes: int = Field(default=0, ge=0)
+
+
+class ReplicatedMessage(StrictBody):
+    """One message of a replicated entry (``value`` base64)."""
+
+    key: str | None = None
+    value: str = ""
+    properties: dict[str, str] = Field(default_factory=dict)
+
+
+class ReplicatedEntry(StrictBody):
+    """One source entry, as ``read`` answers it: its messages, or a marker."""
+
+    position: str
+    publish_time: int = Field(default=0, ge=0, lt=1 << 63)
+    messages: list[ReplicatedMessage] | None = None
+    marker: dict[str, Any] | None = None
+
+
+class ReplicationEntries(StrictBody):
+    """The answer to ``read``: the entries (markers local to this cluster left out), and ``last``,
+    the position read through (None: nothing new before ``wait_ms`` ran out)."""
+
+    entries: list[ReplicatedEntry]
+    last: str | None = None
+
+
+class ReplicationWrite(StrictBody):
+    """``POST /v1/replication/write`` (on the remote cluster's broker): entries of ``source``, in
+    their source order, to append to one partition (repeats are dropped)."""
+
+    topic: TopicName
+    partition: int = Field(ge=0)
+    source: str = Field(min_length=1)
+    entries: list[ReplicatedEntry]
+
+
+class ReplicationMarker(StrictBody):
+    """``POST /v1/replication/markers``: a replication marker to append to one partition."""
+
+    topic: TopicName
+    partition: int = Field(ge=0)
+    marker: dict[str, Any]
+
+
+class ReplicationScan(StrictBody):
+    """``POST /v1/replication/scan``: a partition's markers after ``after`` (None: from ``back``
+    entries before its end) and its replicated subscriptions' mark-delete positions."""
+
+    topic: str
+    partition: int = Field(ge=0)
+    after: str | None = None
+    back: int = Field(default=10_000, ge=0)
+    max_entries: int = Field(default=1000, ge=1, le=10_000)
+    wait_ms: int = Field(default=0, ge=0, le=30_000)
+    #: The mark-deletes the caller last saw: the long poll also ends when one moves
+    #: (a snapshot it passed is an update to write now, not at the next entry).
+    mark_deletes: dict[str, str | None] | None = None
+
+
+class ReplicatedSubscriptionUpdate(StrictBody):
+    """``POST /v1/replication/subscriptions/update``: move ``subscription``'s mark-delete on one
+    partition to ``position`` (never back; created at the earliest position if missing)."""
+
+    topic: str
+    partition: int = Field(ge=0)
+    subscription: str = Field(min_length=1)
+    position: str
+
+
+class AckExport(StrictBody):
+    """``POST /v1/replication/acks/export``: one partition of a subscription: its acks past
+    ``after`` (None: ``back`` entries before its mark-delete), by origin.
+
+    ``known`` is the ``token`` of an earlier answer: if nothing changed since, ``origins`` is None.
+    """
+
+    topic: str
+    partition: int = Field(ge=0)
+    subscription: str = Field(min_length=1)
+    after: str | None = None
+    back: int = Field(default=10_000, ge=0)
+    known: str | None = None
+
+
+class AckApply(StrictBody):
+    """``POST /v1/replication/acks/apply``: acknowledge on one partition of ``subscription`` the
+    messages ``origins`` names (:meth:`streamtx.contracts.ackset.AckSet.to_wire`).
+
+    ``start`` (the ``next`` of an earlier answer): look only from there on, for a retry
+    of a marker whose entries were not all here yet. The answer's ``complete`` says
+    whether every origin's last named entry was found (``missing``: the origins not,
+    as ``[cluster, ledger]``) and ``next`` where a retry starts.
+    """
+
+    topic: str
+    partition: int = Field(ge=0)
+    subscription: str = Field(min_length=1)
+    origins: list[dict[str, Any]]
+    start: str | None = None

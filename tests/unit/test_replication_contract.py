@@ -1,0 +1,58 @@
+"""The replication API is one language: the broker's routes validate the contract models
+(streamtx.contracts.replication) the controller builds, and every body model has one name."""
+
+from __future__ import annotations
+
+import ast
+import typing
+from pathlib import Path
+
+from fastapi.routing import APIRoute
+from pydantic import BaseModel
+
+import streamtx
+from streamtx.broker.replication import routes, subscription_routes
+from streamtx.contracts import replication
+
+BODIES = {"topics": "ReplicatedTopic", "cursor": "ReplicatorCursor",
+          "cursor/delete": "ReplicatorCursorDelete",
+          "read": "ReplicationRead", "ack": "ReplicatorAck", "write": "ReplicationWrite",
+          "markers": "ReplicationMarker", "scan": "ReplicationScan",
+          "subscriptions/update": "ReplicatedSubscriptionUpdate", "acks/export": "AckExport",
+          "acks/apply": "AckApply"}
+
+
+def test_each_internal_replication_call_takes_its_contract_model() -> None:
+    taken = {}
+    for route in [*routes.router.routes, *subscription_routes.router.routes]:
+        assert isinstance(route, APIRoute)
+        if "POST" in route.methods:
+            body = typing.get_type_hints(route.endpoint)["body"]
+            assert body.__module__ == replication.__name__, route.path
+            taken[route.path.removeprefix("/v1/replication/")] = body.__name__
+    assert taken == BODIES
+
+
+def test_the_controller_builds_each_body_it_sends_from_the_contract() -> None:
+    """No raw ``json={...}`` to the broker is left in the controller (it sent them all before)."""
+    folder = Path(next(p for p in streamtx.__path__ if (Path(p) / "replication").is_dir())) / "replication"
+    raw = [f"{path.name}:{node.lineno}" for path in folder.rglob("*.py")
+           for node in ast.walk(ast.parse(path.read_text()))
+           if isinstance(node, ast.keyword) and node.arg == "json" and isinstance(node.value, ast.Dict)]
+    assert raw == []
+
+
+def test_one_name_per_body_model() -> None:
+    """There were two ``AckRequest`` (a client's ack, and the replicator's cursor move)."""
+    seen: dict[str, list[str]] = {}
+    modules: dict[str, Path] = {}
+    for folder in streamtx.__path__:  # the first folder's module wins, as on import
+        for path in Path(folder).rglob("*.py"):
+            modules.setdefault(str(path.relative_to(folder)), path)
+    for name, path in modules.items():
+        for node in ast.walk(ast.parse(path.read_text())):
+            bases = [getattr(b, "id", getattr(b, "attr", "")) for b in getattr(node, "bases", ())]
+            if isinstance(node, ast.ClassDef) and {"StrictBody", "BaseModel"} & set(bases):
+                seen.setdefault(node.name, []).append(name)
+    assert {n: p for n, p in seen.items() if len(p) > 1} == {}
+    assert all(issubclass(getattr(replication, n), BaseModel) for n in BODIES.values())
