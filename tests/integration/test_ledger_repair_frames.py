@@ -21,9 +21,9 @@ from tests.integration.test_file_ledger import read_store
 from tests.integration.test_file_ledger_corruption import NAME, damage, ledger_cli, read, write
 
 
-async def _writers(root: Path, *plan: int) -> None:
+async def _writers(root: Path, *plan: int, segment_bytes: int = 64 << 20) -> None:
     """Writers one after the other, each appending ``plan[i]`` entries (all acknowledged)."""
-    ledgers = FileLedgerFactory(str(root))
+    ledgers = FileLedgerFactory(str(root), segment_bytes=segment_bytes)
     try:
         for w, n in enumerate(plan):
             ledger = await ledgers.open(NAME)
@@ -75,6 +75,22 @@ async def test_a_later_writers_damaged_fence_is_written_again_and_its_entries_st
 
     found = await _repair(tmp_path)
     assert await read_store(tmp_path, NAME) == acked  # the 5 entries of the new writer too
+    assert "fence" in found["repaired"][0]
+
+
+async def test_a_damaged_fence_in_a_sealed_segment_is_written_again(tmp_path: Path) -> None:
+    await _writers(tmp_path, 4, 5, 3, segment_bytes=150)  # a new segment every few entries
+    acked = await read_store(tmp_path, NAME)
+    ledger_dir = FileLedgerFactory(str(tmp_path)).ledger_dir(NAME)
+    segments = sorted(os.path.join(ledger_dir, f) for f in os.listdir(ledger_dir) if f.endswith(".seg"))
+    fences = [(path, pos) for path in segments for pos, f in _entries(path)
+              if f.kind is frames.FrameKind.FENCE]
+    path, pos = fences[1]
+    assert path != segments[-1]  # sealed: a newer segment follows
+    _break(path, pos)
+
+    found = await _repair(tmp_path)
+    assert await read_store(tmp_path, NAME) == acked
     assert "fence" in found["repaired"][0]
 
 
