@@ -329,6 +329,8 @@ def run(spark: Any, url: str, *, pattern: str = "*", names: list[str] | None = N
 def results_of(reports: list[LogReport], seconds: float) -> outputs.Results:
     res = outputs.Results("compact")
     for r in reports:
+        if r.outcome == HELD:
+            continue  # another run's: not read, so no size to report
         for phase, recs, size in (("before", r.records_before, r.bytes_before),
                                   ("after", r.records_after, r.bytes_after)):
             labels = (("ledger", r.ledger), ("kind", r.kind), ("phase", phase))

@@ -122,8 +122,10 @@ def test_a_log_another_run_holds_is_left_alone(tmp_path: Path) -> None:
     other = LogLocks(url)  # another run, planning now
     assert other.acquire(NAME)
     try:
-        (report,) = compact.run(spark, url)
+        reports = compact.run(spark, url)
+        (report,) = reports
         assert report.outcome == compact.HELD and not report.compacted
+        assert "compact_bytes" not in compact.results_of(reports, 1.0).gauges  # not read: no size
         assert _manifest(url) == {} and not (tmp_path / "txnlog%2Fc1%2F0%2Fbase%2F0").exists()
     finally:
         other.close()
