@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 import shutil
 import subprocess
 from pathlib import Path
@@ -40,3 +41,11 @@ def test_make_help_lists_the_targets_with_what_they_do() -> None:
     for target in ("run", "run-geo", "test", "lint", "demo", "bench"):
         assert target in listed, out
     assert "BASE_PORT" in listed["run"] and "BASE_PORT" in listed["run-geo"]
+
+
+def test_every_target_says_what_it_does() -> None:
+    targets = re.findall(r"^([a-z][a-z-]*):", (ROOT / "Makefile").read_text(), re.M)
+    out = subprocess.run(["make", "-s", "help"], cwd=ROOT, capture_output=True, text=True, timeout=30,
+                         check=True).stdout
+    listed = {line.split()[1] for line in out.splitlines() if line.startswith("  make ")}
+    assert set(targets) - listed == set()

@@ -107,14 +107,14 @@ class _Leases:
         self._loop = asyncio.new_event_loop()
         self._thread = threading.Thread(target=self._loop.run_forever, name="compact-leases", daemon=True)
         self._thread.start()
-        self._store = LeaseStore.from_url(url, cluster="jobs", service="compact")
+        self._leases = LeaseStore.from_url(url, cluster="jobs", service="compact")
         self._renewing = asyncio.run_coroutine_threadsafe(self._renew_loop(), self._loop)
 
     def _call(self, coro: Coroutine[Any, Any, T]) -> T:
         return asyncio.run_coroutine_threadsafe(coro, self._loop).result()
 
     def acquire(self, name: str) -> bool:
-        lease: Lease | None = self._call(self._store.acquire(name, self._member, self._ttl_ms))
+        lease: Lease | None = self._call(self._leases.acquire(name, self._member, self._ttl_ms))
         if lease is None:
             return False
         self._held[name] = lease
@@ -122,14 +122,14 @@ class _Leases:
 
     def held(self, name: str) -> bool:
         lease = self._held.get(name)
-        return lease is not None and bool(self._call(self._store.renew(lease, self._ttl_ms)))
+        return lease is not None and bool(self._call(self._leases.renew(lease, self._ttl_ms)))
 
     async def _renew_loop(self) -> None:
         while True:
             await asyncio.sleep(self._ttl_ms / 3000)
             names = list(self._held)
             try:
-                ok = await self._store.renew_all([self._held[n] for n in names], self._ttl_ms)
+                ok = await self._leases.renew_all([self._held[n] for n in names], self._ttl_ms)
             except Exception as exc:  # Redis away for a moment: the next round tries again
                 log.warning("compact: renewing the compaction leases failed: %s", exc)
                 continue
@@ -144,8 +144,8 @@ class _Leases:
         async def release() -> None:
             for lease in self._held.values():
                 with contextlib.suppress(Exception):
-                    await self._store.release(lease)
-            await self._store.aclose()
+                    await self._leases.release(lease)
+            await self._leases.aclose()
 
         with contextlib.suppress(Exception):
             self._call(release())

@@ -19,8 +19,8 @@ NAME = "persistent://t/n/x-partition-0"
 REPL = "pulsar.repl.east"
 
 
-async def open_part(store: LedgerFactory) -> Partition:
-    return await Partition.open(store, NAME, "persistent://t/n/x", BrokerSettings(), Notifier())
+async def open_part(ledgers: LedgerFactory) -> Partition:
+    return await Partition.open(ledgers, NAME, "persistent://t/n/x", BrokerSettings(), Notifier())
 
 
 def copy(sequence: int) -> tuple[bytes, ProducerInfo]:
@@ -35,8 +35,8 @@ async def entries(part: Partition) -> int:
 
 
 async def test_the_same_replicated_write_twice_is_stored_once() -> None:
-    store = open_ledger_factory("memory://")
-    part = await open_part(store)
+    ledgers = open_ledger_factory("memory://")
+    part = await open_part(ledgers)
     before = await entries(part)
     data, producer = copy(5)
     first = part.start_replicated(data, producer, 1, 0)
@@ -45,13 +45,13 @@ async def test_the_same_replicated_write_twice_is_stored_once() -> None:
     assert part.start_replicated(data, producer, 1, 0) is None  # sent again (its cursor did not move)
     assert part.start_replicated(*copy(4), 1, 0) is None  # an older one, too
     assert await entries(part) == before + 1
-    again = await open_part(store)  # the dedup state is rebuilt from the entries
+    again = await open_part(ledgers)  # the dedup state is rebuilt from the entries
     assert again.start_replicated(data, producer, 1, 0) is None
 
 
 async def test_a_second_start_before_the_first_lands_is_dropped() -> None:
-    store = open_ledger_factory("memory://")
-    part = await open_part(store)
+    ledgers = open_ledger_factory("memory://")
+    part = await open_part(ledgers)
     before = await entries(part)
     data, producer = copy(7)
     first = part.start_replicated(data, producer, 1, 0)
