@@ -79,7 +79,7 @@ class PendingAckClient:
         return held_pairs(Held.model_validate(body))
 
     async def held_when_answering(self, topic: str, subscription: str,
-                                  max_delay_s: float = 2.0) -> list[tuple[str, TxnId | None]]:
+                                  max_delay_s: float = 0.25) -> list[tuple[str, TxnId | None]]:
         """:meth:`held`, asked again (backing off) until the store answers; said once (:class:`Outage`)."""
         delay = 0.1
         while True:

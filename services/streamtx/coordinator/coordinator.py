@@ -111,7 +111,7 @@ class CoordinatorConfig:
     id_block_size: int = 10_000
     max_concurrent_timeouts: int = 256
     retry_backoff_ms: int = 50
-    retry_max_backoff_ms: int = 5000
+    retry_max_backoff_ms: int = 500
     max_violations_kept: int = 1000
     max_partitions_per_txn: int = 4096
     max_subscriptions_per_txn: int = 4096

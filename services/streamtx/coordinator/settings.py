@@ -59,7 +59,10 @@ class CoordinatorSettings(ReplicaSettings):
         10_000, ge=1, description="transaction ids reserved per RESERVE_IDS record (ids never reused)"
     )
     fanout_backoff_ms: int = Field(50, ge=1, description="first delay between end retries to a participant")
-    fanout_max_backoff_ms: int = Field(5_000, ge=1, description="longest delay between end retries")
+    # Short (issue 25): a participant restarted after a crash is back within a second or two,
+    # and every transaction that touched it waits for its end (held acks, a partition's read
+    # position); retrying a refused connection is cheap.
+    fanout_max_backoff_ms: int = Field(500, ge=1, description="longest delay between end retries")
     fanout_request_timeout_ms: int = Field(
         40_000, ge=1, description="HTTP timeout of one participant call (the pending-ack store may take 30 s)"
     )

@@ -65,6 +65,11 @@ def worker_log(run_dir: Path, worker: int) -> Path:
     return run_dir / f"worker-{worker}.jsonl"
 
 
+def worker_consumer(run_dir: Path, worker: int) -> Path:
+    """The Failover consumer name of worker ``worker``'s current life: its next life closes it."""
+    return run_dir / f"worker-{worker}.consumer"
+
+
 def read_jsonl(path: Path) -> Iterator[dict[str, Any]]:
     """The complete lines of a JSON-lines file (a torn last line from a kill -9 is skipped)."""
     if not path.exists():

@@ -241,7 +241,12 @@ class Rest:
 
 T = TypeVar("T")
 
+#: The longest wait between tries while a service is away (issue 25): a restarted service is
+#: back within a second or two, and a wait of a second after it was back is half the budget.
+retry_max_backoff_s = 0.25
+
 
 async def retry_retriable(call: Callable[[], Awaitable[T]], *, give_up_s: float = 120.0) -> T:
     """Retry ``call`` while the service is away (retriable errors only), with jittered backoff."""
-    return await RetryPolicy(attempts=None, backoff_s=0.05, max_backoff_s=1.0, deadline_s=give_up_s).run(call)
+    return await RetryPolicy(attempts=None, backoff_s=0.05, max_backoff_s=retry_max_backoff_s,
+                             deadline_s=give_up_s).run(call)

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import dataclasses
 import json
 import os
 import random
@@ -448,6 +449,9 @@ class Demo:
             for t in self.watching:
                 t.cancel()
             self.recovery = analyse([e.kill() for e in self.kill_events], load_commits(self.run_dir))
+            # The kills on the workers' clock, to lay beside the services' logs (docs/recovery.md).
+            (self.run_dir / "kills.jsonl").write_text("".join(
+                json.dumps(dataclasses.asdict(e)) + "\n" for e in self.kill_events))
             result = self.result(elapsed, report)
             return result, report
         finally:

@@ -20,7 +20,7 @@ from pathlib import Path
 from typing import Any, TextIO
 
 from streamtx.demo.layout import read_jsonl
-from streamtx.demo.rest import Rest, retry_retriable
+from streamtx.demo.rest import Rest, retry_max_backoff_s, retry_retriable
 from streamtx.errors import ConflictError, NotFoundError, StreamtxError
 
 resolve_give_up_s = 90.0  # a coordinator down longer than this: exit, the restart resolves it
@@ -70,7 +70,7 @@ class TxnLog:
             except StreamtxError:
                 pass
             await asyncio.sleep(delay * (0.5 + random.random()))
-            delay = min(delay * 2, 1.0)
+            delay = min(delay * 2, retry_max_backoff_s)
         raise Uncertain(txn)
 
     async def resolve_orphans(self) -> None:

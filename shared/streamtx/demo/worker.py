@@ -70,7 +70,7 @@ from pathlib import Path
 from typing import TextIO
 
 from streamtx.demo.intake import Held, Intake, fetch_max
-from streamtx.demo.layout import RunConfig, worker_log
+from streamtx.demo.layout import RunConfig, worker_consumer, worker_log
 from streamtx.demo.outputs import Outputs, max_txn_records, write_chunk
 from streamtx.demo.procs import LOOPS, run_async
 from streamtx.demo.reorder import ReorderBuffer
@@ -78,6 +78,7 @@ from streamtx.demo.rest import Rest, full_name, partition_name, retry_retriable
 from streamtx.demo.shared_job import SharedJob
 from streamtx.demo.txnlog import Uncertain
 from streamtx.errors import StreamtxError
+from streamtx.service import startclock
 from streamtx.service.serve import tune_gc
 
 stall_exit_s = 30.0  # records held, none ready this long: exit and re-read the progress
@@ -121,6 +122,7 @@ class Worker(SharedJob, Intake, Outputs):
         self.txn_timeout_ms = txn_timeout_ms
         self.ranges = cfg.ranges()
         self.log_path = worker_log(run_dir, index)
+        self.consumer_path = worker_consumer(run_dir, index)
         self.log: TextIO | None = None
         self.stopping = False
         self.arrived = asyncio.Event()  # the prefetcher offered new records
@@ -278,9 +280,30 @@ class Worker(SharedJob, Intake, Outputs):
             self.resync_wanted |= self.known  # a conflict may mean another worker wrote these
             self._log(txn, "aborted", n=len(taken), why=why, r=[[p, s] for p, s, _ in taken])
 
+    async def fence_previous_life(self) -> None:
+        """Close the Failover consumer of this worker's previous life (its transactions are
+        ended already): the broker hands its partitions, with what it had out, to a live
+        consumer at once, as Kafka's InitProducerId fences a restarted producer's previous
+        epoch. Left alone, the dead consumer stayed active on its partitions until it had been
+        silent for the broker's failover_idle_ms, and the restart joined as a third consumer."""
+        try:
+            previous = self.consumer_path.read_text().strip()
+        except OSError:
+            previous = ""
+        if previous and previous != self.consumer:
+            try:
+                await retry_retriable(
+                    lambda: self.rest.close_consumer(self.cfg.source_topic, self.sub, previous),
+                    give_up_s=self.txn_timeout_ms / 1000)
+            except StreamtxError as exc:  # unknown to the broker (restarted meanwhile): nothing held
+                print(f"{self.name}: previous consumer {previous} not closed ({type(exc).__name__})",
+                      file=sys.stderr, flush=True)
+        self.consumer_path.write_text(self.consumer + "\n")
+
     async def run(self, *, shared: bool = False) -> None:
         with self.log_path.open("a") as self.log:
             await self.resolve_orphans()
+            startclock.mark("orphans-ended")
             if shared:
                 await self.run_shared()
                 return
@@ -288,7 +311,10 @@ class Worker(SharedJob, Intake, Outputs):
                                                               "earliest", "Exclusive"))
             await retry_retriable(lambda: self.rest.subscribe(self.cfg.source_topic, self.sub, "earliest",
                                                               "Failover"))
-            print(f"{self.name}: owns the partitions {self.sub} (Failover) gives it", flush=True)
+            await self.fence_previous_life()
+            startclock.mark("subscribed")
+            print(f"{self.name}: owns the partitions {self.sub} (Failover) gives it; "
+                  f"{startclock.startup_line()}", flush=True)
             fetching = asyncio.create_task(self.prefetch())
             try:
                 while not self.stopping:
@@ -313,6 +339,7 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--loop", choices=LOOPS, default="uvloop")
     parser.add_argument("--fetch-max", type=int, default=fetch_max, help="records per fetch")
     args = parser.parse_args(argv)
+    startclock.mark("imported")
     cfg = RunConfig.load(args.run_dir)
     tune_gc()  # as the services: a record's objects made the default thresholds collect often
 

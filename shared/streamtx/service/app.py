@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import logging
 from collections.abc import AsyncIterator, Awaitable, Callable
 from contextlib import AbstractAsyncContextManager
 from typing import Any
@@ -15,7 +16,7 @@ from prometheus_client.exposition import CONTENT_TYPE_LATEST
 from prometheus_fastapi_instrumentator import Instrumentator
 from prometheus_fastapi_instrumentator import metrics as http_metrics
 
-from streamtx.service import workermetrics
+from streamtx.service import startclock, workermetrics
 from streamtx.service.auth import authorizer
 from streamtx.service.bodylimit import BodyLimit
 from streamtx.service.errors import error_response, install_error_handlers
@@ -24,6 +25,8 @@ from streamtx.service.longpoll import LongPolls
 from streamtx.service.settings import ServiceSettings
 from streamtx.service.shutdown import bounded_exit
 from streamtx.service.workermetrics import track
+
+log = logging.getLogger(__name__)
 
 
 class ServiceState:
@@ -64,6 +67,10 @@ def create_app(
         # Workers: this one's callback gauges reach its metrics file every second.
         syncing = asyncio.create_task(workermetrics.sync_forever()) if workermetrics.enabled() else None
         async with bounded_exit(lifespan(app), settings.shutdown_timeout_s, title):
+            startclock.mark("started")
+            # Once per process: how much of a restart was the interpreter and its imports, how
+            # much the service's start-up (ledgers opened and replayed; docs/recovery.md).
+            log.info("%s started %s", title, startclock.startup_line())
             if syncing is not None:
                 # A worker listens once started (ready, for the coordinator's): its gauges reach
                 # its file now, not at the next tick, or a scrape in between saw it not ready.

@@ -16,6 +16,7 @@ from typing import TypeVar
 from fastapi import FastAPI
 from pydantic import ValidationError
 
+from streamtx.service import startclock
 from streamtx.service.settings import ServiceSettings
 from streamtx.service.workers import serve_app
 
@@ -44,6 +45,7 @@ def run_service(name: str, settings_class: type[S], build_app: Callable[[S], Fas
     ``STREAMTX_WORKERS`` > 1 (services that lease their logs) serves it from that many
     processes on the port (:mod:`streamtx.service.workers`); ``base_member`` names them.
     """
+    startclock.mark("imported")  # python -m streamtx.<service> imported the app to get here
     try:
         settings = settings_class()  # type: ignore[call-arg]  # fields from the environment
     except ValidationError as exc:

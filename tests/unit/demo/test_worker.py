@@ -32,6 +32,7 @@ class FakeSuite:
         self.conflict_acks = 0  # the next N transactional acks: 409
         self.progress: list[dict[str, int]] = []  # committed progress records not yet read
         self.assignment: list[int] = list(range(8))  # what the Failover subscription gives worker-0
+        self.closed: list[str] = []  # Failover consumers closed
 
     async def fetch(self, topic: str, sub: str, consumer: str, max_messages: int = 500, wait_ms: int = 200,
                     partitions: list[int] | None = None) -> list[Fetched]:
@@ -42,6 +43,9 @@ class FakeSuite:
 
     async def assigned(self, topic: str, sub: str, consumer: str) -> list[int]:
         return list(self.assignment)
+
+    async def close_consumer(self, topic: str, sub: str, consumer: str) -> None:
+        self.closed.append(consumer)
 
     async def begin(self, timeout_ms: int) -> str:
         self.n += 1
@@ -286,3 +290,18 @@ async def test_the_first_assignment_check_runs_on_a_machine_booted_a_moment_ago(
     suite.assignment = [0, 2, 4, 6]
     await w.sync_partitions()
     assert 1 not in w.known
+
+
+async def test_a_restarted_worker_closes_its_previous_lifes_consumer_at_once(
+    worker: tuple[Worker, FakeSuite], tmp_path: Path,
+) -> None:
+    # Issue 25: the dead life's consumer stayed active on its partitions until it had been
+    # silent for the broker's failover_idle_ms (3 s), and the new life joined as a third one.
+    w, suite = worker
+    await w.fence_previous_life()  # the first life: nothing to close
+    assert suite.closed == [] and w.consumer_path.read_text().strip() == w.consumer
+    again = Worker(w.cfg, tmp_path, cast(Rest, suite), index=0, workers=1, commit_interval_ms=20,
+                   txn_timeout_ms=1000)
+    await again.fence_previous_life()
+    assert suite.closed == [w.consumer]
+    assert again.consumer_path.read_text().strip() == again.consumer != w.consumer
