@@ -92,6 +92,20 @@ def _jobs(argv: list[str]) -> int:
     return code
 
 
+def _at_least_one(text: str) -> int:
+    value = int(text)
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"must be at least 1, not {value}")
+    return value
+
+
+def _not_negative(text: str) -> float:
+    value = float(text)
+    if not value >= 0:  # NaN too
+        raise argparse.ArgumentTypeError(f"must be 0 or more, not {text}")
+    return value
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="streamtx", description=__doc__,
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
@@ -115,9 +129,9 @@ def build_parser() -> argparse.ArgumentParser:
     demos = demo.add_subparsers(dest="demo", required=True)
     r = demos.add_parser("reshard", help="exactly-once resharding of search logs (docs/background.md)")
     r.add_argument("--duration", type=float, default=30.0, help="seconds the generator writes (30)")
-    r.add_argument("--rate", type=float, default=11_000.0,
+    r.add_argument("--rate", type=_not_negative, default=11_000.0,
                    help="records per second of ~190 bytes (11000, about 2.1 MB/s)")
-    r.add_argument("--workers", type=int, default=2, help="resharding worker processes (2)")
+    r.add_argument("--workers", type=_at_least_one, default=2, help="resharding worker processes (2)")
     r.add_argument("--commit-interval-ms", type=int, default=500, help="one transaction per interval (500)")
     r.add_argument("--txn-timeout-ms", type=int, default=10_000, help="workers' transaction timeout (10000)")
     r.add_argument("--chaos", action="store_true", help="kill -9 and restart a random process repeatedly")

@@ -89,14 +89,18 @@ class Report:
 
     @property
     def ok(self) -> bool:
-        return all(a.count == 0 for a in self.anomalies)
+        """No anomaly over at least one record: a run that wrote nothing showed nothing."""
+        return self.written > 0 and all(a.count == 0 for a in self.anomalies)
 
     def render(self) -> str:
         lines = [f"checker: {self.written} records written, {self.observed} messages visible"]
         for a in [*self.anomalies, self.indeterminate]:
             lines.append(f"  {a.name:<22} {a.count}")
             lines.extend(f"      e.g. {e}" for e in a.examples)
-        lines.append("checker: OK, exactly once" if self.ok else "checker: ANOMALIES FOUND")
+        if not self.written:
+            lines.append("checker: NOTHING CHECKED: no record was written (--rate 0?)")
+        else:
+            lines.append("checker: OK, exactly once" if self.ok else "checker: ANOMALIES FOUND")
         return "\n".join(lines)
 
 

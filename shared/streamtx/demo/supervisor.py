@@ -78,6 +78,13 @@ class Options:
     # times, one kill at a time, the next once the job is whole again; then stop the load.
     kills_per_kind: int = 0
 
+    def __post_init__(self) -> None:
+        # No worker would never process a record: the demo waited for them for good.
+        if self.workers < 1:
+            raise ValueError(f"--workers must be at least 1, not {self.workers}")
+        if self.rate < 0:
+            raise ValueError(f"--rate must be 0 or more, not {self.rate:g}")
+
 
 @dataclass
 class Probe:
@@ -489,10 +496,23 @@ class Demo:
 
 def run_demo(opts: Options, demo: Demo | None = None) -> int:
     """Run one demo (``demo``: made by the caller, who reads its results after); print the table,
-    the recoveries from kills, the checker's report, and the summary line last."""
+    the recoveries from kills, the checker's report, and the summary line last.
+
+    Ctrl-C or SIGTERM stops the run: every process it started is stopped, a temporary run
+    directory removed, one line says so (no traceback), and the status is 130 or 143.
+    """
     demo = demo or Demo(opts)
     try:
-        result, report = asyncio.run(demo.run())
+        result, report = asyncio.run(_stoppable(demo))
+    except (KeyboardInterrupt, asyncio.CancelledError) as exc:
+        # Again here: a service a worker thread was starting when the signal came is up only now.
+        demo.shutdown()
+        if opts.run_dir is None:
+            shutil.rmtree(demo.run_dir, ignore_errors=True)
+        how = "Ctrl-C" if isinstance(exc, KeyboardInterrupt) else "SIGTERM"
+        print(f"demo: stopped by {how}; the services, workers and generator it started are stopped",
+              file=sys.stderr, flush=True)
+        return 130 if how == "Ctrl-C" else 143
     except BaseException:
         demo.shutdown()
         raise
@@ -517,9 +537,21 @@ def run_demo(opts: Options, demo: Demo | None = None) -> int:
         print(f"demo: suite left running (stop it with: kill {pids}); "
               f"verify again with: streamtx verify --run-dir {demo.run_dir}")
     print(summary_line(result), flush=True)
-    if report.ok:
+    if report.ok or not report.written:  # a run that wrote nothing has nothing to look into
         demo.cleanup()
     return 0 if report.ok else 1
+
+
+async def _stoppable(demo: Demo) -> tuple[DemoResult, Report]:
+    """``demo.run()``, cancelled by SIGTERM as asyncio.run cancels it on Ctrl-C (its cleanup runs)."""
+    loop = asyncio.get_running_loop()
+    task = asyncio.current_task()
+    assert task is not None
+    loop.add_signal_handler(signal.SIGTERM, task.cancel)
+    try:
+        return await demo.run()
+    finally:
+        loop.remove_signal_handler(signal.SIGTERM)
 
 
 @dataclass
