@@ -23,6 +23,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from streamtx.broker.partition import Partition
+from streamtx.contracts.msgid import format_id
 from streamtx.cursor import Cursor
 from streamtx.ledger import Position
 from streamtx.records import partition as codec
@@ -59,7 +60,7 @@ Handed = tuple[Stored, int | None, int]  # entry, batch index, redelivery count
 
 def unit_id(unit: Unit) -> str:
     pos, bi = unit
-    return f"{pos}" if bi is None else f"{pos}:{bi}"
+    return format_id(pos.ledger_id, pos.entry_id, bi)
 
 
 class PartitionDispatch:
@@ -69,6 +70,10 @@ class PartitionDispatch:
         self.cursor = cursor
         self.read_entries = read_entries
         self.read_pos: Position | None = None  # next entry to read; None: first undeleted
+        # The last entry this subscription may have handed out here: what the read pass went
+        # past, and (as a previous process or owner may have dispatched it) everything visible
+        # when it opened here. Acks past it are refused (docs/api.md "Acks"): never moves back.
+        self.dispatched_through: Position | None = partition.max_read_position()
         self.pending: dict[Unit, Delivery] = {}
         self.redeliver: OrderedDict[Unit, Delivery] = OrderedDict()
         self.held: dict[Unit, tuple[int, int]] = {}  # unit → txn holding it
@@ -135,6 +140,9 @@ class PartitionDispatch:
                 skips: list[Position] = []
                 stopped = False
                 for e in entries:
+                    through = self.dispatched_through
+                    if through is None or e.position > through:  # a rewound read pass: no move back
+                        self.dispatched_through = e.position
                     if not self._deliver_entry(e.position, e.data, consumer, limit, deadline, out, skips):
                         stopped = True
                         break
@@ -262,8 +270,7 @@ def render_json(handed: Iterable[Handed]) -> list[dict[str, Any]]:
         value, key, props, _ = msgs[bi or 0]
         src = h.source
         message: dict[str, Any] = {
-            "message_id": (f"{pos.ledger_id}:{pos.entry_id}" if bi is None
-                           else f"{pos.ledger_id}:{pos.entry_id}:{bi}"),
+            "message_id": format_id(pos.ledger_id, pos.entry_id, bi),
             "partition": entry.partition,
             "key": key,
             "value": b2a_base64(value, newline=False).decode("ascii"),

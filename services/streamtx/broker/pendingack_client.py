@@ -9,6 +9,7 @@ from collections.abc import Callable
 
 from streamtx.contracts import TxnId
 from streamtx.contracts.models import Held, PendingAckCreate
+from streamtx.contracts.msgid import MessageId
 from streamtx.errors import NotFoundError, StreamtxError
 from streamtx.transport import ONCE, HttpClient, RetryPolicy
 
@@ -59,12 +60,13 @@ class PendingAckClient:
     def configured(self) -> bool:
         return self._client.configured
 
-    async def ack(self, topic: str, subscription: str, txn: TxnId, message_ids: list[str],
+    async def ack(self, topic: str, subscription: str, txn: TxnId, message_ids: list[MessageId],
                   cumulative: bool) -> None:
         """Returns once the store made the pending ack durable; ConflictError on a 409."""
         # model_construct: the ids were checked by the broker's own route; no second pass over them.
         body = PendingAckCreate.model_construct(topic=topic, subscription=subscription, txn_id=txn,
-                                                message_ids=message_ids, cumulative=cumulative)
+                                                message_ids=[str(m) for m in message_ids],
+                                                cumulative=cumulative)
         await self._client.request("POST", "/v1/pendingack/acks", json=body)
 
     async def held(self, topic: str, subscription: str) -> list[tuple[str, TxnId | None]]:

@@ -34,10 +34,10 @@ from streamtx.broker.dispatch import Handed, PartitionDispatch, Unit, render_jso
 from streamtx.broker.notify import Notifier
 from streamtx.broker.replicas.exclusive import ExclusiveClaims
 from streamtx.broker.settings import BrokerSettings
+from streamtx.contracts.msgid import MessageId, parse_many
 from streamtx.contracts.txnid import TxnId
 from streamtx.errors import ConflictError, MalformedError, TooManyRequestsError
 from streamtx.ledger import Position
-from streamtx.records import partition as codec
 from streamtx.service.longpoll import LongPoll
 
 _unknown_txn = TxnId(0, 0)  # held since before a restart: the store did not say by whom
@@ -115,39 +115,37 @@ class Subscription:
 
     # --- resolving message ids -------------------------------------------------
 
-    def resolve(self, message_id: str) -> tuple[PartitionDispatch, Unit]:
-        try:
-            lid, eid, bi = codec.parse_message_id(message_id)
-        except ValueError as exc:
-            raise MalformedError(f"bad message id {message_id!r}") from exc
-        part = self._by_ledger.get(lid)
+    def resolve(self, mid: MessageId) -> tuple[PartitionDispatch, Unit]:
+        part = self._by_ledger.get(mid[0])
         if part is None:
-            raise MalformedError(f"message id {message_id!r} is not of topic {self.topic}")
+            raise MalformedError(f"message id {mid} is not of topic {self.topic}")
         # tuple.__new__: half the cost of NamedTuple's Python-level __new__ (per acked id).
-        return part, (_new_tuple(Position, (lid, eid)), bi)
+        return part, (_new_tuple(Position, (mid[0], mid[1])), None if mid[2] < 0 else mid[2])
 
-    def _resolve_all(self, ids: list[str]) -> list[tuple[PartitionDispatch, Unit]]:
-        # Acks and ends list thousands of ids of a few entries: "ledger:entry" is parsed
-        # and looked up once per entry, then only the batch index per id.
+    def _resolve_all(self, ids: Iterable[MessageId]) -> list[tuple[PartitionDispatch, Unit]]:
+        # Acks and ends list thousands of ids of a few entries: each entry is looked up once.
         out: list[tuple[PartitionDispatch, Unit]] = []
-        entries: dict[str, tuple[PartitionDispatch, Position]] = {}
+        entries: dict[tuple[int, int], tuple[PartitionDispatch, Position]] = {}
         for m in ids:
-            head, _, tail = m.rpartition(":")
-            hit = entries.get(head)
+            hit = entries.get((m[0], m[1]))
             if hit is None:
-                part, (pos, bi) = self.resolve(m)
-                if bi is not None:  # then head is "ledger:entry"
-                    entries[head] = (part, pos)
-                out.append((part, (pos, bi)))
-                continue
-            try:
-                index = int(tail)
-            except ValueError:
-                index = -1
-            if index < 0:
-                raise MalformedError(f"bad message id {m!r}")
-            out.append((hit[0], (hit[1], index)))
+                part, unit = self.resolve(m)
+                entries[(m[0], m[1])] = (part, unit[0])
+                out.append((part, unit))
+            else:
+                out.append((hit[0], (hit[1], None if m[2] < 0 else m[2])))
         return out
+
+    def _check_dispatched(self, resolved: list[tuple[PartitionDispatch, Unit]]) -> None:
+        """400 for an id past what its partition has dispatched to this subscription (issue 21
+        item 1): nobody can have been handed it, and acking it would hide the message written
+        there later (a cumulative one: every message up to it). docs/api.md, "Acks"."""
+        for part, (pos, _) in resolved:
+            through = part.dispatched_through
+            if through is None or pos > through:
+                raise MalformedError(
+                    f"message id {pos} was never delivered on subscription {self.name} (partition "
+                    f"{part.index} has dispatched {'nothing' if through is None else f'up to {through}'})")
 
     # --- consumers ------------------------------------------------------------
 
@@ -373,8 +371,9 @@ class Subscription:
             if unit in part.held or (unit[1] is not None and (unit[0], None) in part.held):
                 raise ConflictError(f"message {unit_id(unit)} is held by an open transaction")
 
-    async def ack(self, ids: list[str], cumulative: bool) -> None:
+    async def ack(self, ids: list[MessageId], cumulative: bool) -> None:
         resolved = self._resolve_all(ids)
+        self._check_dispatched(resolved)
         await _until_ready(self.parts)
         self._check_not_held(resolved)
         batch = _CursorBatch()
@@ -414,6 +413,8 @@ class Subscription:
                 raise ConflictError(f"cumulative ack to {pos} covers {unit_id(held_before[0])}, held "
                                     "by an open transaction")
         size = 1 if bi is None else await part.batch_size(pos, bi)
+        if bi is not None and bi >= size:
+            raise MalformedError(f"batch index {bi} is not within the batch of {size} at {pos}")
         ops = batch.of(part)
         if bi is None or bi == size - 1:
             ops.mark(pos)
@@ -441,7 +442,7 @@ class Subscription:
             self.notifier.changed()
         return len(free)
 
-    async def nack(self, ids: list[str]) -> None:
+    async def nack(self, ids: list[MessageId]) -> None:
         by_part: dict[int, list[Unit]] = {}
         for part, unit in self._resolve_all(ids):
             if unit in part.pending:
@@ -457,8 +458,9 @@ class Subscription:
         """Wait while a partition reloads after a failed append (503 if it takes too long)."""
         await _until_ready(self.parts)
 
-    def check_txn_ack(self, ids: list[str], txn: TxnId) -> list[tuple[PartitionDispatch, Unit]]:
+    def check_txn_ack(self, ids: list[MessageId], txn: TxnId) -> list[tuple[PartitionDispatch, Unit]]:
         resolved = self._resolve_all(ids)
+        self._check_dispatched(resolved)
         for part, unit in resolved:
             holder = part.held.get(unit)
             if holder is not None and holder not in (txn, _unknown_txn):
@@ -500,8 +502,8 @@ class Subscription:
         Every unit the txn holds is let go, listed or not; a cumulative ack commits as a
         mark-delete through each of ``cumulative_ids`` (at most one per partition).
         """
-        resolved = self._resolve_all(ids)
-        cumulatives = [self.resolve(c) for c in cumulative_ids or ()]
+        resolved = self._resolve_all(parse_many(ids))
+        cumulatives = [self.resolve(MessageId.parse(c)) for c in cumulative_ids or ()]
         await _until_ready(self.parts)
         batch = _CursorBatch()
         if commit:
@@ -547,7 +549,7 @@ class Subscription:
         # not gone) are skipped too, or they would never be dispatched again.
         # Broker replicas: the store lists the holds of every partition; only ours matter here.
         live = [(i, t) for i, t in held if self._owns_id(i) and (t is None or t not in self._ended)]
-        units = self._resolve_all([i for i, _ in live])
+        units = self._resolve_all(parse_many(i for i, _ in live))
         now = asyncio.get_running_loop().time()
         for (part, unit), (_, txn) in zip(units, live, strict=True):
             if not part.is_gone(unit):
@@ -578,8 +580,8 @@ class Subscription:
 
     def _owns_id(self, message_id: str) -> bool:
         try:
-            return codec.parse_message_id(message_id)[0] in self._by_ledger
-        except ValueError:
+            return MessageId.parse(message_id).ledger_id in self._by_ledger
+        except MalformedError:
             return True  # resolving it raises the error
 
     # --- stats -----------------------------------------------------------------------

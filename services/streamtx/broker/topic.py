@@ -19,6 +19,7 @@ from dataclasses import dataclass
 from streamtx.broker.notify import Notifier
 from streamtx.broker.partition import Partition, RawBatch
 from streamtx.broker.subscription import Subscription
+from streamtx.contracts.msgid import MessageId
 from streamtx.contracts.txnid import TxnId
 from streamtx.errors import ConflictError, MalformedError, NotFoundError, NotOwnerError
 from streamtx.ledger import Position
@@ -203,8 +204,8 @@ class Topic:
                 if not got:
                     out.append((0, 0, 0))
                     continue
-                lid, _, rest = got[0][1].partition(":")
-                out.append((int(lid), int(rest.partition(":")[0]), len(got)))
+                head = MessageId.parse(got[0][1])
+                out.append((head.ledger_id, head.entry_id, len(got)))
             else:
                 pos, count = got
                 out.append((pos.ledger_id, pos.entry_id, count))

@@ -21,7 +21,7 @@ from typing import Any, TypeVar
 import httpx
 
 from streamtx.client.http import MOVING_WAIT_S
-from streamtx.contracts import TxnId
+from streamtx.contracts import MessageId, TxnId
 from streamtx.transport import ONCE, HttpClient, RetryPolicy
 from streamtx.transport.redirect import OwnerCache
 from streamtx.wire import batch as wire
@@ -55,8 +55,8 @@ def last_per_partition(messages: list[Fetched]) -> list[str]:
 
 def position_of(message_id: str) -> tuple[int, int]:
     """``ledger:entry[:batch]`` → ``(entry, batch)``, the order within one partition."""
-    parts = message_id.split(":")
-    return int(parts[1]), int(parts[2]) if len(parts) > 2 else -1
+    mid = MessageId.parse(message_id)
+    return mid.entry_id, mid.batch_index
 
 
 class Rest:

@@ -14,6 +14,9 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import NamedTuple
 
+from streamtx.contracts.msgid import MessageId
+from streamtx.errors import MalformedError
+
 
 class Position(NamedTuple):
     """Where an entry lives; tuples order positions totally."""
@@ -26,8 +29,12 @@ class Position(NamedTuple):
 
     @classmethod
     def parse(cls, text: str) -> Position:
-        ledger, entry = text.split(":")[:2]
-        return cls(int(ledger), int(entry))
+        """The entry of a message id (:meth:`MessageId.parse`'s rules); ValueError when malformed."""
+        try:
+            mid = MessageId.parse(text)
+        except MalformedError as exc:
+            raise ValueError(exc.message) from None
+        return cls(mid.ledger_id, mid.entry_id)
 
 
 def ledger_id_for(name: str) -> int:

@@ -43,6 +43,7 @@ import struct
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 
+from streamtx.contracts.msgid import format_id
 from streamtx.contracts.txnid import TxnId, from_pair
 from streamtx.errors import CorruptEntryError
 from streamtx.wire import messages as wire_messages
@@ -217,19 +218,5 @@ def decode_messages(data: bytes, header: EntryHeader | None = None) -> list[Mess
 
 
 def message_id(ledger_id: int, entry_id: int, batch_index: int, batch_size: int) -> str:
-    if batch_size > 1:
-        return f"{ledger_id}:{entry_id}:{batch_index}"
-    return f"{ledger_id}:{entry_id}"
-
-
-def parse_message_id(text: str) -> tuple[int, int, int | None]:
-    """``(ledger_id, entry_id, batch_index or None)``; ValueError when malformed."""
-    # partition, not split + list: this runs for every id of every ack and txn end.
-    lid, _, rest = text.partition(":")
-    eid, sep, bi = rest.partition(":")
-    if not sep:
-        return int(lid), int(eid), None
-    index = int(bi)  # a fourth part makes this fail too
-    if index < 0:
-        raise ValueError(f"bad message id {text!r}")
-    return int(lid), int(eid), index
+    """The id of message ``batch_index`` of an entry of ``batch_size`` (a lone message: no index)."""
+    return format_id(ledger_id, entry_id, batch_index if batch_size > 1 else None)

@@ -30,15 +30,14 @@ from __future__ import annotations
 import enum
 import struct
 from dataclasses import dataclass
-from typing import NamedTuple
 
+from streamtx.contracts.msgid import MessageId as MessageId  # the one contract, re-exported
 from streamtx.contracts.txnid import TxnId
-from streamtx.errors import CorruptEntryError, MalformedError
+from streamtx.errors import CorruptEntryError
 
 _header = struct.Struct(">BQQ")
 _ack_header = struct.Struct(">BI")
 _msg = struct.Struct(">QQi")
-_u64_max = (1 << 64) - 1
 _flag_cumulative = 0x01
 
 
@@ -49,35 +48,6 @@ class RecordKind(enum.IntEnum):
     PREPARED = 2
     COMMITTED = 3
     ABORTED = 4
-
-
-class MessageId(NamedTuple):
-    """A message: ``"ledger:entry"`` (batch_index -1) or ``"ledger:entry:batch_index"``."""
-
-    ledger_id: int
-    entry_id: int
-    batch_index: int = -1
-
-    def __str__(self) -> str:
-        if self.batch_index < 0:
-            return f"{self.ledger_id}:{self.entry_id}"
-        return f"{self.ledger_id}:{self.entry_id}:{self.batch_index}"
-
-    @property
-    def entry(self) -> tuple[int, int]:
-        """The (ledger_id, entry_id) the message lives in."""
-        return self.ledger_id, self.entry_id
-
-    @classmethod
-    def parse(cls, text: str) -> MessageId:
-        """Parse a message id; MalformedError (400) on anything else."""
-        parts = text.split(":")
-        if len(parts) not in (2, 3) or not all(p.isdigit() for p in parts):
-            raise MalformedError(f"message id {text[:80]!r} is not 'ledger:entry[:batch_index]'")
-        mid = cls(*(int(p) for p in parts))
-        if mid.ledger_id > _u64_max or mid.entry_id > _u64_max or mid.batch_index >= 1 << 31:
-            raise MalformedError(f"message id {text[:80]!r} is out of range")
-        return mid
 
 
 @dataclass(frozen=True, slots=True)

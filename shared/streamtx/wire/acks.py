@@ -13,6 +13,7 @@ import struct
 from collections.abc import Iterable
 from dataclasses import dataclass
 
+from streamtx.contracts.msgid import MessageId
 from streamtx.contracts.txnid import TxnId, from_pair
 from streamtx.errors import MalformedError
 from streamtx.wire.frame import ACKS, HAS_TXN, TXN, U8, U32, check_prelude, prelude_of
@@ -20,35 +21,31 @@ from streamtx.wire.frame import ACKS, HAS_TXN, TXN, U8, U32, check_prelude, prel
 _ack = struct.Struct(">QQi")
 
 _cumulative = 2
+_new = tuple.__new__
 
 
 @dataclass(frozen=True, slots=True)
 class Acks:
-    """An ack request: ``(ledger_id, entry_id, batch_index or None)`` per message."""
+    """An ack request: the message ids, typed (never formatted and parsed again on the way)."""
 
-    ids: list[tuple[int, int, int | None]]
+    ids: list[MessageId]
     txn: TxnId | None = None
     cumulative: bool = False
 
     def id_strings(self) -> list[str]:
-        return [f"{lid}:{eid}" if bi is None else f"{lid}:{eid}:{bi}" for lid, eid, bi in self.ids]
+        return [str(m) for m in self.ids]
 
 
-def parse_id(message_id: str) -> tuple[int, int, int | None]:
-    """``ledger:entry[:batch]`` to its numbers; ValueError when malformed."""
-    lid, _, rest = message_id.partition(":")
-    eid, sep, bi = rest.partition(":")
-    return int(lid), int(eid), (int(bi) if sep else None)
-
-
-def encode_acks(ids: Iterable[str], *, txn: TxnId | None = None, cumulative: bool = False) -> bytes:
-    rows = [parse_id(m) for m in ids]
+def encode_acks(ids: Iterable[str | MessageId], *, txn: TxnId | None = None,
+                cumulative: bool = False) -> bytes:
+    """The acks body; a text id is parsed by :meth:`MessageId.parse` (400 ``malformed`` when bad)."""
+    rows = [m if isinstance(m, MessageId) else MessageId.parse(m) for m in ids]
     flags = (HAS_TXN if txn is not None else 0) | (_cumulative if cumulative else 0)
     parts = [prelude_of(ACKS), U8.pack(flags)]
     if txn is not None:
         parts.append(TXN.pack(*txn))
     parts.append(U32.pack(len(rows)))
-    parts += [_ack.pack(lid, eid, -1 if bi is None else bi) for lid, eid, bi in rows]
+    parts += [_ack.pack(*m) for m in rows]
     return b"".join(parts)
 
 
@@ -67,11 +64,11 @@ def decode_acks(data: bytes) -> Acks:
         off += 4
         if off + n * _ack.size != len(data):
             raise MalformedError(f"{n} ids do not fill the {len(data) - off} bytes after the count")
-        ids: list[tuple[int, int, int | None]] = []
-        for lid, eid, bi in _ack.iter_unpack(data[off:]):
-            if bi < -1:
-                raise MalformedError(f"bad batch index {bi}")
-            ids.append((lid, eid, None if bi == -1 else bi))
+        ids: list[MessageId] = []
+        for row in _ack.iter_unpack(data[off:]):
+            if row[2] < -1:
+                raise MalformedError(f"bad batch index {row[2]}")
+            ids.append(_new(MessageId, row))  # u64, u64, i32 >= -1: in range by their layout
     except struct.error:
         raise MalformedError("ack batch ends early") from None
     return Acks(ids, txn, bool(flags & _cumulative))

@@ -22,7 +22,7 @@ or from the part they need):
 
 from __future__ import annotations
 
-from streamtx.wire.acks import Acks, decode_acks, encode_acks, parse_id
+from streamtx.wire.acks import Acks, decode_acks, encode_acks
 from streamtx.wire.fetch import Delivered, Received, decode_messages_answer, encode_messages_answer
 from streamtx.wire.frame import ACKS, CONTENT_TYPE, MAGIC, MESSAGES, PRODUCE, PRODUCED, VERSION, is_batch
 from streamtx.wire.messages import (
@@ -53,5 +53,5 @@ __all__ = [
     "decode_acks", "decode_fields", "decode_messages", "decode_messages_answer", "decode_produce",
     "decode_produced", "encode_acks", "encode_fields", "encode_messages", "encode_messages_answer",
     "encode_produce", "encode_produce_routed", "encode_produced", "ids_in_request_order", "is_batch",
-    "message_at", "message_ids", "parse_id", "validate_messages",
+    "message_at", "message_ids", "validate_messages",
 ]

@@ -6,6 +6,7 @@ which calls the broker back (``POST /v1/txn/subscriptions/end``).
 
 from __future__ import annotations
 
+import base64
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -68,3 +69,23 @@ def test_held_positions_are_not_dispatched_until_released(suite: tuple[BrokerCli
     assert stats["msgBacklog"] == 0 and stats["heldByTransactions"] == 0
     b.proc.restart()
     assert b.fetch("ta", "s", consumer="c5", wait_ms=300) == []
+
+
+def test_a_transactional_ack_of_an_undelivered_id_is_refused_and_holds_nothing(
+        suite: tuple[BrokerClient, ServiceProcess]) -> None:
+    """Issue 21 item 1 on the pending-ack store's path: refused before the store records it."""
+    b, pendingack = suite
+    b.create_topic("ta", 1)
+    b.subscribe("ta", "s")
+    b.produce("ta", ["m0"])
+    first = b.fetch("ta", "s", consumer="c1")[0]["message_id"]
+    ledger, entry = (int(x) for x in first.split(":")[:2])
+    for cumulative in (False, True):
+        got = b.ack("ta", "s", [f"{ledger}:{entry + 2}"], txn_id="0:7", cumulative=cumulative, expect=400)
+        assert got["error"] == "malformed"
+    end(pendingack, "0:7", "commit")  # nothing recorded: the commit moves no cursor
+    b.produce("ta", ["m1"])
+    b.produce("ta", ["m2"])  # entry + 2: the id the refused acks named
+    got = b.fetch("ta", "s", consumer="c1", wait_ms=500)
+    assert [base64.b64decode(str(m["value"])) for m in got] == [b"m1", b"m2"]
+    assert b.call("GET", "/v1/topics/t/n/ta/subscriptions/s/stats")["heldByTransactions"] == 0

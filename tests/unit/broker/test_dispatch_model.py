@@ -14,6 +14,7 @@ from streamtx.broker.registry import Broker
 from streamtx.broker.settings import BrokerSettings
 from streamtx.broker.subscription import SubscriptionType
 from streamtx.broker.topic import Outgoing
+from streamtx.contracts.msgid import MessageId
 from streamtx.contracts.states import Action
 from streamtx.ledger import open_ledger_factory
 from streamtx.records.partition import Message
@@ -50,7 +51,7 @@ async def run(script: list[tuple[str, int]]) -> None:
         elif op == "read":
             got = await sub.fetch("c", arg, 0)
             seen += [base64.b64decode(m["value"]).decode() for m in got]
-            await sub.ack([m["message_id"] for m in got], cumulative=False)
+            await sub.ack([MessageId.parse(m["message_id"]) for m in got], cumulative=False)
     while got := await sub.fetch("c", 100, 0):
         seen += [base64.b64decode(m["value"]).decode() for m in got]
     # Expected: committed or plain messages before the first message of the oldest open txn.

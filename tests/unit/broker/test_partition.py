@@ -6,10 +6,11 @@ from streamtx.broker.notify import Notifier
 from streamtx.broker.partition import Partition, snapshot_ledger_name
 from streamtx.broker.settings import BrokerSettings
 from streamtx.broker.txnbuffer import snapshot as tbsnapshot
+from streamtx.contracts.msgid import MessageId
 from streamtx.contracts.states import Action
 from streamtx.ledger import LedgerFactory, Position, open_ledger_factory
 from streamtx.records import tbsnapshot as sc
-from streamtx.records.partition import Message, ProducerInfo, parse_message_id
+from streamtx.records.partition import Message, ProducerInfo
 
 NAME = "persistent://t/n/x-partition-0"
 
@@ -118,7 +119,7 @@ async def test_producer_state_survives_restart() -> None:
     again = await open_part(ledgers)
     assert await again.produce([Message(b"a")], None, ProducerInfo("p", 1, 7), None) == ids
     assert again.producers.max_epoch("p") == 1
-    lid, eid, bi = parse_message_id(ids[1][1])
+    lid, eid, bi = MessageId.parse(ids[1][1])
     assert (bi, Position(lid, eid)) == (1, again.tb.last_position)
 
 

@@ -110,6 +110,7 @@ def test_a_spread_topics_stats_merge_its_partitions_answers_as_one_broker_would(
 def test_fanned_out_fetch_answers_and_acks_are_put_together_by_partition() -> None:
     from streamtx.broker.replicas.plan import SpreadPlan
     from streamtx.broker.replicas.spread import _count, _merge, by_owner
+    from streamtx.contracts.msgid import parse_many
     from streamtx.wire import batch as wire
 
     def answer(partition: int, entry: int) -> bytes:
@@ -122,9 +123,10 @@ def test_fanned_out_fetch_answers_and_acks_are_put_together_by_partition() -> No
     assert got == [(0, "7:1"), (1, "7:2")]
     assert _count(_merge([b'{"messages":[{"a":1}]}', b'{"messages":[]}'], False), False) == 1
     plan = SpreadPlan(TOPIC, 2, None, [0], {"http://b1": [1]}, _topic_owning([0], 2, {}), {10: 0, 11: 1})
-    assert by_owner(plan, ["10:1", "11:2:0", "10:3"]) == {"": ["10:1", "10:3"], "http://b1": ["11:2:0"]}
+    a, b, c = parse_many(["10:1", "11:2:0", "10:3"])
+    assert by_owner(plan, [a, b, c]) == {"": [a, c], "http://b1": [b]}
     with pytest.raises(MalformedError):
-        by_owner(plan, ["12:1"])
+        by_owner(plan, parse_many(["12:1"]))
 
 
 def test_a_call_on_every_partition_answers_only_when_every_partition_did() -> None:

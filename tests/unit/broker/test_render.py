@@ -12,6 +12,7 @@ from streamtx.broker.registry import Broker
 from streamtx.broker.settings import BrokerSettings
 from streamtx.broker.subscription import SubscriptionType
 from streamtx.broker.topic import Outgoing
+from streamtx.contracts.msgid import MessageId
 from streamtx.ledger import open_ledger_factory
 from streamtx.records.partition import Message
 from streamtx.wire import batch as wire
@@ -40,7 +41,7 @@ async def test_json_and_binary_answers_agree_on_partial_and_redelivered_entries(
         await topic.produce_sections([(1, RawBatch(body, 1, 0, 4))], None, None)
         first = await sub.fetch_raw("c1", 2, 0)  # stops inside the three-message entry
         rest = await sub.fetch_raw("c1", 10, 0)
-        await sub.nack([render_json(first)[1]["message_id"]])
+        await sub.nack([MessageId.parse(render_json(first)[1]["message_id"])])
         again = await sub.fetch_raw("c2", 10, 0)
         for handed in (first, rest, again):
             binary = [as_json(m) for m in wire.decode_messages_answer(render_batch(handed))]

@@ -37,6 +37,10 @@ async def broker() -> AsyncIterator[Broker]:
     await b.close()
 
 
+def mids(*texts: str) -> list[MessageId]:
+    return [MessageId.parse(t) for t in texts]
+
+
 async def send(topic: Topic, *values: str) -> list[str]:
     return await topic.produce([Outgoing(Message(v.encode(), request_index=i), 0)
                                 for i, v in enumerate(values)], None, None)
@@ -47,16 +51,16 @@ async def test_batch_index_acks_and_redelivery_of_the_rest(broker: Broker) -> No
     ids = await send(broker.topic(T), "a", "b", "c")
     got = await sub.fetch("c1", 10, 0)
     assert [m["message_id"] for m in got] == ids
-    await sub.ack([ids[1]], cumulative=False)
+    await sub.ack(mids(ids[1]), cumulative=False)
     part = sub.parts[0]
     assert part.cursor.deleted_batch_indexes(part.partition.ledger.last_position()) == 0b010  # type: ignore[arg-type]
     again = await sub.fetch("c2", 10, 200)  # after the 50 ms ack timeout
     assert sorted(m["message_id"] for m in again) == [ids[0], ids[2]]
-    await sub.ack([ids[0], ids[2]], cumulative=False)
+    await sub.ack(mids(ids[0], ids[2]), cumulative=False)
     assert part.cursor.is_deleted(part.partition.ledger.last_position())  # type: ignore[arg-type]
     assert await sub.fetch("c1", 10, 100) == []
     with pytest.raises(MalformedError):
-        await sub.ack(["1:2:3:4"], cumulative=False)
+        await sub.ack(mids("1:2:3:4"), cumulative=False)
 
 
 async def test_cumulative_ack_inside_a_batch(broker: Broker) -> None:
@@ -64,7 +68,7 @@ async def test_cumulative_ack_inside_a_batch(broker: Broker) -> None:
     first = await send(broker.topic(T), "a")
     batch = await send(broker.topic(T), "b", "c", "d")
     await sub.fetch("c1", 10, 0)
-    await sub.ack([batch[1]], cumulative=True)  # a, b, c
+    await sub.ack(mids(batch[1]), cumulative=True)  # a, b, c
     sub.parts[0].release(list(sub.parts[0].pending))
     assert [m["message_id"] for m in await sub.fetch("c1", 10, 0)] == [batch[2]]
     assert sub.parts[0].cursor.is_deleted(Position.parse(first[0]))
@@ -74,14 +78,14 @@ async def test_held_units_block_plain_acks_and_dispatch(broker: Broker) -> None:
     sub = await broker.create_subscription(T, "h", SubscriptionType.SHARED, "earliest")
     ids = await send(broker.topic(T), "a", "b")
     await sub.fetch("c1", 10, 0)
-    newly = sub.hold(sub.check_txn_ack([ids[0]], (1, 1)), (1, 1))
+    newly = sub.hold(sub.check_txn_ack(mids(ids[0]), (1, 1)), (1, 1))
     with pytest.raises(ConflictError):
-        await sub.ack([ids[0]], cumulative=False)
+        await sub.ack(mids(ids[0]), cumulative=False)
     with pytest.raises(ConflictError):
-        sub.check_txn_ack([ids[0]], (1, 2))
+        sub.check_txn_ack(mids(ids[0]), (1, 2))
     with pytest.raises(ConflictError):
-        await sub.ack([ids[1]], cumulative=True)  # would cover the held one
-    await sub.nack(ids)
+        await sub.ack(mids(ids[1]), cumulative=True)  # would cover the held one
+    await sub.nack(mids(*ids))
     assert [m["message_id"] for m in await sub.fetch("c2", 10, 0)] == [ids[1]]
     sub.unhold(newly, (1, 1))  # the pending-ack store refused: deliverable again
     assert [m["message_id"] for m in await sub.fetch("c3", 10, 0)] == [ids[0]]
@@ -101,13 +105,13 @@ async def test_txn_cumulative_ack_commit_and_abort(broker: Broker) -> None:
     ids = [(await send(broker.topic(T), f"m{i}"))[0] for i in range(4)]
     await sub.fetch("c1", 10, 0)
     # Abort: everything the cumulative ack held comes back.
-    sub.hold(sub.check_txn_ack([ids[2]], (2, 1)), (2, 1), cumulative=True)
+    sub.hold(sub.check_txn_ack(mids(ids[2]), (2, 1)), (2, 1), cumulative=True)
     assert sum(len(p.held) for p in sub.parts) == 3
     await sub.end_txn([ids[2]], (2, 1), commit=False)
     assert sum(len(p.held) for p in sub.parts) == 0
     assert [m["message_id"] for m in await sub.fetch("c1", 10, 0)] == ids[:3]
     # Commit: a mark-delete through the cumulative id.
-    sub.hold(sub.check_txn_ack([ids[2]], (2, 2)), (2, 2), cumulative=True)
+    sub.hold(sub.check_txn_ack(mids(ids[2]), (2, 2)), (2, 2), cumulative=True)
     await sub.end_txn([ids[2]], (2, 2), commit=True, cumulative_ids=[ids[2]])
     await sub.end_txn([ids[2]], (2, 2), commit=True, cumulative_ids=[ids[2]])  # idempotent
     part = sub.parts[0]
@@ -129,7 +133,7 @@ async def test_a_retried_commit_end_answers_only_once_its_deletes_are_durable() 
         sub = await b.create_subscription(T, "d", SubscriptionType.SHARED, "earliest")
         ids = await send(b.topic(T), "a", "b")
         await sub.fetch("c1", 10, 0)
-        sub.hold(sub.check_txn_ack(ids, (3, 1)), (3, 1))
+        sub.hold(sub.check_txn_ack(mids(*ids), (3, 1)), (3, 1))
         cursor = sub.parts[0].cursor
         own = cursor_ledger_name(cursor.ledger.name, cursor.name)
         ledgers.inject_append_failures(own, 3)  # every try of the framed ledger fails once
@@ -166,7 +170,7 @@ async def test_a_held_answer_that_overtakes_an_abort_holds_nothing(broker: Broke
     assert [m["message_id"] for m in await sub.fetch("c1", 10, 0)] == ids[:3]
     assert {u for p in sub.parts for u in p.held} == {(Position.parse(ids[3]), None)}
     with pytest.raises(ConflictError):  # held by its real holder now, not "unknown"
-        sub.check_txn_ack([ids[3]], txn)
+        sub.check_txn_ack(mids(ids[3]), txn)
     await sub.end_txn([ids[3]], other, commit=False)
     assert [m["message_id"] for m in await sub.fetch("c1", 10, 0)] == [ids[3]]
 

@@ -27,10 +27,6 @@ class SpreadPlan:
     router: Topic  # routes produced messages over all ``count`` partitions
     ledgers: dict[int, int]  # partition ledger id -> partition index
 
-    def partition_of(self, message_id: str) -> int | None:
-        head = message_id.split(":", 1)[0]
-        return self.ledgers.get(int(head)) if head.isdigit() else None
-
     def owner_of(self, index: int) -> str | None:
         """The URL of a remote partition's owner; None for one open here."""
         return next((u for u, idx in self.remote.items() if index in idx), None)

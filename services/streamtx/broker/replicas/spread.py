@@ -44,6 +44,7 @@ import orjson
 
 from streamtx.broker.replicas.plan import SpreadPlan
 from streamtx.broker.topic import Outgoing, TxnCheck
+from streamtx.contracts.msgid import MessageId
 from streamtx.contracts.txnid import TxnId
 from streamtx.errors import MalformedError, StreamtxError
 from streamtx.records.partition import Message, ProducerInfo
@@ -296,27 +297,28 @@ def _merge(answers: list[bytes], binary: bool) -> bytes:
 
 # --- acks, nacks, consumers ----------------------------------------------------------------
 
-def by_owner(plan: SpreadPlan, ids: list[str]) -> dict[str, list[str]]:
+def by_owner(plan: SpreadPlan, ids: list[MessageId]) -> dict[str, list[MessageId]]:
     """Message ids by the owner of their partition ("" for here); 400 for an id of no partition."""
-    out: dict[str, list[str]] = {}
-    for message_id in ids:
-        index = plan.partition_of(message_id)
+    out: dict[str, list[MessageId]] = {}
+    for mid in ids:
+        index = plan.ledgers.get(mid.ledger_id)
         if index is None:
-            raise MalformedError(f"message id {message_id!r} is not of topic {plan.name}")
-        out.setdefault(plan.owner_of(index) or "", []).append(message_id)
+            raise MalformedError(f"message id {mid} is not of topic {plan.name}")
+        out.setdefault(plan.owner_of(index) or "", []).append(mid)
     return out
 
 
-async def acks(fwd: Forwarder, plan: SpreadPlan, path: str, ids: list[str], txn: TxnId | None,
-               cumulative: bool, binary: bool, local: Callable[[list[str]], Awaitable[None]]) -> None:
-    async def share(owner: str, mine: list[str]) -> None:
+async def acks(fwd: Forwarder, plan: SpreadPlan, path: str, ids: list[MessageId], txn: TxnId | None,
+               cumulative: bool, binary: bool, local: Callable[[list[MessageId]], Awaitable[None]]) -> None:
+    """Each owner acks its partitions' ids (each refuses one its partition never dispatched: 400)."""
+    async def share(owner: str, mine: list[MessageId]) -> None:
         if not owner:
             await local(mine)
         elif binary:
             content = wire.encode_acks(mine, txn=txn, cumulative=cumulative)
             await fwd.send(owner, "POST", path, content=content, headers={"content-type": wire.CONTENT_TYPE})
         else:
-            body: dict[str, Any] = {"message_ids": mine, "cumulative": cumulative}
+            body: dict[str, Any] = {"message_ids": [str(m) for m in mine], "cumulative": cumulative}
             if txn is not None:
                 body["txn_id"] = str(txn)
             await fwd.send(owner, "POST", path, content=orjson.dumps(body),

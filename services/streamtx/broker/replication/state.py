@@ -31,6 +31,7 @@ import orjson
 
 from streamtx.broker.partition import Partition
 from streamtx.broker.replication import markers
+from streamtx.contracts.msgid import MessageId
 from streamtx.contracts.replication import ReplicatedEntry
 from streamtx.cursor import Cursor, cursor_ledger_name
 from streamtx.errors import MalformedError
@@ -156,11 +157,9 @@ async def read_local(part: Partition, start: Position, max_entries: int
 
 def _parse_item(item: ReplicatedEntry, source: str, now_ms: int) -> tuple[bytes, ProducerInfo, int]:
     try:
-        lid, eid, _ = codec.parse_message_id(item.position)
-        if not (0 <= lid < 1 << 64 and 0 <= eid < 1 << 64):
-            raise ValueError("out of range")
-    except ValueError as exc:
-        raise MalformedError(f"bad replicated entry position {item.position!r}: {exc}") from None
+        lid, eid, _ = MessageId.parse(item.position)
+    except MalformedError as exc:
+        raise MalformedError(f"bad replicated entry position: {exc.message}") from None
     src = SourceInfo(source, lid, eid, item.publish_time)
     producer = ProducerInfo(producer_name(source), 0, eid)
     if item.marker is not None:

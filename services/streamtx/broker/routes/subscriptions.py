@@ -20,6 +20,7 @@ from streamtx.broker.settings import BrokerSettings
 from streamtx.broker.subscription import Subscription, SubscriptionType
 from streamtx.broker.topic import Topic
 from streamtx.contracts.body import Lax, StrictBody
+from streamtx.contracts.msgid import MessageId, parse_many
 from streamtx.contracts.txnid import TxnId, TxnIdField
 from streamtx.errors import MalformedError, NotOwnerError
 from streamtx.service import HotRequest, HotRoutes
@@ -206,14 +207,15 @@ async def _spread(broker: Broker, request: HotRequest | Request, name: str
     return (None, at) if isinstance(at, SpreadPlan) else (at.topic, None)
 
 
-def _ack_body(request: HotRequest) -> tuple[list[str], TxnId | None, bool]:
+def _ack_body(request: HotRequest) -> tuple[list[MessageId], TxnId | None, bool]:
+    """The ids typed (the binary body's as decoded, the JSON's by the one strict parser)."""
     if wire.is_batch(request.header("content-type")):
         got = wire.decode_acks(request.body)
         if not got.ids:
             raise MalformedError("message_ids: at least one id")
-        return got.id_strings(), got.txn, got.cumulative
+        return got.ids, got.txn, got.cumulative
     body = request.json(AckRequest)
-    return body.message_ids, body.txn_id, body.cumulative
+    return parse_many(body.message_ids), body.txn_id, body.cumulative
 
 
 @hot.post("/acks", body=AckRequest)
@@ -232,7 +234,7 @@ async def ack(request: HotRequest) -> bytes:
         # it under the name acked on (the name its end comes by), the caller its owner.
         await broker.txn_guard.check(txn, request.principal, subscriptions=[(name, p["sub"])])
 
-    async def local(ids: list[str]) -> None:
+    async def local(ids: list[MessageId]) -> None:
         t = topic or (plan.topic if plan is not None else None)
         assert t is not None
         # The store records them under the name the caller registered (a spread topic's too).
@@ -246,7 +248,7 @@ async def ack(request: HotRequest) -> bytes:
     return b'{"acked":%d}' % len(message_ids)
 
 
-async def _ack(broker: Broker, s: Subscription, name: str, sub: str, message_ids: list[str],
+async def _ack(broker: Broker, s: Subscription, name: str, sub: str, message_ids: list[MessageId],
                txn: TxnId | None, cumulative: bool) -> None:
     if txn is None:
         await s.ack(message_ids, cumulative)
@@ -268,13 +270,13 @@ async def nack(request: Request, tenant: str, namespace: str, topic: str, sub: s
     t, plan = await _spread(broker, request, topic_name(tenant, namespace, topic))
     if plan is None:
         assert t is not None
-        await (await broker.subscription(t, sub)).nack(body.message_ids)
+        await (await broker.subscription(t, sub)).nack(parse_many(body.message_ids))
         return {"nacked": len(body.message_ids)}
     path = _path({"tenant": tenant, "namespace": namespace, "topic": topic, "sub": sub}, "nacks")
-    for owner, ids in spread.by_owner(plan, body.message_ids).items():
+    for owner, ids in spread.by_owner(plan, parse_many(body.message_ids)).items():
         if owner:
             await request.app.state.forwarder.send(
-                owner, "POST", path, content=orjson.dumps({"message_ids": ids}),
+                owner, "POST", path, content=orjson.dumps({"message_ids": [str(m) for m in ids]}),
                 headers={"content-type": "application/json"})
         else:
             assert plan.topic is not None

@@ -15,10 +15,10 @@ from streamtx.broker.replicas import fanout, spread
 from streamtx.broker.replicas.plan import SpreadPlan
 from streamtx.broker.topic import Topic
 from streamtx.contracts.body import StrictBody
+from streamtx.contracts.msgid import MessageId
 from streamtx.errors import MalformedError, NotFoundError
 from streamtx.ledger import Position
 from streamtx.names import check_new_topic
-from streamtx.records.partition import parse_message_id
 
 router = APIRouter(prefix="/admin/v2/persistent/{tenant}/{namespace}/{topic}", tags=["topics"])
 
@@ -141,10 +141,7 @@ async def _trim_here(broker: Broker, t: Topic, index: int, before: str | None) -
         last = part.ledger.last_position()
         limit = None if last is None else Position(last.ledger_id, last.entry_id + 1)
     else:
-        try:
-            lid, eid, _ = parse_message_id(before)
-        except ValueError as exc:
-            raise MalformedError(f"bad position {before!r}") from exc
+        lid, eid, _ = MessageId.parse(before)
         if lid != part.ledger.ledger_id:
             raise MalformedError(f"{before!r} is not a position of {part.name}")
         limit = Position(lid, eid)

@@ -4,10 +4,10 @@ from __future__ import annotations
 
 from fastapi import APIRouter, Query
 
+from streamtx.contracts.msgid import parse_many
 from streamtx.peers import TxnGuard
 from streamtx.pendingack.deps import OK, Stores, stores_of
 from streamtx.pendingack.models import Held, PendingAckCreate
-from streamtx.records.pendingack import MessageId
 from streamtx.service import HotRequest, HotRoutes
 
 router = APIRouter(prefix="/v1/pendingack", tags=["pending acks"])
@@ -18,7 +18,7 @@ hot = HotRoutes(router)
 async def ack(request: HotRequest) -> bytes:
     """Hold the messages for the transaction; 200 once durable, 409 on a conflict."""
     body = request.json(PendingAckCreate)
-    ids = [MessageId.parse(m) for m in body.message_ids]
+    ids = parse_many(body.message_ids)
     guard: TxnGuard | None = getattr(request.state, "txn_guard", None)
     if guard is not None:
         # The door check (issue 21 item 2): the transaction open, the subscription registered in
