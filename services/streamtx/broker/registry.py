@@ -125,9 +125,7 @@ class Broker:
     async def start(self) -> None:
         await self.catalog.open()
         if not self.replicas:  # alone: every partition is ours
-            for name in list(self.catalog.topics):
-                for item in self.items_of(name):
-                    await self.acquire(item)
+            await self._acquire_all()
         self._tasks.append(asyncio.create_task(self._snapshot_timer()))
         self._tasks.append(asyncio.create_task(self._replication_timer()))
         s = self.settings
@@ -137,6 +135,20 @@ class Broker:
                 self._lookup, self._partitions, self._subscriptions,
                 after_s=s.stuck_txn_after_s, interval_s=s.stuck_txn_interval_s)
             self._tasks.append(asyncio.create_task(checker.run()))
+
+    async def _acquire_all(self, at_once: int = 8) -> None:
+        """Open every topic's partitions, topics side by side (at most ``at_once``): a restarted
+        broker serves nothing until all are open, and one topic after another made its
+        recovery after a crash the sum of every partition's ledger and cursor opens (issue 25).
+        One topic's partitions still join it one at a time (its lock)."""
+        gate = asyncio.Semaphore(at_once)
+
+        async def topic(name: str) -> None:
+            async with gate:
+                for item in self.items_of(name):
+                    await self.acquire(item)
+
+        await asyncio.gather(*(topic(name) for name in list(self.catalog.topics)))
 
     def _partitions(self) -> list[Partition]:
         return [p for t in self.topics.values() for p in t.partitions]
