@@ -33,6 +33,17 @@ def test_each_internal_replication_call_takes_its_contract_model() -> None:
     assert taken == BODIES
 
 
+def test_the_answers_the_controller_reads_are_contract_models_too() -> None:
+    answers = {" ".join([*sorted(route.methods), route.path.removeprefix("/v1/replication/")]):
+               route.response_model
+               for route in [*routes.router.routes, *subscription_routes.router.routes]
+               if isinstance(route, APIRoute) and route.response_model is not None
+               and getattr(route.response_model, "__module__", "") == replication.__name__}
+    assert {p: m.__name__ for p, m in answers.items()} == {
+        "GET topics": "ReplicationTopics", "POST topics": "ReplicatedTopic", "POST scan": "ScannedMarkers",
+        "POST acks/export": "ExportedAcks", "POST acks/apply": "AppliedAcks"}
+
+
 def test_the_controller_builds_each_body_it_sends_from_the_contract() -> None:
     """No raw ``json={...}`` to the broker is left in the controller (it sent them all before)."""
     folder = Path(next(p for p in streamtx.__path__ if (Path(p) / "replication").is_dir())) / "replication"

@@ -61,7 +61,7 @@ import time
 from typing import Any
 
 from streamtx.contracts.ackset import AckSet
-from streamtx.contracts.replication import AckApply, AckExport, ReplicationMarker
+from streamtx.contracts.replication import AckApply, AckExport, AppliedAcks, ExportedAcks, ReplicationMarker
 from streamtx.ledger import Position
 from streamtx.replication import metrics
 from streamtx.transport import HttpClient
@@ -130,19 +130,20 @@ class AckSync:
                 await self._apply(name, writer, missing, start)
         for name in subscriptions:
             after = self.synced_to.get(name)
-            got = await self.local.request("POST", "/v1/replication/acks/export", json=AckExport(
-                topic=self.topic, partition=self.partition, subscription=name,
-                after=str(after) if after else None, back=self.back, known=self.tokens.get(name)))
-            self.tokens[name] = got["token"]
-            if got["origins"] is None:
+            got = ExportedAcks.model_validate(await self.local.request(
+                "POST", "/v1/replication/acks/export", json=AckExport(
+                    topic=self.topic, partition=self.partition, subscription=name,
+                    after=str(after) if after else None, back=self.back, known=self.tokens.get(name))))
+            self.tokens[name] = got.token
+            if got.origins is None:
                 continue
-            acks = AckSet.from_wire(got["origins"])
+            acks = AckSet.from_wire(got.origins)
             known = self.known.get(name)
             if not acks or (known is not None and known.covers(acks)):
                 continue
             await self.local.request("POST", "/v1/replication/markers", json=ReplicationMarker(
                 topic=self.topic, partition=self.partition,
-                marker={"type": "acks", "subscription": name, "origins": got["origins"]}))
+                marker={"type": "acks", "subscription": name, "origins": got.origins}))
             self.known[name] = acks
             self.markers += 1
 
@@ -162,20 +163,21 @@ class AckSync:
 
     async def _apply(self, name: str, writer: str, acks: AckSet, start: str | None) -> None:
         """Apply ``acks`` (from ``start`` on, for a retry); keep what is still on its way."""
-        got = await self.local.request("POST", "/v1/replication/acks/apply", json=AckApply(
-            topic=self.topic, partition=self.partition, subscription=name,
-            origins=acks.to_wire(), start=start))
+        got = AppliedAcks.model_validate(await self.local.request(
+            "POST", "/v1/replication/acks/apply", json=AckApply(
+                topic=self.topic, partition=self.partition, subscription=name,
+                origins=acks.to_wire(), start=start)))
         key = (name, writer)
-        missing = [(str(c), int(lid)) for c, lid in got.get("missing", ())]
+        missing = [(str(c), int(lid)) for c, lid in got.missing]
         if missing:
             if key not in self.incomplete:
                 log.info("acks of %s on %s[%d] from %s: entries of %s not here yet; applied again as "
                          "they arrive", name, self.topic, self.partition, writer, missing)
-            self.incomplete[key] = (acks.only(missing), got.get("next"))
+            self.incomplete[key] = (acks.only(missing), got.next)
         elif self.incomplete.pop(key, None) is not None:
             log.info("acks of %s on %s[%d] from %s: late entries applied", name, self.topic, self.partition,
                      writer)
-        n = int(got["acked"])
+        n = got.acked
         self.applied += n
         metrics.synced_acks.labels(self.cluster).inc(n)
 

@@ -19,7 +19,7 @@ import functools
 import logging
 from typing import Any
 
-from streamtx.contracts.replication import ReplicatorCursorDelete
+from streamtx.contracts.replication import ReplicationTopics, ReplicatorCursorDelete, TopicReplicas
 from streamtx.errors import StreamtxError, UnavailableError
 from streamtx.ledger import LedgerFactory
 from streamtx.replication.peers import Peers
@@ -75,12 +75,13 @@ class Controller:
             await asyncio.sleep(self.settings.scan_interval_s)
 
     async def scan(self) -> None:
-        body = await self.local.request("GET", "/v1/replication/topics", retry=ONCE)
+        body = ReplicationTopics.model_validate(
+            await self.local.request("GET", "/v1/replication/topics", retry=ONCE))
         wanted: dict[Key, int] = {}
-        for t in body["topics"]:
-            for remote in self.policies.remotes_for(t["topic"]):
-                for i in range(int(t["partitions"])):
-                    wanted[(t["topic"], i, remote)] = int(t["partitions"])
+        for t in body.topics:
+            for remote in self.policies.remotes_for(t.topic):
+                for i in range(t.partitions):
+                    wanted[(t.topic, i, remote)] = t.partitions
         stopped = []
         for key in [k for k in self.replicators if k not in wanted]:
             _, task = self.replicators.pop(key)
@@ -89,7 +90,7 @@ class Controller:
         for task in stopped:  # its last calls are over before its cursors go
             with contextlib.suppress(asyncio.CancelledError, Exception):
                 await task
-        await self._delete_gone_remotes(body["topics"])
+        await self._delete_gone_remotes(body.topics)
         self._scan_snapshots({(t, i) for t, i, _ in wanted})
         for key, partitions in wanted.items():
             if key not in self.replicators:
@@ -101,18 +102,18 @@ class Controller:
                                         partition=index, partitions=partitions, settings=self.settings)
                 self.replicators[key] = (r, asyncio.create_task(r.run()))
 
-    async def _delete_gone_remotes(self, topics: list[dict[str, Any]]) -> None:
+    async def _delete_gone_remotes(self, topics: list[TopicReplicas]) -> None:
         """Delete the replicator cursors the broker keeps for remotes a topic no longer goes to."""
         for t in topics:
-            gone = set(t.get("remotes") or ()) - set(self.policies.remotes_for(t["topic"]))
+            gone = set(t.remotes) - set(self.policies.remotes_for(t.topic))
             for remote in sorted(gone):
                 try:
                     await self.local.request("POST", "/v1/replication/cursor/delete", retry=ONCE,
-                                             json=ReplicatorCursorDelete(topic=t["topic"], remote=remote))
+                                             json=ReplicatorCursorDelete(topic=t.topic, remote=remote))
                     log.info("%s no longer replicates to %s: its replicator cursors are deleted",
-                             t["topic"], remote)
+                             t.topic, remote)
                 except StreamtxError as exc:  # the next scan asks again
-                    log.warning("deleting the cursors of %s towards %s failed: %s", t["topic"], remote, exc)
+                    log.warning("deleting the cursors of %s towards %s failed: %s", t.topic, remote, exc)
 
     def _scan_snapshots(self, wanted: set[tuple[str, int]]) -> None:
         """One PIP-33 loop per partition of every topic that replicates somewhere."""

@@ -41,7 +41,13 @@ import time
 from collections.abc import Callable
 from typing import Any
 
-from streamtx.contracts.replication import ReplicatedSubscriptionUpdate, ReplicationMarker, ReplicationScan
+from streamtx.contracts.replication import (
+    ReplicatedSubscriptionUpdate,
+    ReplicationMarker,
+    ReplicationScan,
+    ScannedMarker,
+    ScannedMarkers,
+)
 from streamtx.errors import ConflictError, MalformedError, StreamtxError
 from streamtx.ledger import Position
 from streamtx.replication import metrics
@@ -100,33 +106,34 @@ class PartitionSnapshots:
                 await asyncio.sleep(self.settings.retry_max_s)
 
     async def step(self) -> None:
-        got = await self.local.request("POST", "/v1/replication/scan", json=ReplicationScan(
-            topic=self.topic, partition=self.partition, after=self._after,
-            wait_ms=self._wait_ms(), back=self.settings.rescan_entries, mark_deletes=self._marks,
-        ))
+        got = ScannedMarkers.model_validate(await self.local.request(
+            "POST", "/v1/replication/scan", json=ReplicationScan(
+                topic=self.topic, partition=self.partition, after=self._after,
+                wait_ms=self._wait_ms(), back=self.settings.rescan_entries, mark_deletes=self._marks,
+            )))
         self.scans += 1
-        self._dirty = self._dirty or bool(got["data"])
-        subs: dict[str, str | None] = got["subscriptions"]
+        self._dirty = self._dirty or got.data
+        subs = got.subscriptions
         self._marks = subs
         for name in [n for n in self.caches if n not in subs]:
             del self.caches[name]
         for name in subs:
             self.caches.setdefault(name, SnapshotCache(
                 self.settings.replicated_subscriptions_snapshot_max_cached_per_subscription))
-        for m in got["markers"]:
+        for m in got.markers:
             await self._handle(m, subs)
             # Past it only once handled: after a failure (the broker busy or restarting) the
             # next scan starts at it, so no update or acks marker is passed over unapplied.
-            self._after = m["position"]
-        if got["last"] is not None:
-            self._after = got["last"]
+            self._after = m.position
+        if got.last is not None:
+            self._after = got.last
         for name, md in subs.items():
             snap = self.caches[name].advance(Position.parse(md)) if md else None
             if snap is not None:
                 await self._write({"type": "update", "subscription": name, "clusters": snap.clusters})
                 self.updates += 1
                 self.acks.updated(name, snap.local)
-        await self.acks.sync(list(subs), bool(got["data"]))
+        await self.acks.sync(list(subs), got.data)
         await self._maybe_start(bool(subs))
 
     def _wait_ms(self) -> int:
@@ -177,17 +184,17 @@ class PartitionSnapshots:
         if self.pending.pop(snapshot_id, None) is not None:
             metrics.pending_snapshots.labels(self.cluster).dec()
 
-    async def _handle(self, m: dict[str, Any], subs: dict[str, str | None]) -> None:
+    async def _handle(self, m: ScannedMarker, subs: dict[str, str | None]) -> None:
         """Handle one marker; one the broker refuses for good is skipped, said in the log."""
         try:
             await self._on_marker(m, subs)
         except (MalformedError, ConflictError, KeyError, TypeError, ValueError) as exc:
-            log.warning("%s marker at %s of %s[%d] skipped: %r", m["marker"].get("type"), m["position"],
+            log.warning("%s marker at %s of %s[%d] skipped: %r", m.marker.get("type"), m.position,
                         self.topic, self.partition, exc)
 
-    async def _on_marker(self, m: dict[str, Any], subs: dict[str, str | None]) -> None:
-        body: dict[str, Any] = m["marker"]
-        source, at = m["source"], Position.parse(m["position"])
+    async def _on_marker(self, m: ScannedMarker, subs: dict[str, str | None]) -> None:
+        body = m.marker
+        source, at = m.source, Position.parse(m.position)
         kind = body.get("type")
         # Requests from other clusters are answered by the broker as they land (markers.py).
         if kind == "snapshot_response" and source is not None:

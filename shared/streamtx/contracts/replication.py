@@ -20,6 +20,21 @@ from streamtx.contracts.body import StrictBody
 from streamtx.names import TopicName
 
 
+class TopicReplicas(StrictBody):
+    """One topic of the cluster, as ``GET /v1/replication/topics`` lists it; ``remotes``: those it
+    has replicator cursors for (the controller deletes those it no longer wants)."""
+
+    topic: str
+    partitions: int
+    remotes: list[str] = Field(default_factory=list)
+
+
+class ReplicationTopics(StrictBody):
+    """The answer to ``GET /v1/replication/topics``: every topic of the cluster (its catalog)."""
+
+    topics: list[TopicReplicas]
+
+
 class ReplicatedTopic(StrictBody):
     """``POST /v1/replication/topics``: a replicated topic as its source has it, created here with
     these partitions if missing (409 if it exists with others)."""
@@ -129,6 +144,24 @@ class ReplicationScan(StrictBody):
     mark_deletes: dict[str, str | None] | None = None
 
 
+class ScannedMarker(StrictBody):
+    """A replication marker a scan found: where, written by which cluster (None: this one), its body."""
+
+    position: str
+    source: str | None = None
+    marker: dict[str, Any]
+
+
+class ScannedMarkers(StrictBody):
+    """The answer to ``scan``: the markers, whether data entries were passed too, the position
+    scanned through (``last``; None: nothing new), and each replicated subscription's mark-delete."""
+
+    markers: list[ScannedMarker]
+    data: bool
+    last: str | None = None
+    subscriptions: dict[str, str | None]
+
+
 class ReplicatedSubscriptionUpdate(StrictBody):
     """``POST /v1/replication/subscriptions/update``: move ``subscription``'s mark-delete on one
     partition to ``position`` (never back; created at the earliest position if missing)."""
@@ -154,6 +187,15 @@ class AckExport(StrictBody):
     known: str | None = None
 
 
+class ExportedAcks(StrictBody):
+    """The answer to ``acks/export``: ``token`` names this state of the subscription's cursor;
+    ``origins`` (:meth:`~streamtx.contracts.ackset.AckSet.to_wire`) is None when the caller's
+    ``known`` token is still current."""
+
+    token: str
+    origins: list[dict[str, Any]] | None = None
+
+
 class AckApply(StrictBody):
     """``POST /v1/replication/acks/apply``: acknowledge on one partition of ``subscription`` the
     messages ``origins`` names (:meth:`streamtx.contracts.ackset.AckSet.to_wire`).
@@ -169,3 +211,15 @@ class AckApply(StrictBody):
     subscription: str = Field(min_length=1)
     origins: list[dict[str, Any]]
     start: str | None = None
+
+
+class AppliedAcks(StrictBody):
+    """The answer to ``acks/apply``: ``acked`` messages acknowledged now; ``complete`` false when
+    entries an origin names are not here yet (``missing``: ``[cluster, ledger]`` each), and
+    ``next``, where a retry starts."""
+
+    subscription: str
+    acked: int = Field(ge=0)
+    complete: bool
+    missing: list[list[str | int]] = Field(default_factory=list)
+    next: str | None = None

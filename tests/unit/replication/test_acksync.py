@@ -32,7 +32,8 @@ class Broker:
             token = f"t{self.token}"
             return {"token": token, "origins": None if json["known"] == token else self.export}
         if path.endswith("/acks/apply"):
-            return {"acked": 2, "complete": not self.missing, "missing": self.missing, "next": "1:50"}
+            return {"subscription": json["subscription"], "acked": 2, "complete": not self.missing,
+                    "missing": self.missing, "next": "1:50"}
         return {}
 
     def paths(self) -> list[str]:

@@ -13,6 +13,7 @@ from typing import Any
 
 import pytest
 
+from streamtx.contracts.replication import ReplicationTopics
 from streamtx.replication.controller import Controller
 from streamtx.replication.policies import Policies
 from streamtx.replication.settings import ReplicationSettings
@@ -71,5 +72,6 @@ async def test_a_remote_the_topic_no_longer_goes_to_has_its_cursors_deleted(poli
 async def test_a_remote_still_wanted_keeps_its_cursors() -> None:
     local = LocalBroker(["y"])
     c = controller(Policies("a", clusters={"y": "http://y"}, namespaces={"t/n": ["a", "y"]}), local)
-    await c._delete_gone_remotes((await local.request("GET", "/v1/replication/topics"))["topics"])
+    listed = ReplicationTopics.model_validate(await local.request("GET", "/v1/replication/topics"))
+    await c._delete_gone_remotes(listed.topics)
     assert local.deletes() == []

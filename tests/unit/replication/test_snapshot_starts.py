@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from streamtx.contracts.replication import ScannedMarker
 from streamtx.replication.settings import ReplicationSettings
 from streamtx.replication.subscriptions import PartitionSnapshots
 from tests.support.wire import body_of
@@ -43,7 +44,7 @@ async def start(loop: PartitionSnapshots) -> None:
 async def answer(loop: PartitionSnapshots, snapshot_id: str) -> None:
     body = {"type": "snapshot_response", "snapshot_id": snapshot_id, "source_cluster": "a", "cluster": "b",
             "position": "1:5", "round": 1}
-    await loop._on_marker({"marker": body, "source": "b", "position": "7:9"}, {})
+    await loop._on_marker(ScannedMarker(marker=body, source="b", position="7:9"), {})
 
 
 async def test_one_at_a_time_until_one_completes_then_several_while_the_remotes_answer() -> None:

@@ -39,6 +39,7 @@ from streamtx.contracts.replication import (
     ReplicatedTopic,
     ReplicationMarker,
     ReplicationRead,
+    ReplicationTopics,
     ReplicationWrite,
     ReplicatorAck,
     ReplicatorCursor,
@@ -52,7 +53,7 @@ router = APIRouter(prefix="/v1/replication", tags=["replication (internal)"])
 admin = APIRouter(prefix="/admin/v2", tags=["admin: replication"])
 
 
-@router.get("/topics")
+@router.get("/topics", response_model=ReplicationTopics)
 async def topics(broker: BrokerDep) -> dict[str, Any]:
     # Every topic of the cluster (the catalog), wherever it is served: the controller's calls
     # about one partition are redirected to its owner.

@@ -23,7 +23,15 @@ from streamtx.broker.replication.routes import owned_partition
 from streamtx.broker.subscription import Subscription, SubscriptionType
 from streamtx.broker.topic import Topic
 from streamtx.contracts.ackset import AckSet
-from streamtx.contracts.replication import AckApply, AckExport, ReplicatedSubscriptionUpdate, ReplicationScan
+from streamtx.contracts.replication import (
+    AckApply,
+    AckExport,
+    AppliedAcks,
+    ExportedAcks,
+    ReplicatedSubscriptionUpdate,
+    ReplicationScan,
+    ScannedMarkers,
+)
 from streamtx.errors import MalformedError, NotFoundError
 from streamtx.ledger import Position
 
@@ -36,7 +44,7 @@ admin = APIRouter(prefix="/admin/v2/persistent/{tenant}/{namespace}/{topic}/subs
                   tags=["admin: replication"])
 
 
-@router.post("/scan")
+@router.post("/scan", response_model=ScannedMarkers)
 async def scan(body: ReplicationScan, broker: BrokerDep) -> dict[str, Any]:
     t, part = await owned_partition(broker, body.topic, body.partition)
     last, first = part.ledger.last_position(), part.ledger.first_position()
@@ -78,7 +86,7 @@ async def _replicated_sub(broker: Broker, t: Topic, name: str) -> Subscription:
     return sub
 
 
-@router.post("/acks/export")
+@router.post("/acks/export", response_model=ExportedAcks)
 async def export_acks(body: AckExport, broker: BrokerDep) -> dict[str, Any]:
     t, part = await owned_partition(broker, body.topic, body.partition)
     dispatch = t.subscription(body.subscription).part(body.partition)
@@ -91,7 +99,7 @@ async def export_acks(body: AckExport, broker: BrokerDep) -> dict[str, Any]:
     return {"token": token, "origins": acks.to_wire()}
 
 
-@router.post("/acks/apply")
+@router.post("/acks/apply", response_model=AppliedAcks)
 async def apply_acks(body: AckApply, broker: BrokerDep) -> dict[str, Any]:
     t, part = await owned_partition(broker, body.topic, body.partition)
     try:
