@@ -35,6 +35,17 @@ PartitionName = Annotated[str, StringConstraints(pattern=PARTITION_PATTERN)]
 SubscriptionName = Annotated[str, StringConstraints(pattern=NAME_PATTERN)]
 
 
+#: Names the services give their own producers and cursors (Pulsar's: the replicator's producer and
+#: cursor ``pulsar.repl.<cluster>``, broker/replication/state.py; Pulsar also takes ``pulsar.dedup``).
+#: The whole ``pulsar.`` prefix is reserved so a later internal name cannot collide with a client's.
+RESERVED_PREFIXES = ("pulsar.",)
+
+
+def is_reserved(name: str) -> bool:
+    """A producer or subscription name only the services may use (:data:`RESERVED_PREFIXES`)."""
+    return name.startswith(RESERVED_PREFIXES)
+
+
 def check_name(kind: str, name: str) -> str:
     """``name`` when it is a valid ``kind`` (tenant, namespace, topic, subscription) name; else 400."""
     if _name.fullmatch(name) is None:

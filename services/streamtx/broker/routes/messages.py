@@ -16,7 +16,7 @@ import orjson
 from fastapi import APIRouter
 from pydantic import AfterValidator, BaseModel, Field, ValidationError
 
-from streamtx.broker.deps import broker_of, topic_name
+from streamtx.broker.deps import broker_of, check_client_name, topic_name
 from streamtx.broker.partition import RawBatch
 from streamtx.broker.registry import Broker, partition_item
 from streamtx.broker.replicas import spread
@@ -181,6 +181,7 @@ async def _produce_batch(request: HotRequest) -> bytes:
         name, epoch, sequence = got.producer
         if len(name) > 1000:
             raise MalformedError("producer.name: at most 1000 characters")
+        check_client_name("producer", name, request.principal)
         producer = codec.ProducerInfo(name, epoch, sequence)
     p = request.params
     broker = broker_of(request.state)
@@ -220,6 +221,8 @@ async def produce(request: HotRequest) -> bytes:
     broker = broker_of(request.state)
     settings: BrokerSettings = request.state.settings
     messages, txn, producer = _parse_body(request.body)
+    if producer is not None:
+        check_client_name("producer", producer.name, request.principal)
     if len(messages) > settings.max_request_messages:
         raise TooLargeError(f"at most {settings.max_request_messages} messages per request")
     out = [_message(i, m) for i, m in enumerate(messages)]

@@ -7,10 +7,16 @@ from collections.abc import Awaitable, Callable
 from typing import Annotated, Any
 
 import orjson
-from fastapi import APIRouter, Path, Request
+from fastapi import APIRouter, Depends, Path, Request
 from pydantic import BaseModel, Field
 
-from streamtx.broker.deps import BrokerDep, broker_of, topic_name
+from streamtx.broker.deps import (
+    BrokerDep,
+    broker_of,
+    check_client_name,
+    not_reserved_subscription,
+    topic_name,
+)
 from streamtx.broker.dispatch import Handed, render_batch, render_json
 from streamtx.broker.registry import Broker, split_partition
 from streamtx.broker.replicas import spread
@@ -27,8 +33,10 @@ from streamtx.service import HotRequest, HotRoutes
 from streamtx.service.longpoll import LongPoll
 from streamtx.wire import batch as wire
 
+# Reserved subscription names (pulsar.repl.<cluster>: the replicator's cursor) are refused
+# to clients on every route here; the hot routes, which skip FastAPI's dependencies, check too.
 router = APIRouter(prefix="/v1/topics/{tenant}/{namespace}/{topic}/subscriptions/{sub}",
-                   tags=["subscriptions"])
+                   tags=["subscriptions"], dependencies=[Depends(not_reserved_subscription)])
 hot = HotRoutes(router)
 
 
@@ -144,6 +152,7 @@ async def fetch(request: HotRequest) -> bytes:
     settings: BrokerSettings = request.state.settings
     q = request.query(FetchQuery)
     p = request.params
+    check_client_name("subscription", p["sub"], request.principal)
     name = topic_name(p["tenant"], p["namespace"], p["topic"])
     only = None if q.partitions is None else [int(p) for p in q.partitions.split(",")]
     binary = wire.is_batch(request.header("accept"))
@@ -227,6 +236,7 @@ async def ack(request: HotRequest) -> bytes:
     broker = broker_of(request.state)
     message_ids, txn, cumulative = _ack_body(request)
     p = request.params
+    check_client_name("subscription", p["sub"], request.principal)
     name = topic_name(p["tenant"], p["namespace"], p["topic"])
     topic, plan = await _spread(broker, request, name)
     if txn is not None and broker.txn_guard is not None:
