@@ -183,3 +183,39 @@ async def test_a_spread_fetch_whose_client_left_ends_everywhere_and_hands_nothin
     r = await http.get(f"{urls[0]}{fetch}", params={"max": 10, "wait_ms": 5000, "consumer": "x"})
     assert r.status_code == 200, r.text
     assert [base64.b64decode(m["value"]).decode() for m in r.json()["messages"]] == ["after"]
+
+
+async def test_acks_of_undelivered_ids_are_refused_by_each_partitions_owner(
+        replicas: Replicas, http: httpx.AsyncClient) -> None:
+    """Issue 21 item 1 on the spread path: an ack through one broker of an id past what a
+    partition (its own or another broker's) dispatched is a 400, and hides nothing written there."""
+    urls, name, owners = await _split_topic(http, replicas, "undelivered")
+    r = await until_served(http, "PUT", f"{urls[0]}/v1/topics/{name}/subscriptions/u",
+                           json={"initial_position": "earliest", "type": "Shared"})
+    assert r.status_code == 200, r.text
+    await _produce(http, owners, name, "first")
+    got: list[dict[str, Any]] = []
+
+    async def received(want: int) -> bool:
+        r = await http.get(f"{urls[0]}/v1/topics/{name}/subscriptions/u/messages",
+                           params={"max": 100, "wait_ms": 300, "consumer": "c"})
+        assert r.status_code == 200, r.text
+        got.extend(r.json()["messages"])
+        return len(got) >= want
+
+    await eventually(lambda: received(4), timeout_s=8, what="one message of each partition")
+    acks = f"{urls[0]}/v1/topics/{name}/subscriptions/u/acks"
+    for m in got:
+        ledger, entry = (int(x) for x in str(m["message_id"]).split(":")[:2])
+        for cumulative in (False, True):
+            future = {"message_ids": [f"{ledger}:{entry + 2}"], "cumulative": cumulative}
+            r = await http.post(acks, json=future)
+            assert r.status_code == 400 and r.json()["error"] == "malformed", (owners[m["partition"]], r.text)
+    delivered = {"message_ids": [str(m["message_id"]) for m in got]}
+    assert (await http.post(acks, json=delivered)).status_code == 200
+    for tag in ("second", "third"):  # the second "third" message of each partition sits at entry + 2
+        await _produce(http, owners, name, tag)
+    got.clear()
+    await eventually(lambda: received(8), timeout_s=8, what="two more messages of each partition")
+    values = sorted(base64.b64decode(m["value"]).decode() for m in got)
+    assert values == sorted(f"{t}{i}" for t in ("second", "third") for i in range(4))

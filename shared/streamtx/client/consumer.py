@@ -14,6 +14,7 @@ import orjson
 from streamtx.client.http import Endpoint
 from streamtx.client.names import full_name, partition_name, path_of
 from streamtx.client.transaction import Transaction
+from streamtx.contracts.msgid import MessageId
 from streamtx.errors import NotOwnerError
 from streamtx.wire import batch as wire
 
@@ -86,7 +87,7 @@ class Consumer:
         self.spread = spread and partitions > 1
         self._polls: dict[int, asyncio.Task[list[Message]]] = {}
         self._ready: list[Message] = []
-        self._partition_of: dict[str, int] = {}  # "ledger:" prefix of a message id -> its partition
+        self._partition_of: dict[int, int] = {}  # a message id's ledger id -> its partition
         self._is_spread = is_spread
 
     def _partition_path(self, index: int) -> str:
@@ -139,7 +140,7 @@ class Consumer:
         got = await self._fetch_raw(path, params, moving_wait_s)
         for m in got:
             if m.partition is not None:
-                self._partition_of[m.message_id.split(":", 1)[0]] = m.partition
+                self._partition_of[MessageId.parse(m.message_id).ledger_id] = m.partition
         return got
 
     async def _fetch_raw(self, path: str, params: dict[str, Any], moving_wait_s: float | None
@@ -155,7 +156,8 @@ class Consumer:
         """(topic or partition name, its subscription path) -> the ids to send there."""
         out: dict[tuple[str, str], list[str]] = {}
         for i in ids:
-            index = self._partition_of.get(i.split(":", 1)[0]) if self.spread else None
+            # The one parser: a malformed id is the API's 400 here, before any call.
+            index = self._partition_of.get(MessageId.parse(i).ledger_id) if self.spread else None
             key = ((self.topic, self._path) if index is None
                    else (partition_name(self.topic, index), self._partition_path(index)))
             out.setdefault(key, []).append(i)
