@@ -18,8 +18,6 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Any
 
-import jwt
-
 ROLES = ("client", "service", "admin")
 ALL_TENANTS = "*"
 
@@ -68,6 +66,12 @@ class TokenVerifier:
     def __init__(self, key: str, algorithm: str, *, leeway_s: float = EXPIRY_LEEWAY_S) -> None:
         if algorithm not in ("HS256", "RS256"):
             raise ValueError(f"unsupported algorithm {algorithm}")
+        # PyJWT (and the cryptography package under it) is imported when a verifier is made, not
+        # with the services: with auth off it is never needed, and it was a tenth of a second of
+        # every restart's imports under load (issue 25).
+        import jwt
+
+        self._jwt = jwt
         self._key = key
         # One algorithm, never the token's own choice: that is what "alg confusion" attacks abuse.
         self._algorithms = [algorithm]
@@ -76,9 +80,9 @@ class TokenVerifier:
     def verify(self, token: str) -> tuple[Principal, float | None]:
         """The token's principal and expiry (wall-clock seconds, None when it never expires)."""
         try:
-            claims = jwt.decode(token, self._key, algorithms=self._algorithms, leeway=self._leeway_s,
-                                options={"require": ["sub"]})
-        except jwt.PyJWTError as exc:
+            claims = self._jwt.decode(token, self._key, algorithms=self._algorithms, leeway=self._leeway_s,
+                                      options={"require": ["sub"]})
+        except self._jwt.PyJWTError as exc:
             raise TokenError(str(exc) or type(exc).__name__) from None
         exp = claims.get("exp")
         return principal_from_claims(claims), float(exp) if isinstance(exp, int | float) else None
@@ -89,6 +93,7 @@ def issue(
     expires_in_s: float | None = None, algorithm: str = "HS256", now: float | None = None,
 ) -> str:
     """A signed token (``key``: the HS256 secret, or the RS256 private key in PEM)."""
+    import jwt
     roles = list(dict.fromkeys(roles))
     if not roles or any(r not in ROLES for r in roles):
         raise ValueError(f"roles must be some of {', '.join(ROLES)}")
