@@ -10,6 +10,7 @@ from streamtx.contracts.msgid import MessageId, format_id, parse_many
 from streamtx.errors import MalformedError
 from streamtx.ledger import Position
 from streamtx.wire import batch as wire
+from streamtx.wire.produce import message_ids
 
 u64 = st.integers(0, (1 << 64) - 1)
 ids = st.builds(MessageId, u64, u64, st.integers(-1, (1 << 31) - 1))
@@ -61,3 +62,9 @@ def test_of_checks_range() -> None:
     for bad in ((-1, 0, None), (0, -1, None), (0, 0, -2), (1 << 64, 0, None)):
         with pytest.raises(MalformedError):
             MessageId.of(*bad)
+
+
+@given(u64, u64, st.integers(1, 50))
+def test_the_wire_s_per_entry_formatting_is_the_one_formatter_s(ledger: int, entry: int, count: int) -> None:
+    expected = [format_id(ledger, entry, None if count == 1 else i) for i in range(count)]
+    assert message_ids(ledger, entry, range(count), count) == expected

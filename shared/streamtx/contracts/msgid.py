@@ -16,7 +16,9 @@ This module is pure: no I/O.
 from __future__ import annotations
 
 from collections.abc import Iterable
-from typing import NamedTuple
+from typing import Annotated, NamedTuple
+
+from pydantic import WithJsonSchema
 
 from streamtx.errors import MalformedError
 
@@ -61,6 +63,13 @@ class MessageId(NamedTuple):
         if ledger > _u64_max or entry > _u64_max or index > _i32_max:
             raise MalformedError(f"message id {_shown(text)} is out of range")
         return _new(cls, (ledger, entry, index))
+
+
+#: A message id in a request body's model: documented with its pattern (OpenAPI), checked by
+#: :func:`parse_many` in the route (the hot path's one pass, which also checks the ranges).
+MessageIdText = Annotated[str, WithJsonSchema({
+    "type": "string", "pattern": r"^[0-9]{1,20}:[0-9]{1,20}(:[0-9]{1,10})?$",
+    "description": "message id 'ledger:entry' or 'ledger:entry:batch_index' (unsigned decimals)"})]
 
 
 def format_id(ledger_id: int, entry_id: int, batch_index: int | None = None) -> str:

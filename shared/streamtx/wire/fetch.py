@@ -129,7 +129,7 @@ def decode_messages_answer(data: bytes) -> list[Received]:
             end = off + size
             if end > total:
                 raise MalformedError("an entry runs past the answer")
-            base = f"{lid}:{eid}"
+            base = f"{lid}:{eid}"  # format_id's layout, once per entry (the decode's hot loop)
             if selection is None and source is None:
                 # The common case: every message of a local entry, none redelivered.
                 if count == 1:

@@ -182,6 +182,8 @@ def decode_produced(data: bytes) -> list[str]:
 
 
 def message_ids(ledger_id: int, entry_id: int, indexes: Iterable[int], count: int) -> list[str]:
+    """The ids of an entry's messages: :func:`streamtx.contracts.msgid.format_id`'s layout, the
+    ``ledger:entry`` part formatted once per entry (a batch has thousands; tests hold them equal)."""
     base = f"{ledger_id}:{entry_id}"
     if count == 1:
         return [base]

@@ -26,7 +26,7 @@ from streamtx.broker.settings import BrokerSettings
 from streamtx.broker.subscription import Subscription, SubscriptionType
 from streamtx.broker.topic import Topic
 from streamtx.contracts.body import Lax, StrictBody
-from streamtx.contracts.msgid import MessageId, parse_many
+from streamtx.contracts.msgid import MessageId, MessageIdText, parse_many
 from streamtx.contracts.txnid import TxnId, TxnIdField
 from streamtx.errors import MalformedError, NotOwnerError
 from streamtx.service import HotRequest, HotRoutes
@@ -63,7 +63,7 @@ class SubscriptionPublic(BaseModel):
 class AckRequest(StrictBody):
     """Acknowledge messages, individually or cumulatively, optionally in a transaction."""
 
-    message_ids: list[str] = Field(min_length=1)
+    message_ids: list[MessageIdText] = Field(min_length=1)
     txn_id: TxnIdField | None = None
     cumulative: bool = False
 
@@ -71,7 +71,7 @@ class AckRequest(StrictBody):
 class NackRequest(StrictBody):
     """Negative acks: redeliver these messages."""
 
-    message_ids: list[str] = Field(min_length=1)
+    message_ids: list[MessageIdText] = Field(min_length=1)
 
 
 class MessagesPublic(BaseModel):
