@@ -42,7 +42,7 @@ from confluent_kafka.admin import AdminClient, NewTopic
 from streamtx.demo.checker import Observed, Report, Written, check
 from streamtx.demo.layout import RunConfig, read_jsonl
 from streamtx.demo.records import decode, encode, next_record
-from streamtx.service.gctune import tune_gc
+from streamtx.service.serve import tune_gc
 
 produce_queue = 200_000  # records the client may buffer before produce() pushes back
 

@@ -19,7 +19,7 @@ mutmut there.
 It prints every surviving mutant's name and diff (``mutmut show`` format), then
 one summary line: ``mutate: killed=K survived=S no_tests=N timeout=T total=A
 score=K/(K+S)``. Mutants in code no selected test runs count as ``no_tests``
-and are left out of the score (the README says how to read the output).
+and are left out of the score (docs/testing.md says how to read the output).
 """
 
 from __future__ import annotations

@@ -17,12 +17,3 @@ def test_a_service_without_auth_imports_no_jwt(service: str) -> None:
     out = subprocess.run([sys.executable, "-c", code], env=python_env(), capture_output=True, text=True,
                          timeout=60, check=True).stdout
     assert out.strip() == "False"
-
-
-def test_a_demo_worker_imports_no_web_framework() -> None:
-    # Half of a restarted worker's imports were FastAPI and uvicorn, which it never uses: the
-    # gc settings, the start clock and readiness came through streamtx.service's __init__.
-    code = "import sys, streamtx.demo.worker; print(sorted({'fastapi', 'uvicorn'} & set(sys.modules)))"
-    out = subprocess.run([sys.executable, "-c", code], env=python_env(), capture_output=True, text=True,
-                         timeout=60, check=True).stdout
-    assert out.strip() == "[]"

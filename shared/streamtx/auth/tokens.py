@@ -56,7 +56,7 @@ def principal_from_claims(claims: dict[str, Any]) -> Principal:
 
 
 #: How long past its ``exp`` a token is still accepted: the issuer's clock and a service's
-#: may differ by this much (README, "Security").
+#: may differ by this much (docs/security.md).
 EXPIRY_LEEWAY_S = 5.0
 
 

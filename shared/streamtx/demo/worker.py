@@ -79,7 +79,7 @@ from streamtx.demo.shared_job import SharedJob
 from streamtx.demo.txnlog import Uncertain
 from streamtx.errors import StreamtxError
 from streamtx.service import startclock
-from streamtx.service.gctune import tune_gc
+from streamtx.service.serve import tune_gc
 
 stall_exit_s = 30.0  # records held, none ready this long: exit and re-read the progress
 max_write_gap_s = 0.1  # within a transaction, write at most this often (a quarter interval if shorter)

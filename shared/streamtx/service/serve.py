@@ -4,6 +4,7 @@ service process uses (in-process, or in each worker of :mod:`streamtx.service.wo
 from __future__ import annotations
 
 import asyncio
+import gc
 import importlib.util
 import logging
 import socket
@@ -14,7 +15,6 @@ import uvicorn
 from fastapi import FastAPI
 
 from streamtx.service.connguard import ConnectionLimits, guarded_httptools
-from streamtx.service.gctune import GC_THRESHOLDS, tune_gc  # noqa: F401  (named here before)
 from streamtx.service.longpoll import LongPolls
 from streamtx.service.settings import ServiceSettings
 from streamtx.service.shutdown import Watchdog
@@ -26,6 +26,10 @@ LOG_FORMAT = "%(asctime)s %(process)d %(name)s %(levelname)s %(message)s"
 GRACEFUL_S = 5
 _WATCHDOG_MARGIN_S = 5.0
 
+#: gc thresholds of every service (CPython's default is 700, 10, 10).
+GC_THRESHOLDS = (20_000, 20, 50)
+
+
 #: Libraries whose INFO lines are noise in a service's log: httpx logs every request
 #: (a service's calls of its peers: 244 lines in a 20 s demo at 300 records/s).
 QUIET_LOGGERS = ("httpx", "httpcore")
@@ -36,6 +40,22 @@ def configure_logging() -> None:
     logging.basicConfig(level=logging.INFO, format=LOG_FORMAT)
     for name in QUIET_LOGGERS:
         logging.getLogger(name).setLevel(logging.WARNING)
+
+
+def tune_gc() -> None:
+    """Fewer, cheaper garbage collections: the services' tail latency was theirs.
+
+    A service allocates (and frees, by reference counting) a container per message
+    and per id. With CPython's default thresholds the broker ran a full collection
+    about twice a second under the demo's load, each scanning every live object:
+    1.9 s of 25 s, pauses up to 54 ms (176 ms in the pending-ack store). Freezing
+    what start-up built (modules, the app) keeps it out of every scan, and a larger
+    young generation collects far less often: no full collection in a 30 s run, and
+    the demo's end-to-end p99 went from 0.9-1.0 s to about 0.8 s. Cycles are still
+    collected, just in larger batches.
+    """
+    gc.freeze()
+    gc.set_threshold(*GC_THRESHOLDS)
 
 
 class _Server(uvicorn.Server):

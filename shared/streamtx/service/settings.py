@@ -25,7 +25,7 @@ class ServiceSettings(BaseSettings):
     broker_url: str | None = Field(None, description="base URL of the partition broker")
     pendingack_url: str | None = Field(None, description="base URL of the pending-ack store")
     replication_url: str | None = Field(None, description="base URL of the replication controller")
-    # Auth (README "Security"): on when any credential below is set, off otherwise (make run).
+    # Auth (docs/security.md): on when any credential below is set, off otherwise (make run).
     admin_token: str | None = Field(None, description="static token with the admin role (all paths)")
     client_token: str | None = Field(None, description="static token with the client role, every tenant")
     service_token: str | None = Field(

@@ -182,7 +182,7 @@ async def test_a_client_token_without_a_tenant_is_refused(
 def test_an_expired_token_is_accepted_for_the_documented_leeway_only() -> None:
     now = time.time()
     verifier = TokenVerifier(SECRET, "HS256")
-    assert EXPIRY_LEEWAY_S == 5.0  # README, "Security"
+    assert EXPIRY_LEEWAY_S == 5.0  # docs/security.md
     verifier.verify(issue(SECRET, subject="a", roles=["client"], expires_in_s=-3, now=now))
     with pytest.raises(TokenError, match="expired"):
         verifier.verify(issue(SECRET, subject="a", roles=["client"], expires_in_s=-8, now=now))

@@ -1,0 +1,85 @@
+"""The README and docs/ as the tests read them: the blocks marked to run, the layout table. Pure.
+
+A block runs when the line before its opening fence is ``<!-- run -->`` (invisible
+on GitHub); only ``sh`` and ``python`` blocks may be marked. The layout table is
+the table under the README's ``## Layout``: a row names a folder by its full path
+in backticks (``shared/streamtx/ledger/``), and its subfolders by their last
+part after it (``services/streamtx/broker/`` ... ``routes/``).
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+from pathlib import Path
+
+RUN_MARK = "<!-- run -->"
+RUNNABLE = ("sh", "python")
+#: Where the project's packages live; the tests require each folder under them in the layout.
+PACKAGE_ROOTS = ("shared/streamtx", "services/streamtx", "spark-jobs/streamtx")
+
+_FENCE = re.compile(r"^```(\w*)\s*$")
+_FULL = re.compile(r"`((?:shared|services|spark-jobs)/[\w./-]*/)`")
+_SHORT = re.compile(r"`([\w-]+/)`")
+
+
+@dataclass(frozen=True)
+class Block:
+    """One marked code block: where it starts (the fence's line, 1-based), its language, its text."""
+
+    path: Path
+    line: int
+    lang: str
+    code: str
+
+    @property
+    def where(self) -> str:
+        return f"{self.path.name}:{self.line}"
+
+
+def marked_blocks(path: Path) -> list[Block]:
+    """The blocks of ``path`` marked to run, in order; a mark on anything else is an error."""
+    lines = path.read_text().splitlines()
+    blocks = []
+    for i, line in enumerate(lines):
+        if line.strip() != RUN_MARK:
+            continue
+        fence = _FENCE.match(lines[i + 1]) if i + 1 < len(lines) else None
+        if fence is None or fence.group(1) not in RUNNABLE:
+            raise ValueError(f"{path.name}:{i + 1}: {RUN_MARK} must come right before a ```sh or ```python"
+                             " fence")
+        end = next((j for j in range(i + 2, len(lines)) if lines[j].strip() == "```"), None)
+        if end is None:
+            raise ValueError(f"{path.name}:{i + 2}: the block is never closed")
+        blocks.append(Block(path, i + 2, fence.group(1), "\n".join(lines[i + 2:end]) + "\n"))
+    return blocks
+
+
+def layout_rows(readme: str) -> list[str]:
+    """The rows of the table under ``## Layout`` (header and rule left out)."""
+    section = readme.split("\n## Layout\n", 1)[1].split("\n## ", 1)[0]
+    rows = [line for line in section.splitlines() if line.startswith("|")]
+    return rows[2:]
+
+
+def named_folders(rows: list[str]) -> set[str]:
+    """Every folder the rows name: full paths, and a short ``name/`` after a row's first as its subfolder."""
+    named: set[str] = set()
+    for row in rows:
+        full = list(_FULL.finditer(row))
+        named.update(f.group(1).rstrip("/") for f in full)
+        if full:  # the short names after the row's first folder are its subfolders
+            first = full[0]
+            named.update(first.group(1) + s.rstrip("/") for s in _SHORT.findall(row, first.end()))
+    return named
+
+
+def package_folders(root: Path) -> set[str]:
+    """Every folder holding Python modules under :data:`PACKAGE_ROOTS` (the roots themselves left out)."""
+    found = set()
+    for top in PACKAGE_ROOTS:
+        for init in (root / top).rglob("*.py"):
+            folder = init.parent
+            if "__pycache__" not in folder.parts and folder != root / top:
+                found.add(folder.relative_to(root).as_posix())
+    return found
