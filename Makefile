@@ -55,7 +55,7 @@ test: setup ## every test (CI runs this)
 .PHONY: mutate
 # Mutation testing (mutmut) of the pure modules and the ledger layer; not part of `make test`.
 # MODULES="records/pendingack_state.py ..." picks modules (paths under streamtx/), MODULES=--all the larger set.
-mutate: setup ## mutation testing of the pure modules (MODULES="pendingack/state.py ..." or --all)
+mutate: setup ## mutation testing of the pure modules (MODULES="cursor/ranges.py ..." or --all)
 	PYTHONPATH= $(PY) tools/mutate.py $(MODULES)
 
 lint: setup ## ruff and mypy
