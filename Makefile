@@ -91,8 +91,8 @@ bench-bounded: setup ## what stays bounded: memory, descriptors, shutdown
 bench-spark: setup ## the Spark jobs over synthetic ledgers
 	$(PY) bench/spark_jobs.py
 
-bench-peer: setup ## the resharding job against a Kafka peer
-	$(PY) bench/peer.py
+bench-peer: setup ## the resharding job against a Kafka peer: 3 interleaved rounds, CPU per process (ARGS)
+	$(PY) bench/peer.py $(ARGS)
 
 # issue 15 item 4: server loop and parser, client loop, fetch batch; JSON decoders (bench/stack.py)
 bench-stack: setup ## server loop and parser, client loop, fetch batch (ARGS)
