@@ -6,10 +6,11 @@ from typing import Annotated
 
 from fastapi import Depends, Request
 
+from streamtx.auth.policy import check_owner
 from streamtx.contracts.txnid import TxnId
 from streamtx.coordinator.coordinator import TransactionCoordinator
 from streamtx.coordinator.registry import Coordinators
-from streamtx.service.auth import PrincipalDep, check_owner
+from streamtx.service.auth import PrincipalDep
 
 # Every dependency is async: FastAPI runs a plain `def` one in a worker thread,
 # a thread hop per request on the hot path.

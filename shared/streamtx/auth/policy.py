@@ -25,6 +25,7 @@ import enum
 from typing import NamedTuple
 
 from streamtx.auth.tokens import Principal
+from streamtx.errors import ForbiddenError
 
 OPEN_PATHS = frozenset({"/healthz", "/readyz", "/metrics", "/v1/cluster",
                         "/openapi.json", "/docs", "/docs/oauth2-redirect", "/redoc"})
@@ -85,3 +86,10 @@ def check(principal: Principal, need: Need, tenant: str | None) -> Denial | None
     if tenant is not None and not principal.may_touch(tenant):
         return Denial(403, "forbidden", f"token may not touch tenant {tenant!r}")
     return None
+
+
+def check_owner(principal: Principal | None, owner: str, what: str) -> None:
+    """403 unless the caller owns ``what`` (its owner's subject) or is a service or an admin."""
+    if principal is None or principal.trusted or (owner and owner == principal.subject):
+        return
+    raise ForbiddenError(f"{what} belongs to another client")

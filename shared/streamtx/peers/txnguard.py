@@ -38,6 +38,7 @@ from dataclasses import dataclass
 
 import httpx
 
+from streamtx.auth.policy import check_owner
 from streamtx.auth.tokens import Principal
 from streamtx.contracts import TxnId, TxnState
 from streamtx.errors import (
@@ -47,7 +48,6 @@ from streamtx.errors import (
     StreamtxError,
     UnavailableError,
 )
-from streamtx.service.auth import check_owner
 from streamtx.transport import ONCE, HttpClient
 
 __all__ = ["Registration", "TxnGuard", "registration_of"]

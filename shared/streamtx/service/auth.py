@@ -136,10 +136,3 @@ def check_tenants(principal: Principal | None, tenants: Iterable[str]) -> None:
     for tenant in tenants:
         if not principal.may_touch(tenant):
             raise ForbiddenError(f"token may not touch tenant {tenant!r}")
-
-
-def check_owner(principal: Principal | None, owner: str, what: str) -> None:
-    """403 unless the caller owns ``what`` (its owner's subject) or is a service or an admin."""
-    if principal is None or principal.trusted or (owner and owner == principal.subject):
-        return
-    raise ForbiddenError(f"{what} belongs to another client")

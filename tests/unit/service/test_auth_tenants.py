@@ -6,8 +6,9 @@ from __future__ import annotations
 import pytest
 
 from streamtx.auth import Denial, Principal, issue
+from streamtx.auth.policy import check_owner
 from streamtx.errors import ForbiddenError
-from streamtx.service.auth import authorizer, check_owner, check_tenants
+from streamtx.service.auth import authorizer, check_tenants
 from streamtx.service.settings import ServiceSettings
 
 SECRET = "tenants-secret-tenants-secret-012345"
