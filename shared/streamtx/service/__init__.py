@@ -1,11 +1,34 @@
 """What every streamtx service shares: settings base, error mapping, common routes,
 the fast lane for hot routes, and a uvicorn runner. Calls between services go
-through :mod:`streamtx.transport`."""
+through :mod:`streamtx.transport`.
 
-from streamtx.service.app import ServiceState, create_app, include_hot
-from streamtx.service.fastlane import HotRequest, HotRoutes
-from streamtx.service.serve import serve
-from streamtx.service.settings import ServiceSettings
+The names below load on first use (PEP 562), not with the package: a service's
+``__main__`` imports :mod:`streamtx.service.workermetrics` and must set the
+metrics directory before anything imports prometheus_client (the app does)."""
+
+from __future__ import annotations
+
+import importlib
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from streamtx.service.app import ServiceState, create_app, include_hot
+    from streamtx.service.fastlane import HotRequest, HotRoutes
+    from streamtx.service.serve import serve
+    from streamtx.service.settings import ServiceSettings
+
+_homes = {
+    "ServiceState": "app", "create_app": "app", "include_hot": "app",
+    "HotRequest": "fastlane", "HotRoutes": "fastlane",
+    "serve": "serve", "ServiceSettings": "settings",
+}
 
 __all__ = ["HotRequest", "HotRoutes", "ServiceSettings", "ServiceState", "create_app",
            "include_hot", "serve"]
+
+
+def __getattr__(name: str) -> Any:
+    home = _homes.get(name)
+    if home is None:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    return getattr(importlib.import_module(f"{__name__}.{home}"), name)
