@@ -35,6 +35,7 @@ import signal
 import socket
 import subprocess
 import sys
+import threading
 import time
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -146,20 +147,14 @@ def written_path(run_dir: Path) -> Path:
 
 
 def generate(bootstrap: str, cfg: RunConfig, run_dir: Path, *, count: int, rate: float | None,
-             seed: int) -> None:
-    """Write ``count`` records (as fast as the broker takes them, or at ``rate`` per second) and
-    save what was acknowledged to ``written.json`` ([[partition, seq, user], ...])."""
+             seed: int, stop: threading.Event | None = None) -> None:
+    """Write ``count`` records (as fast as the broker takes them, or at ``rate`` per second; fewer
+    once ``stop`` is set) and save what was acknowledged to ``written.json`` ([[partition,
+    seq, user], ...])."""
     rng = random.Random(seed)
     seqs = [0] * cfg.source_partitions
     producer = _producer(bootstrap)
     written: list[tuple[int, int, int]] = []
-    stopping = False
-
-    def stop(*_: Any) -> None:
-        nonlocal stopping
-        stopping = True
-
-    signal.signal(signal.SIGTERM, stop)
 
     def acked(err: Any, msg: Any) -> None:
         if err is None:
@@ -168,7 +163,7 @@ def generate(bootstrap: str, cfg: RunConfig, run_dir: Path, *, count: int, rate:
 
     start = time.monotonic()
     for i in range(count):
-        if stopping:
+        if stop is not None and stop.is_set():
             break
         if rate is not None and (pause := start + i / rate - time.monotonic()) > 0:
             # Waiting for the record's time serves delivery reports meanwhile; poll(pause)
@@ -456,7 +451,10 @@ def main(argv: list[str] | None = None) -> None:
     cfg = RunConfig.load(args.run_dir)
     tune_gc()  # the demo's workers do (a fair comparison: the same process settings)
     if args.role == "generate":
-        generate(args.bootstrap, cfg, args.run_dir, count=args.count, rate=args.rate or None, seed=args.seed)
+        stopping = threading.Event()
+        signal.signal(signal.SIGTERM, lambda *_: stopping.set())
+        generate(args.bootstrap, cfg, args.run_dir, count=args.count, rate=args.rate or None, seed=args.seed,
+                 stop=stopping)
         return
     if args.role == "follow":
         follow(args.bootstrap, cfg, args.run_dir, name=args.name, isolation=args.isolation, count=args.count,
