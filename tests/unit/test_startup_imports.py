@@ -15,5 +15,13 @@ from tests.support.procs import python_env
 def test_a_service_without_auth_imports_no_jwt(service: str) -> None:
     code = f"import sys, streamtx.{service}.__main__; print('jwt' in sys.modules)"
     out = subprocess.run([sys.executable, "-c", code], env=python_env(), capture_output=True, text=True,
-                         timeout=60, check=True).stdout
+                         timeout=180, check=True).stdout
+    assert out.strip() == "False"
+
+
+@pytest.mark.parametrize("service", ["broker", "coordinator", "pendingack"])
+def test_a_service_without_redis_imports_no_redis(service: str) -> None:
+    code = f"import sys, streamtx.{service}.__main__; print('redis' in sys.modules)"
+    out = subprocess.run([sys.executable, "-c", code], env=python_env(), capture_output=True, text=True,
+                         timeout=180, check=True).stdout
     assert out.strip() == "False"

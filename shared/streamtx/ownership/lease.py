@@ -21,8 +21,11 @@ heartbeat, and one running behind was never a member to the others.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
-import redis.asyncio as redis
+# redis is imported with the first Redis client, not with the service (issue 25: restarts).
+if TYPE_CHECKING:
+    import redis.asyncio as redis
 
 __all__ = ["Lease", "LeaseStore"]
 
@@ -111,11 +114,15 @@ class LeaseStore:
 
     @classmethod
     def from_url(cls, url: str, *, cluster: str, service: str) -> LeaseStore:
+        import redis.asyncio as redis
+
         return cls(redis.Redis.from_url(url, socket_timeout=2.0, socket_connect_timeout=2.0,
                                         decode_responses=True), cluster=cluster, service=service)
 
     def twin(self) -> LeaseStore:
         """The same store over a Redis client of its own (one for another thread's event loop)."""
+        import redis.asyncio as redis
+
         pool = self._r.connection_pool
         client = redis.Redis(connection_pool=redis.ConnectionPool(
             connection_class=pool.connection_class, **pool.connection_kwargs))

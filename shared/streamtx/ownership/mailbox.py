@@ -70,11 +70,13 @@ import time
 import uuid
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import orjson
-import redis.asyncio as redis
-from redis.exceptions import RedisError, ResponseError
+
+# redis is imported with the first Redis client, not with the service (issue 25: restarts).
+if TYPE_CHECKING:
+    import redis.asyncio as redis
 
 from streamtx.errors import UnavailableError
 from streamtx.ownership import mailbox_metrics as metrics
@@ -168,6 +170,8 @@ class Mailbox:
 
     @classmethod
     def from_url(cls, url: str, **kw: object) -> Mailbox:
+        import redis.asyncio as redis
+
         # No socket timeout: BLPOP and XREADGROUP block on purpose; every wait has its own bound.
         client = redis.Redis.from_url(url, socket_connect_timeout=2.0, socket_timeout=None,
                                       health_check_interval=10)
@@ -180,6 +184,8 @@ class Mailbox:
     async def call(self, item: str, call: Call) -> Answer:
         """Post ``call`` to ``item``'s owner and wait for its answer; 503 when Redis fails or
         no answer comes within the timeout (the request may still be served: it is idempotent)."""
+        from redis.exceptions import RedisError
+
         request_id = uuid.uuid4().hex
         reply = f"{self._prefix}reply:{request_id}"
         # The owner records the id with what the request appends (its log's codec says how),
@@ -252,6 +258,8 @@ class Mailbox:
         await self._r.aclose()
 
     async def _drain(self, item: str, serve: Serve) -> None:
+        from redis.exceptions import ResponseError
+
         key = self.key(item)
         drain = self._drains[item]
         claimed = False
@@ -287,6 +295,8 @@ class Mailbox:
                 await asyncio.sleep(_retry_s)
 
     async def _ensure_group(self, key: str) -> None:
+        from redis.exceptions import ResponseError
+
         try:
             # From the stream's start: entries posted before anyone owned the item are served too.
             await self._r.xgroup_create(key, _group, id="0", mkstream=True)
@@ -334,6 +344,8 @@ class Mailbox:
 
     async def _serve_one(self, key: str, entry_id: bytes, call: Call, reply: str, serve: Serve,
                          replayed: bool) -> None:
+        from redis.exceptions import RedisError
+
         try:
             answer = await serve(call)
         except Exception as exc:

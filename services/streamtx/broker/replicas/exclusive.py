@@ -27,8 +27,11 @@ unreachable: the fetch answers 503 (retryable).
 from __future__ import annotations
 
 import asyncio
+from typing import TYPE_CHECKING
 
-import redis.asyncio as redis
+# redis is imported with the first Redis client, not with the service (issue 25: restarts).
+if TYPE_CHECKING:
+    import redis.asyncio as redis
 
 from streamtx.errors import ConflictError, UnavailableError
 
@@ -67,6 +70,8 @@ class ExclusiveClaims:
 
     @classmethod
     def from_url(cls, url: str, cluster: str, ttl_ms: int) -> ExclusiveClaims:
+        import redis.asyncio as redis
+
         return cls(redis.Redis.from_url(url, socket_timeout=2.0, socket_connect_timeout=2.0,
                                         decode_responses=True), cluster, ttl_ms)
 
@@ -82,9 +87,11 @@ class ExclusiveClaims:
         if left_s > (hold_ms + self._ttl_ms * 3 / 4) / 1000:
             return
         ttl_ms = hold_ms + self._ttl_ms
+        from redis import RedisError
+
         try:
             holder = str(await self._claim(keys=[self._key(topic, sub)], args=[consumer, ttl_ms]))
-        except (redis.RedisError, OSError) as exc:
+        except (RedisError, OSError) as exc:
             raise UnavailableError(f"the Exclusive claim of {topic}/{sub} (Redis): {exc!r}") from exc
         if holder != consumer:
             self._renewed.pop((topic, sub), None)
@@ -95,9 +102,11 @@ class ExclusiveClaims:
         """``consumer`` closed: the subscription is free for the next one at once."""
         if (held := self._renewed.get((topic, sub))) is not None and held[0] == consumer:
             del self._renewed[(topic, sub)]
+        from redis import RedisError
+
         try:
             await self._release(keys=[self._key(topic, sub)], args=[consumer])
-        except (redis.RedisError, OSError) as exc:
+        except (RedisError, OSError) as exc:
             raise UnavailableError(f"releasing the Exclusive claim of {topic}/{sub}: {exc!r}") from exc
 
     async def aclose(self) -> None:
