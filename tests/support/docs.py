@@ -21,6 +21,7 @@ PACKAGE_ROOTS = ("shared/streamtx", "services/streamtx", "spark-jobs/streamtx")
 _FENCE = re.compile(r"^```(\w*)\s*$")
 _FULL = re.compile(r"`((?:shared|services|spark-jobs)/[\w./-]*/)`")
 _SHORT = re.compile(r"`([\w-]+/)`")
+_LINK = re.compile(r"\]\(([^)\s]+)\)")
 
 
 @dataclass(frozen=True)
@@ -82,4 +83,21 @@ def package_folders(root: Path) -> set[str]:
             folder = init.parent
             if "__pycache__" not in folder.parts and folder != root / top:
                 found.add(folder.relative_to(root).as_posix())
+    return found
+
+
+def links(text: str) -> list[str]:
+    """The targets of the markdown links in ``text`` that stay in the repository (no scheme)."""
+    return [t for t in _LINK.findall(text) if "://" not in t and not t.startswith("mailto:")]
+
+
+def anchors(text: str) -> set[str]:
+    """The anchors GitHub gives the headings of ``text`` (code blocks left out)."""
+    found, fenced = set(), False
+    for line in text.splitlines():
+        if _FENCE.match(line):
+            fenced = not fenced
+        elif not fenced and line.startswith("#"):
+            title = line.lstrip("#").strip().lower()
+            found.add(re.sub(r"[^\w\- ]", "", title).replace(" ", "-"))
     return found
