@@ -10,6 +10,7 @@ part after it (``services/streamtx/broker/`` ... ``routes/``).
 from __future__ import annotations
 
 import re
+import shlex
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -101,3 +102,50 @@ def anchors(text: str) -> set[str]:
             title = line.lstrip("#").strip().lower()
             found.add(re.sub(r"[^\w\- ]", "", title).replace(" ", "-"))
     return found
+
+
+def code_blocks(text: str, langs: tuple[str, ...] = ("sh",)) -> list[str]:
+    """The text of every fenced block of ``text`` in one of ``langs``, marked to run or not."""
+    blocks, current = [], None
+    for line in text.splitlines():
+        fence = _FENCE.match(line)
+        if current is None and fence and fence.group(1) in langs:
+            current = []
+        elif current is not None and line.strip() == "```":
+            blocks.append("\n".join(current) + "\n")
+            current = None
+        elif current is not None:
+            current.append(line)
+    return blocks
+
+
+_SHELL_OPS = {"|", "||", "&&", ";", "&", "(", "$(", "do", "then", "else", "time", "exec"}
+# Expansions stand in for a value the parser cannot check: one word each.
+_EXPANSION = re.compile(r"\$\(\([^)]*\)\)|\$\{[^}]*\}|\$\w+")
+
+
+def invocations(block: str, command: str) -> list[list[str]]:
+    """The arguments of every call of ``command`` (by name, or a path ending in it) in a shell block:
+    the command word first in a command (after an operator, ``$(``, ``do`` or variable assignments),
+    its arguments up to the next operator, each expansion (``$X``, ``${X:-1}``, ``$((...))``) as ``1``."""
+    calls = []
+    for line in block.replace("\\\n", " ").splitlines():
+        line = _EXPANSION.sub("1", line).replace("$(", " $( ")
+        try:
+            words = shlex.split(line, comments=True)
+        except ValueError:  # an unclosed quote spanning lines (a python3 -c '...' program)
+            continue
+        first = True  # the next word starts a command
+        for i, word in enumerate(words):
+            if first and (word == command or word.endswith("/" + command)):
+                args = []
+                for arg in words[i + 1:]:
+                    if arg in _SHELL_OPS or arg in (")", ";;") or arg.endswith(";"):
+                        break
+                    args.append(arg)
+                calls.append(args)
+            if word in _SHELL_OPS or word.endswith(";"):
+                first = True
+            elif not (first and re.fullmatch(r"\w+=\S*", word)):
+                first = False
+    return calls
