@@ -19,6 +19,7 @@ from pydantic import StringConstraints
 from streamtx.errors import MalformedError
 
 max_name_chars = 255
+MAX_PARTITIONS = 1024  # partitions one topic may have
 _chars = r"[-=:.A-Za-z0-9_]"
 _name = re.compile(f"{_chars}{{1,{max_name_chars}}}")
 _scheme = "persistent://"

@@ -49,14 +49,14 @@ from streamtx.errors import (
     UnavailableError,
 )
 from streamtx.ledger import LedgerFactory, ledger_id_for
-from streamtx.names import check_name, check_topic
+from streamtx.names import MAX_PARTITIONS, check_name, check_topic
 from streamtx.peers import CoordinatorLookup, TxnGuard
 
 __all__ = ["Broker", "Local", "Resolved", "SpreadPlan", "partition_item", "split_item", "split_partition"]
 
 log = logging.getLogger(__name__)
 
-max_partitions = 1024
+max_partitions = MAX_PARTITIONS
 
 
 def split_partition(name: str) -> tuple[str, int | None]:

@@ -36,7 +36,7 @@ from streamtx.broker.replicas.exclusive import ExclusiveClaims
 from streamtx.broker.settings import BrokerSettings
 from streamtx.contracts.msgid import MessageId, parse_many
 from streamtx.contracts.txnid import TxnId
-from streamtx.errors import ConflictError, MalformedError, TooManyRequestsError
+from streamtx.errors import ConflictError, MalformedError, NotFoundError, TooManyRequestsError
 from streamtx.ledger import Position
 from streamtx.service.longpoll import LongPoll
 
@@ -118,7 +118,8 @@ class Subscription:
     def resolve(self, mid: MessageId) -> tuple[PartitionDispatch, Unit]:
         part = self._by_ledger.get(mid[0])
         if part is None:
-            raise MalformedError(f"message id {mid} is not of topic {self.topic}")
+            # A well-formed id of no partition here names no message of this topic: unknown (404).
+            raise NotFoundError(f"message id {mid} is not of topic {self.topic}")
         # tuple.__new__: half the cost of NamedTuple's Python-level __new__ (per acked id).
         return part, (_new_tuple(Position, (mid[0], mid[1])), None if mid[2] < 0 else mid[2])
 

@@ -132,7 +132,8 @@ class Topic:
                 index = only
             elif m.partition is not None:
                 if not 0 <= m.partition < n:
-                    raise MalformedError(f"partition {m.partition} out of range 0..{n - 1}")
+                    # A partition the topic does not have is unknown (404), as in every other path.
+                    raise NotFoundError(f"partition {m.partition} out of range 0..{n - 1}")
                 index = m.partition
             elif m.message.key is not None:
                 index = key_partition(m.message.key, n)
@@ -182,7 +183,7 @@ class Topic:
         seen: set[int] = set()
         for index, _ in sections:
             if not 0 <= index < n:
-                raise MalformedError(f"partition {index} out of range 0..{n - 1}")
+                raise NotFoundError(f"partition {index} out of range 0..{n - 1}")
             if only is not None and index != only:
                 raise MalformedError(f"partition {index} sent to {self.partition_name(only)}")
             if index in seen:

@@ -28,13 +28,13 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-import re
 from collections import OrderedDict
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterable
 
 from streamtx.contracts.txnid import TxnId
-from streamtx.errors import ConflictError, FencedError, MalformedError, NotFoundError, UnavailableError
+from streamtx.errors import ConflictError, FencedError, NotFoundError, UnavailableError
 from streamtx.ledger import LedgerFactory
+from streamtx.names import check_name, check_topic
 from streamtx.pendingack.broker_client import BrokerNotifier
 from streamtx.pendingack.metrics import PendingAckMetrics
 from streamtx.pendingack.settings import PendingAckSettings
@@ -42,19 +42,16 @@ from streamtx.pendingack.store import PendingAckStore, WriterFactory, log_name
 
 log = logging.getLogger(__name__)
 
-_topic_re = re.compile(r"^persistent://[^/\s]+/[^/\s]+/[^/\s]+$")
-_subscription_re = re.compile(r"^[^/\s]{1,256}$")
 
 Key = tuple[str, str]
 Hook = Callable[[Key], Awaitable[None]]
 
 
 def check_names(topic: str, subscription: str) -> None:
-    """400 unless ``topic`` is ``persistent://t/n/x`` and ``subscription`` has no ``/``."""
-    if not _topic_re.match(topic):
-        raise MalformedError(f"topic {topic[:200]!r} is not persistent://tenant/namespace/topic")
-    if not _subscription_re.match(subscription):
-        raise MalformedError(f"subscription {subscription[:200]!r} is empty or has '/' or spaces")
+    """400 unless ``topic`` is ``persistent://t/n/x`` and both follow Pulsar's naming rule
+    (streamtx.names: what the broker and the OpenAPI documents allow)."""
+    check_topic(topic)
+    check_name("subscription", subscription)
 
 
 class PendingAckStores:

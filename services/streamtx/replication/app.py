@@ -34,6 +34,6 @@ def build_app(settings: ReplicationSettings | None = None) -> FastAPI:
             await ledgers.close()
 
     app = create_app(title="streamtx replication controller", settings=settings, lifespan=lifespan,
-                     state=state)
+                     state=state, redirects=False)  # one controller per cluster: nothing moves
     app.include_router(admin.router)
     return app

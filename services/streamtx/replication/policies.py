@@ -15,7 +15,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
-from streamtx.errors import MalformedError
+from streamtx.errors import MalformedError, NotFoundError
 
 
 @dataclass
@@ -50,7 +50,7 @@ class Policies:
         """``clusters`` deduplicated, in order; 400 when one is unknown."""
         unknown = [c for c in clusters if c != self.local and c not in self.clusters]
         if unknown:
-            raise MalformedError(f"unknown cluster(s) {unknown}: register them with "
+            raise NotFoundError(f"unknown cluster(s) {unknown}: register them with "
                                  "PUT /admin/v2/clusters/NAME")
         return list(dict.fromkeys(clusters))
 

@@ -10,13 +10,31 @@ strict mode would take only enum instances there, refusing every JSON string.
 
 from __future__ import annotations
 
-from pydantic import BaseModel, ConfigDict, Strict
+from typing import Any
+
+from pydantic import BaseModel, ConfigDict, Strict, ValidationInfo, field_validator
 
 #: ``Annotated[SomeEnum, Lax]``: an enumeration field of a strict body, given as its JSON string value.
 Lax = Strict(False)
 
 
 class StrictBody(BaseModel):
-    """A request body (public or internal) parsed strictly: no coercion between JSON types."""
+    """A request body (public or internal) parsed strictly: no coercion between JSON types.
+
+    One exception, JSON Schema's own: a number with no fraction (``5.0``) is an integer,
+    as the OpenAPI documents say (``"type": "integer"``); ``5.5`` is not.
+    """
 
     model_config = ConfigDict(strict=True)
+
+    @field_validator("*", mode="before")
+    @classmethod
+    def _integral_numbers(cls, value: Any, info: ValidationInfo) -> Any:
+        if type(value) is float and value.is_integer() and info.field_name is not None \
+                and _takes_int(cls.model_fields[info.field_name].annotation):
+            return int(value)
+        return value
+
+
+def _takes_int(annotation: Any) -> bool:
+    return annotation is int or int in getattr(annotation, "__args__", ())

@@ -15,9 +15,10 @@ from typing import Annotated
 from pydantic import Field
 
 from streamtx.contracts.body import Lax, StrictBody
+from streamtx.contracts.msgid import MessageIdText
 from streamtx.contracts.states import Action
 from streamtx.contracts.txnid import TxnIdField
-from streamtx.names import SubscriptionName, TopicName
+from streamtx.names import PartitionName, SubscriptionName, TopicName
 
 #: Most message ids one ack or end may carry.
 MAX_IDS_PER_CALL = 100_000
@@ -27,7 +28,7 @@ class PartitionEnd(StrictBody):
     """Coordinator -> broker: end a transaction on one partition (write its marker; idempotent)."""
 
     txn_id: TxnIdField
-    partition: TopicName
+    partition: PartitionName
     action: Annotated[Action, Lax]
 
 
@@ -57,7 +58,7 @@ class PendingAckCreate(StrictBody):
     topic: TopicName
     subscription: SubscriptionName
     txn_id: TxnIdField
-    message_ids: list[str] = Field(min_length=1, max_length=MAX_IDS_PER_CALL)
+    message_ids: list[MessageIdText] = Field(min_length=1, max_length=MAX_IDS_PER_CALL)
     cumulative: bool = False
 
 
@@ -76,6 +77,6 @@ class SubscriptionAcksEnd(StrictBody):
     subscription: SubscriptionName
     txn_id: TxnIdField
     action: Annotated[Action, Lax]
-    message_ids: list[str] = Field(default_factory=list)
-    cumulative_message_id: str | None = None  # one partition's (kept for older stores)
-    cumulative_message_ids: list[str] = Field(default_factory=list)  # at most one per partition
+    message_ids: list[MessageIdText] = Field(default_factory=list)
+    cumulative_message_id: MessageIdText | None = None  # one partition's (kept for older stores)
+    cumulative_message_ids: list[MessageIdText] = Field(default_factory=list)  # at most one per partition

@@ -20,6 +20,7 @@ from typing import Annotated, NamedTuple
 
 from pydantic import WithJsonSchema
 
+from streamtx.contracts.txnid import MESSAGE_ID_PATTERN
 from streamtx.errors import MalformedError
 
 _u64_max = (1 << 64) - 1
@@ -68,7 +69,7 @@ class MessageId(NamedTuple):
 #: A message id in a request body's model: documented with its pattern (OpenAPI), checked by
 #: :func:`parse_many` in the route (the hot path's one pass, which also checks the ranges).
 MessageIdText = Annotated[str, WithJsonSchema({
-    "type": "string", "pattern": r"^[0-9]{1,20}:[0-9]{1,20}(:[0-9]{1,10})?$",
+    "type": "string", "pattern": MESSAGE_ID_PATTERN,  # exactly what MessageId.parse accepts
     "description": "message id 'ledger:entry' or 'ledger:entry:batch_index' (unsigned decimals)"})]
 
 

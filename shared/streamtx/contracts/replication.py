@@ -17,7 +17,8 @@ from typing import Any
 from pydantic import Field
 
 from streamtx.contracts.body import StrictBody
-from streamtx.names import TopicName
+from streamtx.contracts.txnid import PositionText
+from streamtx.names import MAX_PARTITIONS, TopicName
 
 
 class TopicReplicas(StrictBody):
@@ -40,7 +41,7 @@ class ReplicatedTopic(StrictBody):
     these partitions if missing (409 if it exists with others)."""
 
     topic: TopicName  # checked as Pulsar does (a made-up name was a ledger file too long: 503)
-    partitions: int = Field(ge=1)
+    partitions: int = Field(ge=1, le=MAX_PARTITIONS)
 
 
 class ReplicatorCursor(StrictBody):
@@ -81,7 +82,7 @@ class ReplicatorAck(StrictBody):
     topic: TopicName
     partition: int = Field(ge=0)
     remote: str = Field(min_length=1)
-    position: str
+    position: PositionText
     messages: int = Field(default=0, ge=0)
     bytes: int = Field(default=0, ge=0)
 
@@ -97,7 +98,7 @@ class ReplicatedMessage(StrictBody):
 class ReplicatedEntry(StrictBody):
     """One source entry, as ``read`` answers it: its messages, or a marker."""
 
-    position: str
+    position: PositionText
     publish_time: int = Field(default=0, ge=0, lt=1 << 63)
     messages: list[ReplicatedMessage] | None = None
     marker: dict[str, Any] | None = None
@@ -169,7 +170,7 @@ class ReplicatedSubscriptionUpdate(StrictBody):
     topic: str
     partition: int = Field(ge=0)
     subscription: str = Field(min_length=1)
-    position: str
+    position: PositionText
 
 
 class AckExport(StrictBody):

@@ -90,13 +90,45 @@ def _validate(value: Any) -> TxnId:
         raise ValueError(exc.message) from None
 
 
+def decimal_upto(top: int) -> str:
+    """A regex of the decimals 0..``top`` as the parsers read them: ASCII digits (leading zeros
+    allowed, as ``int`` allows them), never more than ``top`` has, none larger."""
+    digits = str(top)
+    alts = [f"[0-9]{{1,{len(digits) - 1}}}", f"0[0-9]{{{len(digits) - 1}}}", digits]
+    for i, digit in enumerate(digits):
+        if digit != "0" and (i or digit != "1"):  # this digit smaller, the rest anything
+            low = "1" if i == 0 else "0"
+            alts.append(f"{digits[:i]}[{low}-{int(digit) - 1}][0-9]{{{len(digits) - i - 1}}}")
+    return "(?:" + "|".join(alts) + ")"
+
+
+_u64 = decimal_upto(_u64_max)
+
+#: The schema pattern of a transaction id (OpenAPI): exactly what :meth:`TxnId.parse` accepts.
+TXN_ID_PATTERN = f"^{_u64}:{_u64}$"
+#: One unsigned 64-bit decimal (a half of a transaction id in a path).
+U64_PATTERN = f"^{_u64}$"
+#: A message id ``"{ledger}:{entry}[:{batch_index}]"`` (docs/api.md): exactly what
+#: ``MessageId.parse`` accepts (and ``Position.parse``, which takes a message id's entry).
+MESSAGE_ID_PATTERN = f"^{_u64}:{_u64}(?::{decimal_upto((1 << 31) - 1)})?$"
+
+
+def _documented(pattern: str, what: str) -> Any:
+    # Documented only: the one parser of these ids (MessageId.parse) checks them where they are used.
+    return Annotated[str, WithJsonSchema({"type": "string", "pattern": pattern, "description": what})]
+
+
+#: A ledger position in a request body (a message id's entry; its batch index, if any, ignored).
+PositionText = _documented(MESSAGE_ID_PATTERN, "ledger position '<ledger>:<entry>'")
+
+
 #: A model field holding a transaction id: ``"{most}:{least}"`` on the wire, a
 #: :class:`TxnId` in Python, validated by :meth:`TxnId.parse`.
 TxnIdField = Annotated[
     TxnId,
     BeforeValidator(_validate),
     PlainSerializer(str, return_type=str),
-    WithJsonSchema({"type": "string", "pattern": r"^[0-9]{1,20}:[0-9]{1,20}$",
+    WithJsonSchema({"type": "string", "pattern": TXN_ID_PATTERN,
                     "description": "transaction id '<most>:<least>', two unsigned 64-bit decimals"}),
 ]
 

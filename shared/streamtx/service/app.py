@@ -22,6 +22,7 @@ from streamtx.service.bodylimit import BodyLimit
 from streamtx.service.errors import error_response, install_error_handlers
 from streamtx.service.fastlane import FastLane, HotRoutes, LaneTable, observer
 from streamtx.service.longpoll import LongPolls
+from streamtx.service.openapi import install_openapi
 from streamtx.service.settings import ServiceSettings
 from streamtx.service.shutdown import bounded_exit
 from streamtx.service.workermetrics import track
@@ -58,6 +59,7 @@ def create_app(
     settings: ServiceSettings,
     lifespan: Callable[[FastAPI], AbstractAsyncContextManager[None]],
     state: ServiceState,
+    redirects: bool = True,
 ) -> FastAPI:
     """A service app with the routes and handlers docs/api.md requires of every service."""
     polls = LongPolls()
@@ -89,6 +91,8 @@ def create_app(
         title=title, lifespan=lifespan_ending_polls,
         telemetry={"tracing": False, "metrics": False, "logs": False},
     )
+    # The document lists the errors each operation really answers with (307 where logs move).
+    install_openapi(app, moving=redirects)
     app.state.settings = settings
     app.state.service = state
     app.state.long_polls = polls

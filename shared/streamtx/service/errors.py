@@ -49,8 +49,9 @@ def render(exc: BaseException, target: str = "") -> Rendered:
         return status, body, {}
     if isinstance(exc, RequestValidationError):
         return 400, reply_body("malformed", validation_message(exc.errors())), {}
-    if isinstance(exc, HTTPException):  # a route miss (404/405), the body limit (413)
-        return exc.status_code, reply_body(code_for_status(exc.status_code), str(exc.detail)), {}
+    if isinstance(exc, HTTPException):  # a route miss (404/405: its Allow header kept), the body limit (413)
+        body = reply_body(code_for_status(exc.status_code), str(exc.detail))
+        return exc.status_code, body, dict(exc.headers or {})
     log.error("unhandled error", exc_info=exc)
     return 500, reply_body("internal", f"internal error: {type(exc).__name__}"), {}
 

@@ -81,7 +81,8 @@ def test_bad_binary_bodies_store_nothing_and_a_named_retry_is_deduplicated(
         return frame + struct.pack(">III", partition, n, len(body)) + body
 
     assert produce(broker, one(0, 1, good))
-    for bad in (one(0, 1, good[:-1] + b"\xff\xff"), one(0, 2, good), one(7, 1, good),
+    produce(broker, one(7, 1, good), expect=404)  # a partition the topic does not have
+    for bad in (one(0, 1, good[:-1] + b"\xff\xff"), one(0, 2, good),
                 one(0, 1, wire.encode_messages([msg("v")], first_index=3)[1]),
                 one(0, 1, good.replace(b"k", b"\xff")), b"STXB\x01\x01", b'{"messages": []}'):
         produce(broker, bad, expect=400)

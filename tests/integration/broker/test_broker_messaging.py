@@ -49,7 +49,7 @@ def test_fetch_limited_to_partitions(broker: BrokerClient) -> None:
     assert sorted(values(got)) == sorted(f"{p}-{i}" for p in (0, 2) for i in range(4))
     assert {m["partition"] for m in got} == {0, 2}
     assert values(broker.fetch("pf", "s", max=100)) == [f"1-{i}" for i in range(4)]
-    broker.call("GET", path, 400, params={"partitions": "3"})
+    broker.call("GET", path, 404, params={"partitions": "3"})  # a partition the topic does not have
     broker.call("GET", path, 400, params={"partitions": "a"})
 
 
@@ -63,7 +63,7 @@ def test_keyed_routing(broker: BrokerClient) -> None:
         assert m["partition"] == zlib.crc32(m["key"].encode()) % 4
     pinned = broker.produce("k", ["x"], msg={"partition": 2})["message_ids"][0]
     assert broker.fetch("k", "s")[0]["message_id"] == pinned
-    broker.produce("k", ["x"], expect=400, msg={"partition": 9})
+    broker.produce("k", ["x"], expect=404, msg={"partition": 9})  # unknown partition (as in every path)
     broker.produce("nope", ["x"], expect=404)
 
 
@@ -145,5 +145,5 @@ def test_bad_input_is_4xx(broker: BrokerClient) -> None:
     broker.call("PUT", "/admin/v2/persistent/t/n/bad/partitions", 400, json={"partitions": 0})
     broker.subscribe("bad", "s")
     broker.ack("bad", "s", ["x:y"], expect=400)
-    broker.ack("bad", "s", ["1:2"], expect=400)  # not a position of this topic
+    broker.ack("bad", "s", ["1:2"], expect=404)  # well formed, but no message of this topic
     broker.call("GET", "/v1/topics/t/n/bad/subscriptions/nope/messages", 404)

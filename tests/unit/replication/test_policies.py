@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from streamtx.errors import MalformedError
+from streamtx.errors import MalformedError, NotFoundError
 from streamtx.replication.policies import Policies, namespace_of
 
 
@@ -39,7 +39,7 @@ def test_a_deleted_cluster_is_no_longer_a_remote() -> None:
 def test_unknown_clusters_are_refused_and_lists_deduplicated() -> None:
     p = _policies()
     assert p.check_clusters(["b", "a", "b"]) == ["b", "a"]
-    with pytest.raises(MalformedError, match="unknown cluster"):
+    with pytest.raises(NotFoundError, match="unknown cluster"):
         p.check_clusters(["a", "z"])
 
 

@@ -35,6 +35,7 @@ from streamtx.broker.partition import Partition
 from streamtx.broker.registry import Broker, partition_item
 from streamtx.broker.replication import state as repl
 from streamtx.broker.topic import Topic
+from streamtx.contracts.clusters import ClusterData, ClusterList
 from streamtx.contracts.replication import (
     ReplicatedTopic,
     ReplicationMarker,
@@ -127,7 +128,7 @@ async def ack(body: ReplicatorAck, broker: BrokerDep) -> dict[str, Any]:
     except ValueError:
         raise MalformedError(f"bad position {body.position!r}") from None
     if pos.ledger_id != part.ledger.ledger_id:
-        raise MalformedError(f"{body.position} is not a position of partition {body.partition}")
+        raise NotFoundError(f"{body.position} is not a position of partition {body.partition}")
     await link.cursor.mark_delete(pos)
     link.out.add(body.messages, body.bytes)
     return {"markDeletePosition": str(link.cursor.mark_delete_position)}
@@ -189,7 +190,7 @@ async def get_cluster(name: str, request: Request) -> Response:
 
 
 @admin.put("/clusters/{name}")
-async def put_cluster(name: str, request: Request) -> Response:
+async def put_cluster(name: str, request: Request, body: ClusterData) -> Response:
     """Register a peer cluster: ``{"service_url": "<any service URL of it>"}``."""
     return await _forward(request)
 
@@ -205,7 +206,8 @@ async def get_namespace_replication(tenant: str, namespace: str, request: Reques
 
 
 @admin.post("/namespaces/{tenant}/{namespace}/replication")
-async def set_namespace_replication(tenant: str, namespace: str, request: Request) -> Response:
+async def set_namespace_replication(tenant: str, namespace: str, request: Request,
+                                    body: ClusterList) -> Response:
     """Where the namespace's messages go: a list of cluster names."""
     return await _forward(request)
 
@@ -216,6 +218,7 @@ async def get_topic_replication(tenant: str, namespace: str, topic: str, request
 
 
 @admin.post("/persistent/{tenant}/{namespace}/{topic}/replication")
-async def set_topic_replication(tenant: str, namespace: str, topic: str, request: Request) -> Response:
+async def set_topic_replication(tenant: str, namespace: str, topic: str, request: Request,
+                                body: ClusterList) -> Response:
     """Where one topic's messages go (overrides its namespace's list)."""
     return await _forward(request)

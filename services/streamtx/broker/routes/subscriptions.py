@@ -31,6 +31,7 @@ from streamtx.contracts.txnid import TxnId, TxnIdField
 from streamtx.errors import MalformedError, NotOwnerError
 from streamtx.service import HotRequest, HotRoutes
 from streamtx.service.longpoll import LongPoll
+from streamtx.service.openapi import responses
 from streamtx.wire import batch as wire
 
 # Reserved subscription names (pulsar.repl.<cluster>: the replicator's cursor) are refused
@@ -141,7 +142,8 @@ class FetchQuery(BaseModel):
     partitions: str | None = Field(None, pattern=r"^\d+(,\d+)*$")
 
 
-@hot.get("/messages", query=FetchQuery, long_poll=True, response_model=MessagesPublic)
+@hot.get("/messages", query=FetchQuery, long_poll=True, response_model=MessagesPublic,
+         openapi_extra=responses(409, 429))  # an Exclusive subscription's other consumer; too many consumers
 async def fetch(request: HotRequest) -> bytes:
     """Messages for this consumer, waiting up to ``wait_ms`` for the first (long poll).
 

@@ -10,7 +10,7 @@ from fastapi import APIRouter, Request
 from pydantic import Field
 
 from streamtx.broker.deps import BrokerDep, topic_name
-from streamtx.broker.registry import Broker, Local, partition_item
+from streamtx.broker.registry import Broker, Local, max_partitions, partition_item
 from streamtx.broker.replicas import fanout, spread
 from streamtx.broker.replicas.plan import SpreadPlan
 from streamtx.broker.topic import Topic
@@ -26,7 +26,7 @@ router = APIRouter(prefix="/admin/v2/persistent/{tenant}/{namespace}/{topic}", t
 class PartitionsBody(StrictBody):
     """How many partitions a topic has."""
 
-    partitions: int = Field(ge=1)
+    partitions: int = Field(ge=1, le=max_partitions)
 
 
 class TrimBody(StrictBody):

@@ -2,9 +2,9 @@
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Annotated, Any
 
-from fastapi import APIRouter, Query
+from fastapi import APIRouter, Path, Query
 
 from streamtx.contracts.body import StrictBody
 from streamtx.contracts.txnid import TxnId
@@ -67,7 +67,8 @@ async def coordinator_stats_all(coordinators: CoordinatorsDep) -> dict[str, Any]
 
 
 @router.get("/coordinatorInternalStats/{coordinator_id}")
-async def coordinator_internal_stats(coordinators: CoordinatorsDep, coordinator_id: int) -> dict[str, Any]:
+async def coordinator_internal_stats(coordinators: CoordinatorsDep,
+                                     coordinator_id: Annotated[int, Path(ge=0, le=0xFFFF)]) -> dict[str, Any]:
     """The transaction log's storage: its ledgers (segments) with entries and size, and its cursor."""
     tc = coordinators.by_id(coordinator_id)
     cursor = tc.log.cursor.stats()
@@ -96,7 +97,8 @@ async def transaction_metadata(coordinators: CoordinatorsDep, most: str, least: 
 
 
 @router.get("/slowTransactions/{timeout_ms}")
-async def slow_transactions(coordinators: CoordinatorsDep, timeout_ms: int) -> dict[str, Any]:
+async def slow_transactions(coordinators: CoordinatorsDep,
+                            timeout_ms: Annotated[int, Path(ge=0)]) -> dict[str, Any]:
     """Open transactions opened longer than ``timeout_ms`` ago, by id."""
     if timeout_ms < 0:
         raise MalformedError("timeout_ms must be >= 0")
@@ -135,7 +137,8 @@ def batch_log_stat(coordinators: Coordinators) -> dict[str, Any]:
 async def set_tc_batch_log(
     coordinators: CoordinatorsDep,
     body: BatchLogSwitch,
-    coordinator_id: int | None = Query(None, description="only this coordinator (default: all)"),
+    coordinator_id: int | None = Query(None, ge=0, le=0xFFFF,
+                                       description="only this coordinator (default: all)"),
 ) -> dict[str, Any]:
     """Switch batched transaction-log writes at run time (until restart), for all or one."""
     targets = list(coordinators) if coordinator_id is None else [coordinators.by_id(coordinator_id)]

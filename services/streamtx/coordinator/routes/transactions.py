@@ -17,6 +17,7 @@ from streamtx.records.txntable import TxnMeta
 from streamtx.service import HotRequest, HotRoutes
 from streamtx.service.auth import PrincipalDep, check_tenants
 from streamtx.service.fastlane import first_error
+from streamtx.service.openapi import responses
 
 router = APIRouter(prefix="/v1/transactions", tags=["transactions"])
 hot = HotRoutes(router)  # served by the fast lane too (streamtx.service.fastlane)
@@ -27,7 +28,10 @@ _max_items = 1000  # per request
 class TxnCreate(StrictBody):
     """Request of POST /v1/transactions; no timeout means the configured default."""
 
-    timeout_ms: int | None = Field(None, ge=1, description="abort the transaction this long after opening")
+    # le: the default STREAMTX_MAX_TIMEOUT_MS (a larger one is a 400; a service configured with
+    # another maximum answers by its own).
+    timeout_ms: int | None = Field(None, ge=1, le=CoordinatorSettings.model_fields["max_timeout_ms"].default,
+                                   description="abort the transaction this long after opening")
 
 
 
@@ -95,7 +99,8 @@ def public(meta: TxnMeta) -> TxnPublic:
     )
 
 
-@hot.post("", body=TxnCreate, body_required=False, response_model=TxnCreated)
+@hot.post("", body=TxnCreate, body_required=False, response_model=TxnCreated,
+          openapi_extra=responses(429))  # the client's open-transaction limit
 async def create_transaction(request: HotRequest) -> bytes:
     """Open a transaction (durable when answered); no body or no timeout_ms: the default."""
     raw = request.body

@@ -2,9 +2,12 @@
 
 from __future__ import annotations
 
+from typing import Annotated
+
 from fastapi import APIRouter, Query
 
 from streamtx.contracts.msgid import parse_many
+from streamtx.names import NAME_PATTERN, TOPIC_PATTERN
 from streamtx.peers import TxnGuard
 from streamtx.pendingack.deps import OK, Stores, stores_of
 from streamtx.pendingack.models import Held, PendingAckCreate
@@ -31,7 +34,8 @@ async def ack(request: HotRequest) -> bytes:
 
 
 @router.get("/held")
-async def held(stores: Stores, topic: str = Query(...), subscription: str = Query(...)) -> Held:
+async def held(stores: Stores, topic: Annotated[str, Query(pattern=TOPIC_PATTERN)],
+               subscription: Annotated[str, Query(pattern=NAME_PATTERN)]) -> Held:
     """Ids held by open transactions (the broker asks on restart); 404 where nothing was ever acked."""
     store = await stores.require(topic, subscription)
     return Held(message_ids=store.held(), holders=store.holders())

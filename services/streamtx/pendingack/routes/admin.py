@@ -6,6 +6,7 @@ from typing import Any
 
 from fastapi import APIRouter
 
+from streamtx.names import topic_name
 from streamtx.pendingack.deps import Stores
 from streamtx.pendingack.models import BatchLogUpdate
 
@@ -13,7 +14,7 @@ router = APIRouter(prefix="/admin/v3/transactions", tags=["admin"])
 
 
 def _topic(tenant: str, namespace: str, topic: str) -> str:
-    return f"persistent://{tenant}/{namespace}/{topic}"
+    return topic_name(tenant, namespace, topic)  # 400 on a name Pulsar refuses, as the document says
 
 
 @router.get("/pendingAckStats/{tenant}/{namespace}/{topic}/{sub}")

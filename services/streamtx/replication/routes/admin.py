@@ -6,60 +6,16 @@ sets where a namespace's or topic's messages go; ``GET`` reads them back.
 
 from __future__ import annotations
 
-from typing import Annotated, Any
-from urllib.parse import urlsplit
+from typing import Any
 
-from fastapi import APIRouter, Body
-from pydantic import Field, field_validator
+from fastapi import APIRouter
 
-from streamtx.contracts.body import StrictBody
-from streamtx.errors import MalformedError, NotFoundError
+from streamtx.contracts.clusters import ClusterData, ClusterList, ClustersBody
+from streamtx.errors import NotFoundError
 from streamtx.names import check_name, topic_name
 from streamtx.replication.deps import ControllerDep
 
 router = APIRouter(prefix="/admin/v2", tags=["admin: replication"])
-
-#: A replication list: Pulsar's bare JSON list (``{"clusters": [...]}`` is accepted too).
-ClusterList = Annotated[Any, Body()]
-
-
-class ClusterData(StrictBody):
-    """A peer cluster: any service URL of it (its ``/v1/cluster`` lists the others)."""
-
-    # A host after the scheme, printable ASCII (the fuzzer's finds: "http://" alone was stored as
-    # "http:" and broke every later read; non-ASCII was an invalid URL to httpx, a 500).
-    service_url: str = Field(min_length=1, max_length=2048, pattern=r"^https?://[A-Za-z0-9\[][!-~]*$")
-
-    @field_validator("service_url")
-    @classmethod
-    def _a_plain_service_url(cls, url: str) -> str:
-        return check_service_url(url)
-
-
-def check_service_url(url: str) -> str:
-    """``url`` when it is http(s)://host[:port][/path] with a port in 1-65535 and no credentials in it.
-
-    The controller sends the service token to this URL, and every later call parses it again:
-    ``user:pass@`` would put a secret in the log and the policy store, a port of 99999 fails
-    each call instead of this one (``ValueError``: a 400 ``malformed``).
-    """
-    try:
-        parts = urlsplit(url)
-        port = parts.port  # raises on a port out of range or not a number
-    except ValueError as exc:
-        raise ValueError(f"service_url {url[:100]!r}: {exc}") from None
-    if parts.scheme not in ("http", "https"):
-        raise ValueError("service_url: http:// or https:// only")
-    if "@" in parts.netloc:
-        raise ValueError("service_url: no user or password in the URL (the service token is sent)")
-    if not parts.hostname:
-        raise ValueError("service_url: no host")
-    if port == 0:
-        raise ValueError("service_url: port 0")
-    if parts.query or parts.fragment:
-        raise ValueError("service_url: no query or fragment")
-    return url
-
 
 class ClusterPublic(ClusterData):
     """A registered cluster, with its broker URL when it answered discovery."""
@@ -68,13 +24,9 @@ class ClusterPublic(ClusterData):
     broker_url: str | None = None
 
 
-def _clusters(body: Any) -> list[str]:
+def _clusters(body: list[str] | ClustersBody) -> list[str]:
     """Pulsar sends a bare JSON list; ``{"clusters": [...]}`` is accepted too."""
-    if isinstance(body, dict):
-        body = body.get("clusters")
-    if not isinstance(body, list) or not all(isinstance(c, str) and c for c in body):
-        raise MalformedError("body: a list of cluster names, e.g. [\"a\", \"b\"]")
-    return list(body)
+    return list(body.clusters if isinstance(body, ClustersBody) else body)
 
 
 def _check_name(name: str) -> None:
@@ -114,6 +66,8 @@ async def delete_cluster(name: str, controller: ControllerDep) -> dict[str, str]
 
 @router.get("/namespaces/{tenant}/{namespace}/replication")
 async def get_namespace_replication(tenant: str, namespace: str, controller: ControllerDep) -> list[str]:
+    check_name("tenant", tenant)
+    check_name("namespace", namespace)
     return controller.policies.namespaces.get(f"{tenant}/{namespace}", [])
 
 
@@ -132,7 +86,7 @@ async def set_namespace_replication(tenant: str, namespace: str, controller: Con
 async def get_topic_replication(tenant: str, namespace: str, topic: str, controller: ControllerDep,
                                 applied: bool = False) -> list[str]:
     """The topic's own list (``?applied=true``: what applies, its namespace's when it has none)."""
-    name = f"persistent://{tenant}/{namespace}/{topic}"
+    name = topic_name(tenant, namespace, topic)
     if applied:
         return controller.policies.clusters_for(name)
     return controller.policies.topics.get(name, [])
