@@ -263,7 +263,7 @@ class Subscription:
         if partitions is not None:
             bad = [i for i in partitions if not 0 <= i < self.count]
             if bad:
-                raise MalformedError(f"{self.topic} has no partition {bad[0]}")
+                raise NotFoundError(f"{self.topic} has no partition {bad[0]}")  # unknown, as in every path
             asked = [self._by_index[i] for i in sorted(set(partitions)) if i in self._by_index]
         loop = asyncio.get_running_loop()
         end = loop.time() + wait_ms / 1000
