@@ -100,6 +100,8 @@ def rewrite(doc: dict[str, Any], *, moving: bool) -> dict[str, Any]:
         for method, op in ops.items():
             if not isinstance(op, dict):
                 continue
+            if "parameters" in op:  # once each: a router dependency and a hot route may both name {sub}
+                op["parameters"] = list({(p.get("name"), p.get("in")): p for p in op["parameters"]}.values())
             for p in op.get("parameters", []):
                 if p.get("in") == "path" and p.get("name") in PATH_SCHEMAS:
                     p["schema"] = dict(PATH_SCHEMAS[p["name"]])

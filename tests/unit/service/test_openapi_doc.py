@@ -75,3 +75,12 @@ async def test_a_405_names_the_methods_the_path_has(apps: dict[str, FastAPI]) ->
         r = await c.delete("/v1/transactions/1:2/commit")
     assert r.status_code == 405 and r.json()["error"] == "method_not_allowed"
     assert r.headers["allow"] == "POST"
+
+
+def test_a_parameter_is_listed_once(apps: dict[str, FastAPI]) -> None:
+    # A router's dependency (the reserved-name check) and a hot route's own list both named {sub}:
+    # the broker's document was invalid OpenAPI (duplicate parameter).
+    for app in apps.values():
+        for path, method, op in operations(app.openapi()):
+            names = [(p["name"], p["in"]) for p in op.get("parameters", [])]
+            assert len(names) == len(set(names)), (path, method, names)
