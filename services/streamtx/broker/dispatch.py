@@ -140,10 +140,14 @@ class PartitionDispatch:
                 skips: list[Position] = []
                 stopped = False
                 for e in entries:
+                    before = len(out)
+                    passed = self._deliver_entry(e.position, e.data, consumer, limit, deadline, out, skips)
+                    # Dispatched: an entry passed whole, or one the limit stopped after handing out
+                    # some of it (not one it stopped at before its first message: nobody has that).
                     through = self.dispatched_through
-                    if through is None or e.position > through:  # a rewound read pass: no move back
-                        self.dispatched_through = e.position
-                    if not self._deliver_entry(e.position, e.data, consumer, limit, deadline, out, skips):
+                    if (passed or len(out) > before) and (through is None or e.position > through):
+                        self.dispatched_through = e.position  # a rewound read pass: no move back
+                    if not passed:
                         stopped = True
                         break
                     self.read_pos = self._next(e.position)

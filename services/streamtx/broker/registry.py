@@ -594,7 +594,13 @@ class Broker:
             last = p.ledger.last_position()
             if last is not None:
                 await cursor.mark_delete(last)
-        return PartitionDispatch(index, p, cursor, self.settings.dispatch_read_entries)
+        dispatch = PartitionDispatch(index, p, cursor, self.settings.dispatch_read_entries)
+        if new and not cursor.saved:
+            # A subscription created just now: no earlier process handed anything out on it, so
+            # what was readable before it dispatched nothing (an ack of it is refused: it must
+            # still be delivered); ``latest`` starts past its mark-delete.
+            dispatch.dispatched_through = cursor.mark_delete_position
+        return dispatch
 
     def _restore_part_held(self, sub: Subscription, index: int) -> None:
         """A partition joined a subscription: what open txns hold on it, from the pending-ack store."""
