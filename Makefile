@@ -117,3 +117,8 @@ demo-long: setup ## the demo for ten minutes, with chaos
 
 clean: ## remove the venv, DATA and caches
 	rm -rf .venv $(DATA) .pytest_cache .mypy_cache .ruff_cache
+
+.PHONY: test-model
+STEPS ?= 3000
+test-model: setup ## the REST API's stateful model test, longer than in make test (STEPS calls; SHRINK=1 shrinks a failure)
+	STREAMTX_MODEL_STEPS=$(STEPS) STREAMTX_MODEL_SHRINK=$(SHRINK) $(PY) -m pytest -q -p no:cacheprovider tests/e2e/test_rest_model.py

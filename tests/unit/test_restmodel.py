@@ -1,0 +1,106 @@
+"""The REST model (tests/support/restmodel.py) flags what the issue 21 reproductions did, and
+nothing the contract allows: the stateful e2e test is only as strong as these rules."""
+
+from __future__ import annotations
+
+from tests.support.restmodel import REFUSED_OR_IGNORED, Model, Sub, parse_id
+
+A, B = "app-1", "app-2"
+
+
+def model() -> Model:
+    m = Model(2)
+    m.subs["s"] = Sub("s")
+    return m
+
+
+def test_ids_parse_as_the_contract_writes_them() -> None:
+    assert parse_id("3:4") == (3, 4, -1) and parse_id("3:4:0") == (3, 4, 0)
+    assert [parse_id(i) for i in ("L: 1", "7:-1", "x", "1:2:3:4", "", "1:2:-1", " 1:2")] == [None] * 7
+
+
+def test_a_cumulative_ack_past_the_end_may_not_swallow_what_is_written_later() -> None:
+    m = model()
+    m.produced("7:1", 0, "v1", None)
+    assert m.ack_expect(A, "s", ["7:3"], None, cumulative=True) == REFUSED_OR_IGNORED
+    m.acked("s", ["7:3"], None, True, 200)  # nothing was delivered: a clamp acks nothing
+    m.produced("7:2", 0, "v2", None)
+    m.produced("7:3", 0, "v3", None)
+    assert [x.mid for x in m.required("s")] == ["7:1", "7:2", "7:3"]
+    assert m.fetched("s", A, [("7:1", 0, "v1"), ("7:2", 0, "v2")]) == []
+    assert [x.mid for x in m.required("s")] == ["7:3"]
+
+
+def test_an_ignored_individual_ack_of_an_id_not_yet_written_leaves_its_message_owed() -> None:
+    m = model()
+    m.produced("7:1", 0, "v1", None)
+    m.acked("s", ["7:4"], None, False, 200)
+    m.produced("7:4", 0, "v4", None)
+    assert {x.mid for x in m.required("s")} == {"7:1", "7:4"}
+
+
+def test_a_committed_ack_ends_delivery_an_aborted_one_makes_it_owed_again() -> None:
+    m = model()
+    m.produced("7:1", 0, "v1", None)
+    assert m.fetched("s", A, [("7:1", 0, "v1")]) == []
+    for commit in (False, True):
+        m.opened(f"0:{commit:d}", A)
+        m.txns[f"0:{commit:d}"].subs.add("s")
+        assert m.ack_expect(A, "s", ["7:1"], f"0:{commit:d}", False) == {200}
+        m.acked("s", ["7:1"], f"0:{commit:d}", False, 200)
+        assert m.fetched("s", A, [("7:1", 0, "v1")]) != []  # held: not to be delivered
+        m.subs["s"].out.pop("7:1")  # (undo the delivery the check recorded)
+        assert m.ack_expect(A, "s", ["7:1"], None, False) == {409}  # held by an open transaction
+        assert m.end_expect(B, f"0:{commit:d}", commit) == {403}
+        m.ended(f"0:{commit:d}", commit)
+        if not commit:
+            assert [x.mid for x in m.required("s")] == ["7:1"]
+            assert m.fetched("s", B, [("7:1", 0, "v1")]) == []  # delivered again: allowed
+    assert m.required("s") == []
+    assert "after an ack" in m.fetched("s", A, [("7:1", 0, "v1")])[0]
+
+
+def test_nothing_open_or_aborted_nor_behind_an_open_transaction_is_delivered() -> None:
+    m = model()
+    m.opened("0:1", A)
+    m.opened("0:2", A)
+    m.produced("7:1", 0, "t1", "0:1")
+    m.produced("7:2", 0, "t2", "0:2")
+    m.produced("7:3", 0, "plain", None)
+    assert m.required("s") == []  # all behind 0:1's message
+    assert "OPEN" in m.fetched("s", A, [("7:1", 0, "t1")])[0]
+    m.ended("0:2", commit=False)
+    assert "ABORTED" in m.fetched("s", A, [("7:2", 0, "t2")])[0]
+    assert "behind an open" in m.fetched("s", A, [("7:3", 0, "plain")])[0]
+    m.ended("0:1", commit=True)
+    m.subs["fresh"] = Sub("fresh")
+    assert {x.mid for x in m.required("fresh")} == {"7:1", "7:3"}
+
+
+def test_a_message_out_comes_again_only_once_let_go() -> None:
+    m = model()
+    m.produced("7:1", 0, "v1", None)
+    assert m.fetched("s", A, [("7:1", 0, "v1")]) == []
+    assert "again" in m.fetched("s", A, [("7:1", 0, "v1")])[0]
+    m.consumer_closed("s", A)
+    assert m.fetched("s", B, [("7:1", 0, "v1")]) == []
+    assert m.fetched("s", B, [("9:9", 1, "nobody's")]) != []
+
+
+def test_only_the_owner_of_an_open_registered_transaction_writes_or_acks_in_it() -> None:
+    m = model()
+    m.produced("7:1", 0, "v1", None)
+    m.fetched("s", A, [("7:1", 0, "v1")])
+    m.opened("0:1", A)
+    assert m.produce_expect(A, "0:1", 0) == {409}  # not registered
+    m.txns["0:1"].partitions.add(0)
+    assert m.produce_expect(A, "0:1", 0) == {200}
+    assert m.produce_expect(B, "0:1", 0) == {403}
+    assert m.produce_expect(A, "0:424242", 0) == {404}
+    assert m.ack_expect(A, "s", ["7:1"], "0:1", False) == {409}  # subscription not registered
+    assert m.ack_expect(B, "s", ["7:1"], "0:1", False) == {403, 409}
+    assert m.register_expect(B, "0:1") == {403}
+    m.ended("0:1", commit=True)
+    assert m.produce_expect(A, "0:1", 0) == {409}
+    assert m.end_expect(A, "0:1", commit=True) == {200} and m.end_expect(A, "0:1", commit=False) == {409}
+    assert m.ack_expect(A, "s", ["L: 1"], None, False) == {400}
