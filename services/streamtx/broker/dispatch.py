@@ -74,6 +74,10 @@ class PartitionDispatch:
         # past, and (as a previous process or owner may have dispatched it) everything visible
         # when it opened here. Acks past it are refused (docs/api.md "Acks"): never moves back.
         self.dispatched_through: Position | None = partition.max_read_position()
+        # When the entry at ``dispatched_through`` is a batch a fetch's limit stopped in: the last
+        # batch index handed out of it (the rest was handed to nobody); None: passed whole.
+        self.dispatched_partial: int | None = None
+        self._stopped_at = 0  # the batch index where the last stopped entry stopped
         self.pending: dict[Unit, Delivery] = {}
         self.redeliver: OrderedDict[Unit, Delivery] = OrderedDict()
         self.held: dict[Unit, tuple[int, int]] = {}  # unit → txn holding it
@@ -144,9 +148,8 @@ class PartitionDispatch:
                     passed = self._deliver_entry(e.position, e.data, consumer, limit, deadline, out, skips)
                     # Dispatched: an entry passed whole, or one the limit stopped after handing out
                     # some of it (not one it stopped at before its first message: nobody has that).
-                    through = self.dispatched_through
-                    if (passed or len(out) > before) and (through is None or e.position > through):
-                        self.dispatched_through = e.position  # a rewound read pass: no move back
+                    if passed or len(out) > before:
+                        self._dispatched(e.position, None if passed else self._stopped_at - 1)
                     if not passed:
                         stopped = True
                         break
@@ -157,6 +160,15 @@ class PartitionDispatch:
                     break
         self.delivered += len(out)
         return out
+
+    def _dispatched(self, pos: Position, partial: int | None) -> None:
+        """The read pass handed out the entry at ``pos`` (through batch index ``partial``, or all
+        of it); a rewound pass never moves ``dispatched_through`` back."""
+        through = self.dispatched_through
+        if through is None or pos > through:
+            self.dispatched_through, self.dispatched_partial = pos, partial
+        elif pos == through and self.dispatched_partial is not None:
+            self.dispatched_partial = None if partial is None else max(partial, self.dispatched_partial)
 
     def _deliver_entry(self, pos: Position, data: bytes, consumer: str, limit: int, deadline: float,
                        out: list[Handed], skips: list[Position]) -> bool:
@@ -182,6 +194,7 @@ class PartitionDispatch:
             if unit in pending or unit in held or unit in redeliver or deleted >> bi & 1:
                 continue
             if len(out) >= limit:
+                self._stopped_at = bi
                 return False
             pending[unit] = Delivery(consumer, deadline, entry, index, size)
             out.append((entry, index, 0))

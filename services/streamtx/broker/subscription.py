@@ -141,9 +141,10 @@ class Subscription:
         """400 for an id past what its partition has dispatched to this subscription (issue 21
         item 1): nobody can have been handed it, and acking it would hide the message written
         there later (a cumulative one: every message up to it). docs/api.md, "Acks"."""
-        for part, (pos, _) in resolved:
-            through = part.dispatched_through
-            if through is None or pos > through:
+        for part, (pos, bi) in resolved:
+            through, partial = part.dispatched_through, part.dispatched_partial
+            if through is None or pos > through or (
+                    pos == through and partial is not None and (bi is None or bi > partial)):
                 raise MalformedError(
                     f"message id {pos} was never delivered on subscription {self.name} (partition "
                     f"{part.index} has dispatched {'nothing' if through is None else f'up to {through}'})")

@@ -42,3 +42,20 @@ def test_a_fetch_stopped_by_its_max_has_not_dispatched_the_next_message(broker: 
     assert broker.ack("max", "s", [ids[1]], expect=400)["error"] == "malformed"
     assert broker.ack("max", "s", [ids[1]], cumulative=True, expect=400)["error"] == "malformed"
     assert values(broker.fetch("max", "s", wait_ms=500)) == ["m1", "m2"]
+
+
+def test_a_fetch_stopped_by_its_max_inside_a_batch_has_not_dispatched_the_rest_of_it(
+        broker: BrokerClient) -> None:
+    broker.create_topic("batch", 1)
+    broker.subscribe("batch", "s")
+    ids = broker.produce("batch", ["b0", "b1", "b2"])["message_ids"]  # one entry, three messages
+    assert values(broker.fetch("batch", "s", max=1)) == ["b0"]
+    assert broker.ack("batch", "s", [ids[2]], expect=400)["error"] == "malformed"
+    assert broker.ack("batch", "s", [ids[1]], cumulative=True, expect=400)["error"] == "malformed"
+    entry = ids[0].rsplit(":", 1)[0]  # the whole entry: not all of it was handed out
+    assert broker.ack("batch", "s", [entry], expect=400)["error"] == "malformed"
+    assert values(broker.fetch("batch", "s", max=1)) == ["b1"]
+    broker.ack("batch", "s", [ids[1]], cumulative=True)  # handed out now: taken
+    assert values(broker.fetch("batch", "s", wait_ms=500)) == ["b2"]
+    broker.ack("batch", "s", [ids[2]])
+    assert broker.fetch("batch", "s", wait_ms=100) == []
