@@ -229,16 +229,19 @@ class RestModel(RuleBasedStateMachine):
         prefer = data.draw(st.integers(0, 4), label="prefer registered")  # drawn whatever the state
         registered = sorted(t.partitions) if t is not None and prefer else []
         partition = pick(data, registered or list(range(PARTITIONS)), "partition")
-        value = f"v{next(_values)}"
-        body: dict[str, Any] = {"messages": [{"value": base64.b64encode(value.encode()).decode(),
-                                              "partition": partition}]}
+        count = data.draw(st.sampled_from((1, 1, 2, 3)), label="messages")  # 2, 3: one batched entry
+        values = [f"v{next(_values)}" for _ in range(count)]
+        messages = [{"value": base64.b64encode(v.encode()).decode(), "partition": partition} for v in values]
+        body: dict[str, Any] = {"messages": messages}
         if txn_id is not None:
             body["txn_id"] = txn_id
         r = self.api.broker("POST", f"/v1/topics/{self.topic_path}/messages", subject, json=body)
         if expect(r, self.model.produce_expect(subject, txn_id, partition),
-                  f"{subject} produces to {partition} in {txn_id}") == 200:
-            [mid] = r.json()["message_ids"]
-            self.model.produced(mid, partition, value, txn_id)
+                  f"{subject} produces {count} to {partition} in {txn_id}") == 200:
+            ids = r.json()["message_ids"]
+            assert len(ids) == count, f"{count} messages produced, ids {ids}"
+            for mid, value in zip(ids, values, strict=True):
+                self.model.produced(mid, partition, value, txn_id)
 
     def fetch(self, data: st.DataObject) -> None:
         subject = data.draw(st.sampled_from(SUBJECTS), label="subject")
