@@ -63,7 +63,7 @@ TXN_CALLS = ("mine",) * 4 + ("any", "unknown")
 #: The calls a step makes, by weight.
 ACTIONS = (("produce",) * 6 + ("fetch",) * 4 + ("ack",) * 6 + ("open_txn",) * 2 + ("register_partition",) * 2
            + ("register_subscription",) * 2 + ("end_txn",) * 3 + ("drain",) * 2
-           + ("create_subscription",) * 2 + ("close_consumer",))
+           + ("create_subscription",) * 2 + ("close_consumer", "nack"))
 TXN_TIMEOUT_MS = 600_000  # far longer than a run: no transaction times out behind the model
 _values = itertools.count()
 T = TypeVar("T")
@@ -288,6 +288,22 @@ class RestModel(RuleBasedStateMachine):
         status = expect(r, allowed, f"{subject} acks {ids} ({kind}) on {sub}, cumulative={cumulative}, "
                                     f"txn {txn_id}")
         self.model.acked(sub, ids, txn_id, cumulative, status)
+
+    def nack(self, data: st.DataObject) -> None:
+        """A negative ack: what was out is delivered again (at once: no ack timeout runs out here)."""
+        subject = data.draw(st.sampled_from(SUBJECTS), label="subject")
+        kind = data.draw(st.sampled_from(ACK_KINDS), label="kind")
+        subs = sorted(self.model.subs)
+        if kind == "out":
+            subs = [n for n in subs if self.model.subs[n].out] or subs
+        sub = pick(data, subs, "sub")
+        ids = self._ack_ids(data, sub, kind)
+        if ids is None:
+            return
+        r = self.api.broker("POST", f"/v1/topics/{self.topic_path}/subscriptions/{sub}/nacks", subject,
+                            json={"message_ids": ids})
+        status = expect(r, self.model.nack_expect(sub, ids), f"{subject} nacks {ids} ({kind}) on {sub}")
+        self.model.nacked(sub, ids, status)
 
     def open_txn(self, data: st.DataObject) -> None:
         subject = data.draw(st.sampled_from(SUBJECTS), label="subject")

@@ -317,6 +317,23 @@ class Model:
                 s.out.pop(h, None)
                 s.maydup.discard(h)
 
+    # --- nacks -------------------------------------------------------------------------------
+
+    def nack_expect(self, sub: str, ids: list[str]) -> set[int]:
+        """A nack lets go what is out; of anything else it does nothing (or refuses it)."""
+        if any(parse_id(i) is None for i in ids):
+            return {400}
+        if any(self.partition_of(i) is None for i in ids):
+            return {400, 404}  # of no partition of this topic (acks answer 400, nacks 404)
+        return {200} if all(i in self.subs[sub].out for i in ids) else {200, 400}
+
+    def nacked(self, sub: str, ids: list[str], status: int) -> None:
+        s = self.subs[sub]
+        for mid in ids if status == 200 else ():
+            if s.out.pop(mid, None) is not None:
+                s.released.add(mid)
+                s.maydup.discard(mid)
+
     def _ack_through(self, sub: str, partition: int, through: Pos) -> None:
         s = self.subs[sub]
         for m in self.on_partition(partition, through):

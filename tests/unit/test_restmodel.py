@@ -104,3 +104,16 @@ def test_only_the_owner_of_an_open_registered_transaction_writes_or_acks_in_it()
     assert m.produce_expect(A, "0:1", 0) == {409}
     assert m.end_expect(A, "0:1", commit=True) == {200} and m.end_expect(A, "0:1", commit=False) == {409}
     assert m.ack_expect(A, "s", ["L: 1"], None, False) == {400}
+
+
+def test_a_nack_lets_go_what_is_out_and_nothing_else() -> None:
+    m = model()
+    m.produced("7:1", 0, "v1", None)
+    m.produced("7:2", 0, "v2", None)
+    m.fetched("s", A, [("7:1", 0, "v1")])
+    assert m.nack_expect("s", ["7:1"]) == {200}
+    assert m.nack_expect("s", ["7:2"]) == {200, 400} and m.nack_expect("s", ["9:1"]) == {400, 404}
+    m.nacked("s", ["7:1", "7:2"], 200)
+    assert {x.mid for x in m.required("s")} == {"7:1", "7:2"}
+    assert m.fetched("s", B, [("7:1", 0, "v1")]) == []  # again, once
+    assert "again" in m.fetched("s", B, [("7:1", 0, "v1")])[0]
