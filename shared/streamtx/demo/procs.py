@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import os
+import shutil
 import signal
 import socket
 import subprocess
@@ -129,3 +130,25 @@ class Child:
             return "\n".join(self.log_path.read_text(errors="replace").splitlines()[-lines:])
         except OSError:
             return "(no log)"
+
+
+def redis_server(port: int, timeout_s: float = 20.0) -> subprocess.Popen[bytes]:
+    """A throw-away redis-server (no persistence) on ``port``, once it accepts connections: the
+    replicas' leases (``--replicas``). The caller stops it."""
+    binary = shutil.which("redis-server")
+    if binary is None:
+        raise FileNotFoundError("redis-server not found: run `make setup` (apt-get install redis-server)")
+    proc = subprocess.Popen([binary, "--port", str(port), "--bind", "127.0.0.1", "--save", "",
+                             "--appendonly", "no"], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+                            start_new_session=True)
+    deadline = time.monotonic() + timeout_s
+    while True:
+        try:
+            with socket.create_connection(("127.0.0.1", port), timeout=0.5):
+                return proc
+        except OSError:
+            if proc.poll() is not None or time.monotonic() > deadline:
+                proc.kill()
+                proc.wait()
+                raise RuntimeError(f"redis-server did not start on port {port}") from None
+            time.sleep(0.05)

@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import itertools
 import math
+import re
 from collections import defaultdict
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
@@ -32,8 +33,9 @@ kinds = ("broker", "coordinator", "pendingack", "worker")
 
 
 def kind_of(name: str) -> str:
-    """``worker-1`` → ``worker``; a service's name is its kind."""
-    return "worker" if name.startswith("worker") else name
+    """``worker-1`` → ``worker``, ``broker-1`` (a replica) → ``broker``; a single service's name
+    is its kind."""
+    return re.sub(r"-\d+$", "", name)
 
 
 @dataclass(frozen=True)
@@ -83,6 +85,22 @@ def recovery_s(kill: Kill, commits: Sequence[Commit]) -> float | None:
     return max(first.values()) - kill.at if first else None
 
 
+def kill_stall_s(kill: Kill, commits: Sequence[Commit], recovery: float | None) -> float:
+    """The longest stretch without a commit of the job around ``kill``: over the job's commits
+    from the last one before the kill to the first one once it is whole again (to the last
+    commit when it never is). With replicas this is what a kill costs the job: its recovery
+    cannot be shorter than a transaction's life (opened after the kill, committed an interval
+    later) even when nothing stalled."""
+    end = math.inf if recovery is None else kill.at + recovery
+    times = sorted(c.at for c in commits)
+    before = [t for t in times if t < kill.at][-1:]
+    after = [t for t in times if kill.at <= t <= end]
+    later = [t for t in times if t > end][:1]
+    if not after and not later:
+        return math.inf  # the job never committed again
+    return longest_gap_s([*before, *after, *(later if not after else [])])
+
+
 def longest_gap_s(times: Iterable[float]) -> float:
     """The longest stretch between two consecutive instants (0 for fewer than two)."""
     ordered = sorted(times)
@@ -96,6 +114,7 @@ class KindStats:
     recovery_ms: list[float | None] = field(default_factory=list)
     restart_ms: list[float] = field(default_factory=list)  # kill to ready
     rejoin_ms: list[float] = field(default_factory=list)  # ready to whole again
+    stall_ms: list[float] = field(default_factory=list)  # the job's longest stretch without a commit
 
     def recovered(self) -> list[float]:
         return [r for r in self.recovery_ms if r is not None]
@@ -127,6 +146,7 @@ def analyse(kills: Sequence[Kill], commits: Sequence[Commit]) -> RecoveryReport:
         stats = by_kind[k.kind]
         rec = recovery_s(k, commits)
         stats.recovery_ms.append(None if rec is None else rec * 1000)
+        stats.stall_ms.append(kill_stall_s(k, commits, rec) * 1000)
         if k.ready_at is not None:
             stats.restart_ms.append((k.ready_at - k.at) * 1000)
             if rec is not None:
@@ -145,10 +165,11 @@ def _ms(x: float) -> str:
 
 
 def render(report: RecoveryReport) -> str:
-    """The summary's recovery lines: per kind killed, kill to whole again (p50, p99, max), and
-    its split into restart (kill to ready) and rejoin (ready to whole again); the stalls."""
+    """The summary's recovery lines: per kind killed, kill to whole again (p50, p99, max), its
+    split into restart (kill to ready) and rejoin (ready to whole again), and the job's longest
+    stretch without a commit around a kill of that kind; the stalls of the whole run."""
     rows = [f"{'recovery (ms)':<22}{'kills':>6}{'p50':>8}{'p99':>8}{'max':>8}"
-            f"{'restart p50':>13}{'p99':>8}{'rejoin p50':>12}{'p99':>8}"]
+            f"{'restart p50':>13}{'p99':>8}{'rejoin p50':>12}{'p99':>8}{'stall max':>11}"]
     for kind in (*kinds, *sorted(set(report.by_kind) - set(kinds))):
         s = report.by_kind.get(kind)
         if s is None:
@@ -156,14 +177,16 @@ def render(report: RecoveryReport) -> str:
         rows.append(
             f"{'kill -9 ' + kind:<22}{len(s.recovery_ms):>6}{_ms(s.q(0.5)):>8}{_ms(s.q(0.99)):>8}"
             f"{_ms(s.q(1.0)):>8}{_ms(s.q(0.5, 'restart')):>13}{_ms(s.q(0.99, 'restart')):>8}"
-            f"{_ms(s.q(0.5, 'rejoin')):>12}{_ms(s.q(0.99, 'rejoin')):>8}")
+            f"{_ms(s.q(0.5, 'rejoin')):>12}{_ms(s.q(0.99, 'rejoin')):>8}"
+            f"{_ms(max(s.stall_ms, default=math.nan)):>11}")
     rows.append(f"longest stall: {_ms(report.longest_stall_ms)} ms without a commit of the job, "
                 f"{_ms(report.longest_partition_stall_ms)} ms of one source partition")
     return "\n".join(rows)
 
 
-def bench_line(report: RecoveryReport) -> str:
-    """``make bench-recovery``'s last line, in the exact format issue 25 fixes."""
-    return ("bench recovery: "
+def bench_line(report: RecoveryReport, prefix: str = "bench recovery") -> str:
+    """``make bench-recovery``'s last line, in the exact format issue 25 fixes (``prefix``:
+    ``bench recovery replicas`` for the replicas' run)."""
+    return (f"{prefix}: "
             + " ".join(f"{k}_p99_ms={_ms(report.p99_ms(k))}" for k in kinds)
             + f" longest_stall_ms={_ms(report.longest_stall_ms)}")

@@ -36,9 +36,10 @@ from tqdm import tqdm
 
 from streamtx.demo.checker import Report
 from streamtx.demo.layout import RunConfig, read_jsonl, worker_log
-from streamtx.demo.procs import Child, child_env, cpu_seconds, free_port
+from streamtx.demo.procs import Child, child_env, cpu_seconds, free_port, redis_server
 from streamtx.demo.recovery import Kill, RecoveryReport, analyse, kind_of, kinds, whole_since
 from streamtx.demo.recovery import render as render_recovery
+from streamtx.demo.replicas import front_urls, service_specs
 from streamtx.demo.rest import Rest, last_per_partition
 from streamtx.demo.stats import DemoResult, render_table, summary_line
 from streamtx.demo.verify import load_commits, load_workers, load_written, verify
@@ -77,6 +78,10 @@ class Options:
     # > 0: the recovery plan instead of random chaos: kill -9 each kind of process this many
     # times, one kill at a time, the next once the job is whole again; then stop the load.
     kills_per_kind: int = 0
+    # > 1: that many brokers, pending-ack stores and coordinators (``broker-0`` ...), leased over
+    # a redis-server the demo starts; callers are given replica 0's URLs (demo/replicas.py).
+    replicas: int = 1
+    lease_ttl_ms: int | None = None  # the replicas' lease TTL (None: the services' default)
 
     def __post_init__(self) -> None:
         # No worker would never process a record: the demo waited for them for good.
@@ -84,6 +89,8 @@ class Options:
             raise ValueError(f"--workers must be at least 1, not {self.workers}")
         if self.rate < 0:
             raise ValueError(f"--rate must be 0 or more, not {self.rate:g}")
+        if self.replicas < 1:
+            raise ValueError(f"--replicas must be at least 1, not {self.replicas}")
 
 
 @dataclass
@@ -112,8 +119,16 @@ class Demo:
         (self.run_dir / "logs").mkdir(exist_ok=True)
         self.cfg = RunConfig.new(uuid.uuid4().hex[:6], user_space=opts.users)
         self.cfg.save(self.run_dir)
-        self.urls = (deployment_urls(opts.url) if opts.url is not None
-                     else {name: f"http://127.0.0.1:{free_port()}" for name in services})
+        self.redis_port = free_port() if opts.replicas > 1 and opts.url is None else None
+        self.redis: subprocess.Popen[bytes] | None = None
+        specs = [] if opts.url is not None else service_specs(
+            services, opts.replicas, free_port, lease_ttl_ms=opts.lease_ttl_ms,
+            redis_url=f"redis://127.0.0.1:{self.redis_port}/0" if self.redis_port else None)
+        self.urls = deployment_urls(opts.url) if opts.url is not None else front_urls(specs)
+        # Worker i begins its transactions at coordinator replica i (a balancing front would
+        # spread them too): a replica begins on its own ids, so with every begin at replica 0
+        # the others would own ids no transaction uses and their kills would prove nothing.
+        coordinators = [s.url for s in specs if s.kind == "coordinator"] or [self.urls["coordinator"]]
         env = {
             "STREAMTX_LEDGER_URL": f"file://{self.run_dir / 'ledgers'}",
             "STREAMTX_CLUSTER": "demo",
@@ -130,14 +145,13 @@ class Demo:
             **opts.service_env,
         }
         self.services = {
-            n: Child(n, f"streamtx.{n}", [], {**env, "STREAMTX_HOST": "127.0.0.1",
-                                               "STREAMTX_PORT": self.urls[n].rsplit(":", 1)[1]},
-                     self.run_dir / "logs" / f"{n}.log", ready_url=self.urls[n])
-            for n in services if opts.url is None
+            s.name: Child(s.name, f"streamtx.{s.kind}", [], {**env, **s.env},
+                          self.run_dir / "logs" / f"{s.name}.log", ready_url=s.url)
+            for s in specs
         }
         self.workers = [
             Child(f"worker-{i}", "streamtx.demo.worker", [
-                "--run-dir", str(self.run_dir), "--coordinator", self.urls["coordinator"],
+                "--run-dir", str(self.run_dir), "--coordinator", coordinators[i % len(coordinators)],
                 "--broker", self.urls["broker"], "--index", str(i), "--workers", str(opts.workers),
                 "--commit-interval-ms", str(opts.commit_interval_ms),
                 "--txn-timeout-ms", str(opts.txn_timeout_ms), "--assignment", opts.assignment,
@@ -166,6 +180,8 @@ class Demo:
 
     # -- set-up ---------------------------------------------------------------------
     async def setup(self, rest: Rest) -> None:
+        if self.redis_port is not None:
+            self.redis = await asyncio.to_thread(redis_server, self.redis_port)
         for child in self.services.values():
             await asyncio.to_thread(child.start)
         cfg = self.cfg
@@ -488,6 +504,9 @@ class Demo:
             w.stop()
         for child in reversed(self.services.values()):
             child.stop()
+        if self.redis is not None and self.redis.poll() is None:
+            self.redis.terminate()
+            self.redis.wait()
 
     def cleanup(self) -> None:
         if self.opts.run_dir is None and not self.opts.keep:

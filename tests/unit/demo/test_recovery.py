@@ -7,7 +7,19 @@ import math
 import re
 from pathlib import Path
 
-from streamtx.demo.recovery import Commit, Kill, analyse, bench_line, kind_of, recovery_s, render, whole_since
+import pytest
+
+from streamtx.demo.recovery import (
+    Commit,
+    Kill,
+    analyse,
+    bench_line,
+    kill_stall_s,
+    kind_of,
+    recovery_s,
+    render,
+    whole_since,
+)
 from streamtx.demo.verify import load_commits
 
 
@@ -70,3 +82,28 @@ def test_load_commits_reads_open_times_and_partitions_from_the_workers_logs(tmp_
     ]
     (tmp_path / "worker-0.jsonl").write_text("".join(json.dumps(x) + "\n" for x in lines) + '{"txn": "torn')
     assert load_commits(tmp_path) == [c(1.0, 2.0, 0, 5)]
+
+
+def test_replicas_are_grouped_by_kind_and_their_line_has_its_own_prefix() -> None:
+    # A replica's kills count for its kind (before: "broker-1" was a kind of its own, and the
+    # bench line's broker_p99_ms read "-" after broker replicas were killed).
+    kills = [Kill("broker-1", 10.0), Kill("coordinator-1", 20.0), Kill("pendingack-1", 30.0),
+             Kill("worker-0", 40.0)]
+    commits = [c(10.0 * i + 0.1, 10.0 * i + 0.5, 0) for i in range(1, 5)]
+    assert kind_of("broker-1") == "broker" and kind_of("coordinator-12") == "coordinator"
+    line = bench_line(analyse(kills, commits), "bench recovery replicas")
+    assert re.fullmatch(r"bench recovery replicas: broker_p99_ms=500 coordinator_p99_ms=500 "
+                        r"pendingack_p99_ms=500 worker_p99_ms=500 longest_stall_ms=10000", line), line
+
+
+def test_a_kills_stall_is_the_longest_stretch_without_a_commit_until_the_job_is_whole_again() -> None:
+    commits = [c(8.0, 9.8, 0, 1), c(9.9, 10.4, 0), c(10.5, 13.0, 0, 1), c(13.0, 13.2, 0, 1), c(15.0, 19.0, 0)]
+    # 9.8 (last before) -> 10.4 -> 13.0 (whole again): 2.6 s; the 5.8 s gap after it is not this kill's.
+    assert kill_stall_s(Kill("broker-1", 10.0), commits, recovery_s(Kill("broker-1", 10.0), commits)) == \
+        pytest.approx(2.6)
+    assert math.isinf(kill_stall_s(Kill("broker-1", 30.0), commits, None))  # never committed again
+    report = analyse([Kill("broker-1", 10.0), Kill("coordinator-1", 30.0)], commits)
+    assert report.by_kind["broker"].stall_ms == [pytest.approx(2600.0)]
+    assert report.by_kind["coordinator"].stall_ms == [math.inf]
+    assert "stall max" in render(report).splitlines()[0]
+    assert render(report).splitlines()[1].split()[-1] == "2600"
