@@ -49,6 +49,7 @@ from streamtx.errors import (
     UnavailableError,
 )
 from streamtx.transport import ONCE, HttpClient
+from streamtx.transport.redirect import OwnerCache
 
 __all__ = ["Registration", "TxnGuard", "registration_of"]
 
@@ -107,9 +108,14 @@ class TxnGuard:
     write is accepted; ``forget(txn)`` when its end arrives. See the module docstring."""
 
     def __init__(self, coordinator_url: str, *, token: str | None, timeout_s: float = 5.0,
-                 ttl_s: float = 30.0, max_txns: int = 100_000, http: httpx.AsyncClient | None = None) -> None:
+                 ttl_s: float = 30.0, max_txns: int = 100_000, moving_wait_s: float = 10.0,
+                 http: httpx.AsyncClient | None = None) -> None:
+        # A coordinator id moving between replicas (a scale-up, a replica's restart) answers
+        # 503 not_owner for a moment: that is latency, as for every other caller of a moving
+        # log, never a reason to refuse a write of a transaction that is open.
         self._client = HttpClient(coordinator_url, peer="coordinator", setting="STREAMTX_COORDINATOR_URL",
-                                  retry=ONCE, timeout_s=timeout_s, token=token, http=http)
+                                  retry=ONCE, timeout_s=timeout_s, token=token, http=http,
+                                  owners=OwnerCache(), moving_wait_s=moving_wait_s)
         self._ttl_s = ttl_s
         self._max = max_txns
         self._known: OrderedDict[TxnId, Registration] = OrderedDict()

@@ -29,6 +29,7 @@ class FakeCoordinator:
         self.requests = 0
         self.delay_s = 0.0
         self.down = False
+        self.moving = 0  # answers of an id between two replicas still to give
 
     def open(self, txn: TxnId, owner: str = "app-a", partitions: tuple[str, ...] = (P0,),
              subscriptions: tuple[tuple[str, str], ...] = (SUB,)) -> dict[str, Any]:
@@ -43,6 +44,9 @@ class FakeCoordinator:
             await asyncio.sleep(self.delay_s)
         if self.down:
             return httpx.Response(503, json={"error": "unavailable", "message": "down"})
+        if self.moving:
+            self.moving -= 1
+            return httpx.Response(503, json={"error": "not_owner", "message": "moving", "owner": None})
         txn = TxnId.parse(request.url.path.rsplit("/", 1)[1])
         if txn.coordinator_id != 0:
             return httpx.Response(404, json={"error": "not_served", "message": "not served here"})
@@ -168,3 +172,13 @@ async def test_a_cached_answer_is_asked_again_after_its_ttl(tc: FakeCoordinator)
         with pytest.raises(ConflictError, match="ABORTED"):
             await guard.check(TXN, OWNER, partitions=[P0])
         await guard.aclose()
+
+
+async def test_a_coordinator_id_moving_between_replicas_is_waited_out_not_refused(
+        tc: FakeCoordinator, guard: TxnGuard) -> None:
+    # A scale-up hands ids over; meanwhile the coordinator answers 503 not_owner (moving).
+    # The scale-up e2e test saw transactions aborted because the guard refused at once.
+    tc.open(TXN)
+    tc.moving = 2
+    await guard.check(TXN, OWNER, partitions=[P0])
+    assert tc.requests == 3
