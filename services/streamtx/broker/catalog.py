@@ -7,6 +7,7 @@ Each entry is one JSON record, replayed in order::
     {"kind": "subscription_replicated", "topic", "subscription", "replicated": bool}   (PIP-33)
     {"kind": "replication_cursor", "topic", "remote"}   (a partition of it has ``pulsar.repl.<remote>``)
     {"kind": "replication_cursor_removed", "topic", "remote"}   (the remote left its policy: cursors go)
+    {"kind": "subscription_removed", "topic", "subscription"}   (unsubscribed: no owner reopens it)
 
 One broker alone holds the ledger as its only writer. Broker replicas
 (``STREAMTX_REDIS_URL``) all read it, and each writes it only to create a topic or
@@ -134,6 +135,8 @@ class Catalog:
             topic.remotes.add(r["remote"])
         elif kind == "replication_cursor_removed":
             topic.remotes.discard(r["remote"])
+        elif kind == "subscription_removed":
+            topic.subscriptions.pop(r["subscription"], None)
 
     async def close(self) -> None:
         if self._ledger is not None:

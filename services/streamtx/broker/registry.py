@@ -39,7 +39,7 @@ from streamtx.broker.replication.state import Replication
 from streamtx.broker.settings import BrokerSettings
 from streamtx.broker.subscription import Subscription, SubscriptionType
 from streamtx.broker.topic import Topic
-from streamtx.cursor import Cursor
+from streamtx.cursor import Cursor, cursor_ledger_name
 from streamtx.errors import (
     ConflictError,
     MalformedError,
@@ -291,6 +291,9 @@ class Broker:
                 if r["kind"] == "replication_cursor_removed":  # removed through another replica
                     await self._drop_remote(topic.name, r["remote"])
                     continue
+                if r["kind"] == "subscription_removed":  # unsubscribed through another replica
+                    await self._drop_subscription(topic.name, r["subscription"])
+                    continue
                 sub = self.catalog.topics[r["topic"]].subscriptions.get(r["subscription"])
                 if sub is not None and (opened_here := topic.subscriptions.get(r["subscription"])):
                     opened_here.replicated = sub.replicated  # another replica switched PIP-33 on or off
@@ -508,6 +511,49 @@ class Broker:
         if replicated is not None:
             await self.set_replicated(topic_name, name, sub, replicated)
         return sub
+
+    async def delete_subscription(self, topic_name: str, name: str, *, force: bool) -> None:
+        """Unsubscribe (Pulsar's ``DELETE .../subscription/{sub}``): recorded, so no restart or
+        owner reopens it, and its cursors and their ledgers on the partitions open here deleted
+        (other broker replicas delete theirs when they catch up). 404 when it does not exist;
+        409 while consumers are connected here (unless ``force``) or while an open transaction
+        holds acks on it (those acks would be lost: the transaction ends first)."""
+        check_name("subscription", name)
+        if self.replicas:
+            base, index = split_partition(topic_name)
+            if index is not None and topic_name not in self.catalog.topics and base in self.catalog.topics:
+                topic_name = base  # a subscription of a partition's name is the topic's
+            await self.catch_up()
+            await self.known(topic_name)
+        else:
+            topic_name = self.topic(topic_name).name
+        async with self._lock:
+            if name not in self.catalog.topics[topic_name].subscriptions:
+                raise NotFoundError(f"subscription {name} of {topic_name} does not exist")
+            topic = self.topics.get(topic_name)
+            sub = topic.subscriptions.get(name) if topic is not None else None
+            if sub is not None:
+                if any(p.held for p in sub.parts):
+                    raise ConflictError(f"subscription {name} has acks pending in open transactions: "
+                                        "end them first")
+                if sub.consumers and not force:
+                    raise ConflictError(f"subscription {name} has {len(sub.consumers)} connected "
+                                        "consumers: close them or delete with force=true")
+            await self._record({"kind": "subscription_removed", "topic": topic_name, "subscription": name})
+            await self._drop_subscription(topic_name, name)
+
+    async def _drop_subscription(self, topic_name: str, name: str) -> None:
+        """Close the subscription here and delete its cursors' ledgers (a later one starts anew)."""
+        async with self._topic_lock(topic_name):  # no partition joins with its cursor meanwhile
+            topic = self.topics.get(topic_name)
+            sub = topic.subscriptions.pop(name, None) if topic is not None else None
+            if sub is None:
+                return
+            ledgers = [cursor_ledger_name(p.partition.ledger.name, name) for p in sub.parts]
+            await sub.close()
+            for ledger in ledgers:
+                await self.ledgers.delete(ledger)
+            sub.notifier.changed()  # waiting fetches end
 
     def _check_room(self, topic: str) -> None:
         """409 when the topic has ``max_subscriptions_per_topic`` subscriptions already (each holds a

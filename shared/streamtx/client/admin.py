@@ -52,6 +52,13 @@ class AdminClient:
     async def delete_cluster(self, name: str) -> Any:
         return await self._client.broker.call("DELETE", f"/admin/v2/clusters/{name}")
 
+    async def delete_subscription(self, topic: str, subscription: str, *, force: bool = False) -> Any:
+        """Unsubscribe: 409 while consumers are connected (unless ``force``) or open transactions
+        hold acks on it."""
+        return await self._client.broker.call(
+            "DELETE", f"/v1/topics/{path_of(topic)}/subscriptions/{subscription}",
+            params={"force": "true"} if force else None)
+
     async def set_namespace_replication(self, namespace: str, clusters: list[str]) -> Any:
         """Where namespace ``tenant/ns`` replicates: these clusters."""
         return await self._client.broker.call("POST", f"/admin/v2/namespaces/{namespace}/replication",

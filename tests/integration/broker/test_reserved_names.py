@@ -51,6 +51,7 @@ def _subscription_calls(b: BrokerClient, sub: str, token: str | None) -> list[ht
         _call(b, "POST", f"{base}/nacks", token, json={"message_ids": ["1:1"]}),
         _call(b, "GET", f"{base}/stats", token),
         _call(b, "DELETE", f"{base}/consumers/c1", token),
+        _call(b, "DELETE", base, token, params={"force": "true"}),
     ]
 
 

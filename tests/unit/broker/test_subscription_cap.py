@@ -10,8 +10,8 @@ from streamtx.broker.pendingack_client import PendingAckClient
 from streamtx.broker.registry import Broker
 from streamtx.broker.settings import BrokerSettings
 from streamtx.broker.subscription import SubscriptionType
-from streamtx.errors import ConflictError
-from streamtx.ledger import open_ledger_factory
+from streamtx.errors import ConflictError, NotFoundError
+from streamtx.ledger import Position, open_ledger_factory
 
 T = "persistent://t/n/capped"
 
@@ -38,3 +38,20 @@ async def test_a_subscription_past_the_cap_is_a_409_and_the_others_stay(broker: 
     await broker.create_subscription(T, "a", SubscriptionType.SHARED, "earliest")
     await broker.create_subscription(T, "b", SubscriptionType.FAILOVER, "earliest")
     await broker.create_subscription(T + "2", "d", SubscriptionType.SHARED, "earliest")
+
+
+async def test_deleting_one_makes_room_unless_a_transaction_holds_acks_on_it(broker: Broker) -> None:
+    for name in ("a", "b", "c"):
+        await broker.create_subscription(T, name, SubscriptionType.SHARED, "earliest")
+    held = broker.topic(T).subscriptions["a"].parts[1].held
+    held[(Position(0, 0), None)] = (7, 1)  # an open transaction's ack on partition 1
+    with pytest.raises(ConflictError, match="open transactions"):
+        await broker.delete_subscription(T, "a", force=True)  # force does not drop a txn's acks
+    assert "a" in broker.catalog.topics[T].subscriptions
+    held.clear()  # the transaction ended
+    await broker.delete_subscription(T, "a", force=False)
+    assert sorted(broker.topic(T).subscriptions) == ["b", "c"]
+    assert "a" not in broker.catalog.topics[T].subscriptions
+    await broker.create_subscription(T, "d", SubscriptionType.SHARED, "earliest")  # room for one
+    with pytest.raises(NotFoundError):
+        await broker.delete_subscription(T, "a", force=True)

@@ -102,6 +102,16 @@ async def create_subscription(request: Request, tenant: str, namespace: str, top
                               initial_position=body.initial_position, replicated=created.replicated)
 
 
+@router.delete("", openapi_extra=responses(409))  # consumers connected (no force); txn acks pending
+async def delete_subscription(tenant: str, namespace: str, topic: str, sub: str, broker: BrokerDep,
+                              force: bool = False) -> dict[str, Any]:
+    """Unsubscribe (Pulsar's ``DELETE .../subscription/{sub}``): its cursors go on every partition
+    (other broker replicas' at their next catalog tick) and no restart or takeover reopens it."""
+    name = topic_name(tenant, namespace, topic)
+    await broker.delete_subscription(name, sub, force=force)
+    return {"topic": name, "subscription": sub, "deleted": True}
+
+
 async def _open_everywhere(request: Request, broker: Broker, name: str, sub: str,
                            created: Subscription | None) -> None:
     """A ``latest`` subscription starts on every partition when its creation is answered (as
