@@ -496,21 +496,25 @@ class Broker:
 
         Replicas: recorded for every partition, opened here on the partitions this replica
         owns (None when it owns none: their owners open it at their next tick)."""
-        check_name("subscription", name)
-        if self.replicas:
-            base, index = split_partition(topic_name)
-            if index is not None and topic_name not in self.catalog.topics and base in self.catalog.topics:
-                topic_name = base  # a subscription of a partition's name is the topic's
-            # Another replica may have created it meanwhile: its record decides (never a second
-            # "new" one, which would move the cursors it has on partitions opened since).
-            await self.catch_up()
-            await self.known(topic_name)
-        else:
-            topic_name = self.topic(topic_name).name
+        topic_name = await self._subscription_topic(topic_name, name)
         sub = await self._create_subscription(topic_name, name, sub_type, initial_position)
         if replicated is not None:
             await self.set_replicated(topic_name, name, sub, replicated)
         return sub
+
+    async def _subscription_topic(self, topic_name: str, name: str) -> str:
+        """The topic whose subscription ``name`` a request names (a partition's name: the topic's)."""
+        check_name("subscription", name)
+        if not self.replicas:
+            return self.topic(topic_name).name
+        base, index = split_partition(topic_name)
+        if index is not None and topic_name not in self.catalog.topics and base in self.catalog.topics:
+            topic_name = base  # a subscription of a partition's name is the topic's
+        # Another replica may have created (or deleted) it meanwhile: its record decides (never a
+        # second "new" one, which would move the cursors it has on partitions opened since).
+        await self.catch_up()
+        await self.known(topic_name)
+        return topic_name
 
     async def delete_subscription(self, topic_name: str, name: str, *, force: bool) -> None:
         """Unsubscribe (Pulsar's ``DELETE .../subscription/{sub}``): recorded, so no restart or
@@ -518,15 +522,7 @@ class Broker:
         (other broker replicas delete theirs when they catch up). 404 when it does not exist;
         409 while consumers are connected here (unless ``force``) or while an open transaction
         holds acks on it (those acks would be lost: the transaction ends first)."""
-        check_name("subscription", name)
-        if self.replicas:
-            base, index = split_partition(topic_name)
-            if index is not None and topic_name not in self.catalog.topics and base in self.catalog.topics:
-                topic_name = base  # a subscription of a partition's name is the topic's
-            await self.catch_up()
-            await self.known(topic_name)
-        else:
-            topic_name = self.topic(topic_name).name
+        topic_name = await self._subscription_topic(topic_name, name)
         async with self._lock:
             if name not in self.catalog.topics[topic_name].subscriptions:
                 raise NotFoundError(f"subscription {name} of {topic_name} does not exist")
