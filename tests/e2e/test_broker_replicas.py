@@ -356,3 +356,40 @@ async def test_a_broker_paused_past_its_lease_lands_no_append_after_it_wakes(
     assert all(a.status_code != 200 for a in answers), [a.text for a in answers]
     async with StreamtxClient(replicas.tcs[0].url) as client:
         assert sorted(await everything(client, topic)) == [b"after", b"before"]
+
+
+async def test_unsubscribing_a_spread_topic_deletes_its_cursors_on_every_owner(
+        replicas: Replicas, http: httpx.AsyncClient) -> None:
+    urls = [b.url for b in replicas.brokers]
+    topic = await spread_topic(http, replicas, "unsub")
+    sub = f"{urls[0]}/v1/topics/{topic.removeprefix('persistent://')}/subscriptions/gone"
+    r = await http.put(sub, json={"initial_position": "earliest"})
+    assert r.status_code == 200, r.text
+    r = await http.post(f"{urls[0]}/v1/topics/{topic.removeprefix('persistent://')}/messages",
+                        json={"messages": [{"value": "aGk=", "partition": i} for i in range(4)]})
+    assert r.status_code == 200, r.text
+    sent = sorted(r.json()["message_ids"])
+
+    async def fetched_all(got: list[str]) -> bool:
+        r = await http.get(f"{sub}/messages", params={"max": 4, "wait_ms": 200, "consumer": "c"})
+        assert r.status_code in (200, 404), r.text  # 404: an owner has not opened it yet
+        if r.status_code == 200:
+            ids = [m["message_id"] for m in r.json()["messages"]]
+            got.extend(ids)
+            if ids:
+                assert (await http.post(f"{sub}/acks", json={"message_ids": ids})).status_code == 200
+        return sorted(got) == sent
+
+    first: list[str] = []
+    await eventually(lambda: fetched_all(first), what="every partition's messages, acked")
+    r = await http.delete(sub)
+    assert r.status_code == 409 and r.json()["error"] == "conflict", r.text  # consumer c is connected
+    r = await http.delete(sub, params={"force": "true"})
+    assert r.status_code == 200, r.text
+    r = await http.get(f"{urls[1]}/v1/topics/{topic.removeprefix('persistent://')}/subscriptions/gone/stats")
+    assert r.status_code == 404, r.text
+    # Created again it starts anew on every partition (the other owner's cursors went too):
+    # everything acked before is delivered again.
+    assert (await http.put(sub, json={"initial_position": "earliest"})).status_code == 200
+    again: list[str] = []
+    await eventually(lambda: fetched_all(again), what="every message again after re-creating")
