@@ -76,6 +76,7 @@ class Subscription:
         self.notifier = notifier
         self.consumers: dict[str, ConsumerInfo] = {}
         self.replicated = False  # PIP-33: its position follows the consumer to other clusters
+        self.closed = False  # deleted or its last partition left: a waiting fetch ends empty
         self.owner: str | None = None
         # Broker replicas: the topic-wide Exclusive consumer (the others' partitions' too)
         self.claims: ExclusiveClaims | None = None
@@ -285,6 +286,8 @@ class Subscription:
         loop = asyncio.get_running_loop()
         failover_type = self.type is SubscriptionType.FAILOVER
         while True:
+            if self.closed:  # unsubscribed (force) while it waited: its cursors are gone
+                return []
             if failover_type:
                 if self.consumers.get(consumer) is not info:
                     return []  # it closed meanwhile: its next fetch joins again
@@ -611,6 +614,7 @@ class Subscription:
         }
 
     async def close(self) -> None:
+        self.closed = True
         for p in self.parts:
             await p.cursor.close()
 

@@ -3,6 +3,9 @@ brings it back, 409 while a consumer is connected unless ``force``, 404 for an u
 
 from __future__ import annotations
 
+import time
+from concurrent.futures import ThreadPoolExecutor
+
 from tests.integration.broker.conftest import BrokerFactory, values
 
 _SUBS = "/v1/topics/t/n/{topic}/subscriptions/{sub}"
@@ -52,3 +55,16 @@ def test_delete_of_unknown(broker_factory: BrokerFactory) -> None:
     err = b.call("DELETE", _SUBS.format(topic="k", sub="nope"), 404)
     assert "nope" in err["message"]
     b.call("DELETE", _SUBS.format(topic="nosuch", sub="nope"), 404)
+
+
+def test_a_waiting_fetch_ends_empty_when_force_deleted(broker_factory: BrokerFactory) -> None:
+    b = broker_factory()
+    b.create_topic("w", 1)
+    b.subscribe("w", "s")
+    with ThreadPoolExecutor(1) as pool:
+        waiting = pool.submit(b.fetch, "w", "s", wait_ms=4000)
+        time.sleep(0.5)  # the fetch is waiting on the empty topic
+        b.call("DELETE", _SUBS.format(topic="w", sub="s"), params={"force": "true"})
+        started = time.monotonic()
+        assert waiting.result() == []
+        assert time.monotonic() - started < 2.5, "the fetch waited on a deleted subscription"
