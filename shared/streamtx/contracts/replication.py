@@ -14,7 +14,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from pydantic import Field
+from pydantic import ConfigDict, Field
 
 from streamtx.contracts.body import StrictBody
 from streamtx.contracts.txnid import PositionText
@@ -97,6 +97,13 @@ class ReplicatedMessage(StrictBody):
 
 class ReplicatedEntry(StrictBody):
     """One source entry, as ``read`` answers it: its messages, or a marker."""
+
+    # The schema says what ``write`` checks (one or more messages, or a marker), so a
+    # schema-valid request is never refused (the OpenAPI fuzz test sends entries with neither).
+    model_config = ConfigDict(json_schema_extra={"anyOf": [
+        {"required": ["marker"], "properties": {"marker": {"type": "object"}}},
+        {"required": ["messages"], "properties": {"messages": {"type": "array", "minItems": 1}}},
+    ]})
 
     position: PositionText
     publish_time: int = Field(default=0, ge=0, lt=1 << 63)
