@@ -310,7 +310,9 @@ class Model:
             hold = t.holds.setdefault(sub, set())
             if cumulative:
                 t.cumulative[(sub, partition)] = max(pos, t.cumulative.get((sub, partition), pos))
-                hold |= {m.mid for m in self.on_partition(partition, pos) if m.mid in s.out}
+                # What is out and what was let go to come again (a nack): the ack covers both.
+                hold |= {m.mid for m in self.on_partition(partition, pos)
+                         if m.mid in s.out or m.mid in s.released}
             elif kind == "out":
                 hold.add(mid)
             for h in hold:

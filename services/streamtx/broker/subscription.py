@@ -527,17 +527,21 @@ class Subscription:
             touched = {p.index: p for p, _ in resolved}
             touched.update((part.index, part) for part, _ in cumulatives)
             await asyncio.gather(*(part.cursor.sync() for part in touched.values()))
+        let_go = []
         for part, unit in released:
             holder = part.held.get(unit)
             if txn is None or holder in (txn, _unknown_txn):
                 part.held.pop(unit, None)
+                let_go.append((part, unit))
         for part, (pos, bi) in cumulatives if commit else ():
             part.forget_through(pos, bi)
-        for part, unit in released:
-            if commit:
-                part.forget([unit])
-            else:
-                part.release([unit])
+        for part, unit in released if commit else ():
+            part.forget([unit])
+        # An abort lets go only what it held here: a repeated end (the store's retry after a
+        # lost answer) that came after its units were delivered again must not hand them to a
+        # second consumer while the first one has them.
+        for part, unit in let_go if not commit else ():
+            part.release([unit])
         if txn is not None:
             self._ended[txn] = None
             self._ended.move_to_end(txn)

@@ -215,3 +215,19 @@ async def test_holds_of_a_transaction_aborted_on_the_previous_owner_are_released
     # apply, an open transaction keeps its hold.
     assert [m["message_id"] for m in await sub.fetch("c1", 10, 0)] == [ids[0]]
     assert sorted(sub.restored_holders(0.0)) == [committed, still_open]
+
+
+async def test_a_repeated_abort_does_not_hand_out_again_what_is_out_with_a_consumer(broker: Broker) -> None:
+    """The pending-ack store retries an end whose answer it lost: the first one let the held
+    message go, a consumer has it again, and the repeat must leave it there (the REST model test
+    saw it delivered to the same consumer twice, never let go)."""
+    sub = await broker.create_subscription(T, "again", SubscriptionType.SHARED, "earliest")
+    ids = await send(broker.topic(T), "a", "b")
+    await sub.fetch("c1", 10, 0)
+    txn = TxnId(7, 1)
+    sub.hold(sub.check_txn_ack(mids(ids[0]), txn), txn)
+    await sub.end_txn([ids[0]], txn, commit=False)
+    assert [m["message_id"] for m in await sub.fetch("c2", 10, 0)] == [ids[0]]
+    await sub.end_txn([ids[0]], txn, commit=False)  # the retry
+    assert await sub.fetch("c3", 10, 0) == []
+    assert sub.parts[0].pending[(Position.parse(ids[0]), 0)].consumer == "c2"
