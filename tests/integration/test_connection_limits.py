@@ -1,5 +1,6 @@
 """A connection cannot hold a service's memory or a socket for long without delivering a request
-(issue 21 item 10), checked with raw sockets against a real service process (uvicorn, httptools).
+(issue 21 item 10), checked with raw sockets against a real service process, under each of
+uvicorn's HTTP/1.1 parsers (``STREAMTX_SERVER_HTTP``: httptools, h11).
 
 Before: a 64 MiB header was read whole before auth; a header count had no limit; a
 client that sent half a request (head or body) and waited, or sent nothing at all,
@@ -21,10 +22,12 @@ TOKEN = "limits-admin-token"
 HEAD_TIMEOUT_S, BODY_TIMEOUT_S = 1.0, 1.5
 
 
-@pytest.fixture(scope="module")
-def service(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ServiceProcess]:
+@pytest.fixture(scope="module", params=["httptools", "h11"])
+def service(request: pytest.FixtureRequest,
+            tmp_path_factory: pytest.TempPathFactory) -> Iterator[ServiceProcess]:
     tmp = tmp_path_factory.mktemp("limits")
     proc = ServiceProcess("pendingack", {
+        "STREAMTX_SERVER_HTTP": request.param,
         "STREAMTX_LEDGER_URL": f"file://{tmp / 'ledgers'}", "STREAMTX_TEST_LOG_DIR": str(tmp),
         "STREAMTX_ADMIN_TOKEN": TOKEN, "STREAMTX_MAX_HEADER_BYTES": "16384", "STREAMTX_MAX_HEADERS": "50",
         "STREAMTX_REQUEST_HEAD_TIMEOUT_S": str(HEAD_TIMEOUT_S),

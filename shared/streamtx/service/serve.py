@@ -14,7 +14,7 @@ from typing import Any, Literal
 import uvicorn
 from fastapi import FastAPI
 
-from streamtx.service.connguard import ConnectionLimits, guarded_httptools
+from streamtx.service.connguard import ConnectionLimits, guarded_h11, guarded_httptools
 from streamtx.service.longpoll import LongPolls
 from streamtx.service.settings import ServiceSettings
 from streamtx.service.shutdown import Watchdog
@@ -84,13 +84,13 @@ class _Server(uvicorn.Server):
 
 
 def http_options(http: Literal["auto", "httptools", "h11"], settings: object) -> dict[str, Any]:
-    """uvicorn's ``http`` (and h11's head limit) under the service's connection limits (connguard.py)."""
+    """uvicorn's ``http`` protocol under the service's connection limits (connguard.py)."""
     limits = ConnectionLimits()
     if isinstance(settings, ServiceSettings):
         limits = ConnectionLimits(settings.max_header_bytes, settings.max_headers,
                                   settings.request_head_timeout_s, settings.request_body_timeout_s)
     if http == "h11" or importlib.util.find_spec("httptools") is None:
-        return {"http": "h11", "h11_max_incomplete_event_size": limits.max_header_bytes}
+        return {"http": guarded_h11(limits)}
     return {"http": guarded_httptools(limits)}
 
 
