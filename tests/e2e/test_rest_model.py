@@ -5,12 +5,12 @@ HTTP, as API.md describes them: produce one message or a batch (plain or in a tr
 theirs, the other's, an ended, unknown or unserved one), fetch, acks and nacks of ids delivered,
 acked, never delivered, not yet written, of another ledger or malformed (individual or
 cumulative, plain or in a transaction), transactions opened, registered, committed and aborted,
-subscriptions created, consumers closed.
+subscriptions created, deleted (plain or forced) and created again, consumers closed.
 The pure model (tests/support/restmodel.py) says which answers each call may get and what it
 changes; after every step the model's promises are checked against the services: what a fetch
 hands out, what a drained subscription must have handed out, and every transaction as its owner
-reads it (the other subject gets 403). There is no call to delete a subscription in the contract:
-a step creates a fresh one (from the earliest position) or creates one again (a no-op).
+reads it (the other subject gets 403). A step creates a fresh subscription (from the earliest
+position), creates one again (a no-op), or creates a deleted one again (it starts anew).
 
 Bounded for CI (``STREAMTX_MODEL_STEPS``, default 300 steps); ``make test-model`` runs longer.
 """
@@ -64,7 +64,7 @@ TXN_CALLS = ("mine",) * 4 + ("any", "unknown")
 #: The calls a step makes, by weight.
 ACTIONS = (("produce",) * 6 + ("fetch",) * 4 + ("ack",) * 6 + ("open_txn",) * 2 + ("register_partition",) * 2
            + ("register_subscription",) * 2 + ("end_txn",) * 3 + ("drain",) * 2
-           + ("create_subscription",) * 2 + ("close_consumer", "nack"))
+           + ("create_subscription",) * 2 + ("close_consumer", "nack", "delete_subscription"))
 TXN_TIMEOUT_MS = 600_000  # far longer than a run: no transaction times out behind the model
 _values = itertools.count()
 T = TypeVar("T")
@@ -77,8 +77,9 @@ pytestmark = pytest.mark.timeout(max(240, STEPS * 2))
 def suite(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Suite]:
     tmp = tmp_path_factory.mktemp("model")
     env = {"STREAMTX_AUTH_JWT_SECRET": SECRET, "STREAMTX_SERVICE_TOKEN": SERVICE}
-    # Nothing is redelivered by the ack timeout within a run: a second delivery is a finding.
-    broker_env = {"STREAMTX_ACK_TIMEOUT_MS": "3600000"}
+    # Nothing is redelivered by the ack timeout within a run (a second delivery is a finding),
+    # and no consumer is forgotten as idle (a delete then answers as the model says).
+    broker_env = {"STREAMTX_ACK_TIMEOUT_MS": "3600000", "STREAMTX_CONSUMER_IDLE_MS": "3600000"}
     with Suite(f"file://{tmp / 'ledgers'}", tmp, env=env, broker_env=broker_env) as running:
         yield running
 
@@ -136,6 +137,8 @@ class RestModel(RuleBasedStateMachine):
     @initialize()
     def topic(self) -> None:
         self.model = Model(PARTITIONS)
+        self.names = itertools.count(1)  # of fresh subscriptions (s0 is created here)
+        self.gone: set[str] = set()  # deleted subscriptions' names
         self.broken = False
         self.topic_path = f"a/n/m{uuid.uuid4().hex[:8]}"
         self.name = f"persistent://{self.topic_path}"
@@ -164,6 +167,7 @@ class RestModel(RuleBasedStateMachine):
                             json={"initial_position": "earliest"})
         expect(r, {200}, f"create subscription {sub}")
         self.model.subs.setdefault(sub, Sub(sub))
+        self.gone.discard(sub)
 
     def _fetch(self, subject: str, sub: str, max_messages: int, wait_ms: int) -> int:
         r = self.api.broker("GET", f"/v1/topics/{self.topic_path}/subscriptions/{sub}/messages", subject,
@@ -248,12 +252,15 @@ class RestModel(RuleBasedStateMachine):
         subject = data.draw(st.sampled_from(SUBJECTS), label="subject")
         max_messages = data.draw(st.integers(1, 5), label="max_messages")
         sub = pick(data, sorted(self.model.subs), "sub")
-        self._fetch(subject, sub, max_messages, 0)
+        if sub is not None:
+            self._fetch(subject, sub, max_messages, 0)
 
     def drain(self, data: st.DataObject) -> None:
         """Fetch until nothing comes: every message the subscription owes must have come."""
         subject = data.draw(st.sampled_from(SUBJECTS), label="subject")
-        self._drain(subject, pick(data, sorted(self.model.subs), "sub"))
+        sub = pick(data, sorted(self.model.subs), "sub")
+        if sub is not None:
+            self._drain(subject, sub)
 
     def _drain(self, subject: str, sub: str) -> None:
         for _ in range(50):
@@ -277,6 +284,8 @@ class RestModel(RuleBasedStateMachine):
             subs = [n for n in subs if self.model.subs[n].out] or subs
         registered = [n for n in subs if t is not None and n in t.subs]
         sub = pick(data, registered if data.draw(st.integers(0, 4)) and registered else subs, "sub")
+        if sub is None:
+            return
         ids = self._ack_ids(data, sub, kind)
         if ids is None:
             return
@@ -298,8 +307,8 @@ class RestModel(RuleBasedStateMachine):
         if kind == "out":
             subs = [n for n in subs if self.model.subs[n].out] or subs
         sub = pick(data, subs, "sub")
-        ids = self._ack_ids(data, sub, kind)
-        if ids is None:
+        ids = self._ack_ids(data, sub, kind) if sub is not None else None
+        if sub is None or ids is None:
             return
         r = self.api.broker("POST", f"/v1/topics/{self.topic_path}/subscriptions/{sub}/nacks", subject,
                             json={"message_ids": ids})
@@ -345,6 +354,8 @@ class RestModel(RuleBasedStateMachine):
         txn_id = self._txn(data, subject, txn)
         assert txn_id is not None
         sub = pick(data, sorted(self.model.subs), "sub")
+        if sub is None:
+            return
         r = self.api.tc("POST", f"/v1/transactions/{txn_id}/subscriptions", subject,
                         json={"subscriptions": [{"topic": self.name, "subscription": sub}]})
         if expect(r, self.model.register_expect(subject, txn_id),
@@ -379,19 +390,35 @@ class RestModel(RuleBasedStateMachine):
     def create_subscription(self, data: st.DataObject) -> None:
         subject = data.draw(st.sampled_from(SUBJECTS), label="subject")
         fresh = data.draw(st.booleans(), label="fresh")
-        again = pick(data, sorted(self.model.subs), "sub")
-        if fresh and len(self.model.subs) < 6:
-            self._subscribe(subject, f"s{len(self.model.subs)}")
-        else:  # creating it again changes nothing (no cursor moves back or forth)
+        again = pick(data, sorted(self.model.subs.keys() | self.gone), "sub")
+        if (fresh or again is None) and len(self.model.subs) < 6:
+            self._subscribe(subject, f"s{next(self.names)}")
+        elif again is not None:  # an existing one: nothing changes (no cursor moves back or forth)
             self._subscribe(subject, again)
 
     def close_consumer(self, data: st.DataObject) -> None:
         subject = data.draw(st.sampled_from(SUBJECTS), label="subject")
         sub = pick(data, sorted(self.model.subs), "sub")
+        if sub is None:
+            return
         r = self.api.broker("DELETE", f"/v1/topics/{self.topic_path}/subscriptions/{sub}/consumers/{subject}",
                             subject)
         expect(r, {200}, f"{subject} closes its consumer of {sub}")
         self.model.consumer_closed(sub, subject)
+
+    def delete_subscription(self, data: st.DataObject) -> None:
+        """Unsubscribe one that exists, one deleted before, or one never created."""
+        subject = data.draw(st.sampled_from(SUBJECTS), label="subject")
+        force = data.draw(st.booleans(), label="force")
+        held = sorted({n for t in self.model.txns.values() if t.state == OPEN
+                       for n, ids in t.holds.items() if ids})  # more often: the 409 it must get
+        sub = pick(data, [*sorted(self.model.subs)] * 3 + held * 3 + sorted(self.gone) + ["never"], "sub")
+        r = self.api.broker("DELETE", f"/v1/topics/{self.topic_path}/subscriptions/{sub}", subject,
+                            params={"force": str(force).lower()})
+        if expect(r, self.model.delete_expect(sub, force),
+                  f"{subject} deletes {sub} (force={force})") == 200:
+            self.model.deleted(sub)
+            self.gone.add(sub)
 
     # --- invariants ---------------------------------------------------------------------------
 

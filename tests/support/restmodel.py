@@ -10,6 +10,8 @@ then knows, for every subscription, which messages may be delivered now and whic
   transaction's message on its partition (read-committed: Pulsar's maxReadPosition);
 * a message is delivered once unless something let it go again (an aborted transaction's ack,
   a consumer that closed): the suite's ack timeout is far longer than a run;
+* a subscription is deleted only when no open transaction holds acks on it and (unless
+  forced) no consumer is connected; created again, it starts anew;
 * a transaction changes only through its owner's calls: the other subject gets 403, a
   transaction that is not open 409, an unknown one 404.
 
@@ -74,6 +76,7 @@ class Sub:
     released: set[str] = field(default_factory=set)  # let go again: must come again (once more)
     maydup: set[str] = field(default_factory=set)  # out, but may come again (its consumer closed)
     unsure: set[str] = field(default_factory=set)  # an answer left open whether it was acked
+    consumers: set[str] = field(default_factory=set)  # fetched here, not closed since
 
 
 class Model:
@@ -201,6 +204,7 @@ class Model:
     def fetched(self, sub: str, consumer: str, got: list[tuple[str, int, str]]) -> list[str]:
         """Messages ``(id, partition, value)`` handed to ``consumer``: what breaks a promise."""
         s, wrong = self.subs[sub], []
+        s.consumers.add(consumer)  # a fetch connects its consumer, whatever it hands out
         for mid, partition, value in got:
             m = self.by_value.get(value)
             if m is None:
@@ -231,6 +235,29 @@ class Model:
     def consumer_closed(self, sub: str, consumer: str) -> None:
         s = self.subs[sub]
         s.maydup |= {mid for mid, c in s.out.items() if c == consumer}
+        s.consumers.discard(consumer)
+
+    # --- subscriptions -----------------------------------------------------------------------
+
+    def delete_expect(self, sub: str, force: bool) -> set[int]:
+        """Unsubscribe: 404 when it does not exist; 409 while an open transaction's acks hold
+        something on it (even with ``force``), or while a consumer is connected (unless ``force``)."""
+        s = self.subs.get(sub)
+        if s is None:
+            return {404}
+        open_txns = [t for t in self.txns.values() if t.state == OPEN]
+        if any(t.holds.get(sub) or any(k[0] == sub for k in t.cumulative) for t in open_txns):
+            return {409}
+        allowed = {409} if s.consumers and not force else {200}
+        # A transactional ack answered 200 that the model holds nothing for (of an id acked
+        # already) may hold it on the broker all the same.
+        if any(sub in t.holds for t in open_txns):
+            allowed.add(409)
+        return allowed
+
+    def deleted(self, sub: str) -> None:
+        """Deleted: created again under its name, it starts anew (from the earliest position)."""
+        del self.subs[sub]
 
     # --- acks --------------------------------------------------------------------------------
 

@@ -135,3 +135,21 @@ def test_a_cumulative_transactional_ack_holds_what_a_nack_let_go_before_it() -> 
     m.subs["s"].out.pop("7:2")
     m.ended("0:1", commit=False)
     assert [x.mid for x in m.required("s")] == ["7:1", "7:2", "7:3"]
+
+
+def test_a_delete_waits_for_open_transactions_and_connected_consumers() -> None:
+    m = model()
+    m.produced("7:1", 0, "v1", None)
+    assert m.delete_expect("gone", force=True) == {404}
+    assert m.fetched("s", A, [("7:1", 0, "v1")]) == []
+    assert m.delete_expect("s", force=False) == {409}  # A is connected
+    m.opened("0:1", B)
+    m.txns["0:1"].subs.add("s")
+    m.acked("s", ["7:1"], "0:1", False, 200)
+    assert m.delete_expect("s", force=True) == {409}  # force does not drop a transaction's acks
+    m.ended("0:1", commit=True)
+    assert m.delete_expect("s", force=True) == {200}
+    m.consumer_closed("s", A)
+    assert m.delete_expect("s", force=False) == {200}
+    m.deleted("s")
+    assert m.delete_expect("s", force=False) == {404}
