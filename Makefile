@@ -121,4 +121,4 @@ clean: ## remove the venv, DATA and caches
 .PHONY: test-model
 STEPS ?= 3000
 test-model: setup ## the REST API's stateful model test, longer than in make test (STEPS calls; SHRINK=1 shrinks a failure)
-	STREAMTX_MODEL_STEPS=$(STEPS) STREAMTX_MODEL_SHRINK=$(SHRINK) $(PY) -m pytest -q -p no:cacheprovider tests/e2e/test_rest_model.py
+	STREAMTX_MODEL_STEPS=$(STEPS) STREAMTX_MODEL_SHRINK=$(SHRINK) STREAMTX_MODEL_RANDOM=1 $(PY) -m pytest -q -p no:cacheprovider tests/e2e/test_rest_model.py
