@@ -339,11 +339,16 @@ class Subscription:
         lost = {i for i, name in self.active.items() if name != consumer}
         if not lost.intersection(entry.partition for entry, _, _ in out):
             return out
+        by_part: dict[int, list[Unit]] = {}
         for entry, index, _ in out:
             if entry.partition in lost:
-                part = self._by_index[entry.partition]
-                part.release([(entry.pos, index)])
-                _in_position_order(part)
+                by_part.setdefault(entry.partition, []).append((entry.pos, index))
+        # One release and one sort per partition: a sort per message was quadratic (a fetch of
+        # thousands that lost its partition as a second worker joined cost the broker ~15 s).
+        for i, units in by_part.items():
+            part = self._by_index[i]
+            part.release(units)
+            _in_position_order(part)
         return [h for h in out if h[0].partition not in lost]
 
     async def _fetch_once(self, consumer: str, limit: int, now: float,
