@@ -393,3 +393,46 @@ async def test_unsubscribing_a_spread_topic_deletes_its_cursors_on_every_owner(
     assert (await http.put(sub, json={"initial_position": "earliest"})).status_code == 200
     again: list[str] = []
     await eventually(lambda: fetched_all(again), what="every message again after re-creating")
+
+
+async def test_unsubscribing_a_spread_topic_waits_for_what_the_other_owner_holds(
+        replicas: Replicas, http: httpx.AsyncClient) -> None:
+    """Asked of one broker, the delete also sees the other owner's partitions: a consumer connected
+    only there (409 unless forced) and an open transaction's acks held only there (409 even
+    forced: they would be lost with the cursor). Before, only the answering broker's were checked."""
+    here = replicas.brokers[0].url
+    topic = await spread_topic(http, replicas, "unsub-held")
+    path = topic.removeprefix("persistent://")
+    owners = await owners_of(http, here, topic, 4)
+    theirs = [i for i, o in enumerate(owners) if o != here]
+    assert theirs, owners
+    sub = f"{here}/v1/topics/{path}/subscriptions/held"
+    assert (await http.put(sub, json={"initial_position": "earliest"})).status_code == 200
+    r = await http.post(f"{here}/v1/topics/{path}/messages",
+                        json={"messages": [{"value": "aGk=", "partition": i} for i in theirs]})
+    assert r.status_code == 200, r.text
+    got: list[str] = []
+
+    async def fetched() -> bool:  # the other owner's partitions only: consumer c is known there alone
+        r = await http.get(f"{sub}/messages", params={"max": 10, "wait_ms": 200, "consumer": "c",
+                                                      "partitions": ",".join(map(str, theirs))})
+        assert r.status_code in (200, 404), r.text  # 404: the owner has not opened it yet
+        if r.status_code == 200:
+            got.extend(m["message_id"] for m in r.json()["messages"])
+        return len(got) == len(theirs)
+
+    await eventually(fetched, what="the other owner's messages")
+    r = await http.delete(sub)
+    assert r.status_code == 409 and "consumers" in r.json()["message"], r.text
+    tc = replicas.tcs[0].url
+    txn = (await http.post(f"{tc}/v1/transactions", json={"timeout_ms": 60_000})).json()["txn_id"]
+    r = await http.post(f"{tc}/v1/transactions/{txn}/subscriptions",
+                        json={"subscriptions": [{"topic": topic, "subscription": "held"}]})
+    assert r.status_code == 200, r.text
+    r = await http.post(f"{sub}/acks", json={"message_ids": got[:1], "txn_id": txn})
+    assert r.status_code == 200, r.text
+    r = await http.delete(sub, params={"force": "true"})
+    assert r.status_code == 409 and "transactions" in r.json()["message"], r.text
+    assert (await http.post(f"{tc}/v1/transactions/{txn}/abort")).status_code == 200
+    r = await http.delete(sub, params={"force": "true"})
+    assert r.status_code == 200, r.text
