@@ -416,3 +416,39 @@ async def test_delete_removes_the_ledger_and_closes_its_handles(tmp_path: Path) 
         await ledgers.delete("never-existed")
     finally:
         await ledgers.close()
+
+
+async def test_a_handle_lists_the_directory_only_when_a_file_came_or_went(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Every append and read caught up with the files by listing the ledger's directory (about
+    5% of a service's CPU); now only when the directory's mtime moved, or was too recent to
+    trust. A reader still sees what another handle appended, in the tail and in new segments."""
+    directory = str(tmp_path / "listed")
+    writer = await FileRawLog.open(directory, segment_bytes=1024)
+    reader = await FileRawLog.open(directory, segment_bytes=1024)
+    try:
+        await writer.append_batch([b"first"])
+        await asyncio.sleep(0.15)  # the directory's mtime is old enough to trust
+        await writer.append_batch([b"late"])  # each handle lists once more, late enough to trust it
+        assert await reader.read_raw(0, 10) == [(0, b"first"), (1, b"late")]
+        listings = 0
+        real = os.listdir
+
+        def counting(path: str) -> list[str]:
+            nonlocal listings
+            listings += 1
+            return real(path)
+
+        monkeypatch.setattr(os, "listdir", counting)
+        for i in range(2, 7):
+            await writer.append_batch([b"tail %d" % i])
+            assert (await reader.read_raw(i, 10))[0] == (i, b"tail %d" % i)
+        assert listings == 0  # no file came or went: each only scanned its tail
+        big = [b"x" * 200 for _ in range(20)]  # past 1024 bytes: new segments
+        offsets = await writer.append_batch(big[:5]) + await writer.append_batch(big[5:])
+        assert await reader.read_raw(7, 100) == list(zip(offsets, big, strict=True))
+        assert listings > 0
+    finally:
+        await reader.close()
+        await writer.close()
