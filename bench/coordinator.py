@@ -73,7 +73,8 @@ def serve_bare(port: int, kit: bool) -> None:
     from fastapi import FastAPI
     from pydantic import BaseModel
 
-    from streamtx.service import ServiceSettings, ServiceState, create_app, serve
+    from streamtx.service import ServiceSettings, ServiceState, create_app
+    from streamtx.service.serve import serve
 
     class TxnCreate(BaseModel):
         timeout_ms: int | None = None

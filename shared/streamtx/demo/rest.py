@@ -22,6 +22,7 @@ import httpx
 
 from streamtx.client.http import MOVING_WAIT_S
 from streamtx.contracts import MessageId, TxnId
+from streamtx.contracts.msgid import parse_many
 from streamtx.transport import ONCE, HttpClient, RetryPolicy
 from streamtx.transport.redirect import OwnerCache
 from streamtx.wire import batch as wire
@@ -45,12 +46,15 @@ Fetched = wire.Received
 
 def last_per_partition(messages: list[Fetched]) -> list[str]:
     """The highest message id of each partition: what a cumulative ack of all of them names."""
-    last: dict[int, str] = {}
-    for m in messages:
+    # Each id parsed once, by the contract's fast path (an entry's head once): per message, two
+    # strict parses were a sixth of the probe's CPU.
+    last: dict[int, tuple[tuple[int, int], str]] = {}
+    for m, mid in zip(messages, parse_many(m.message_id for m in messages), strict=True):
+        at = (mid.entry_id, mid.batch_index)
         prev = last.get(m.partition)
-        if prev is None or position_of(m.message_id) > position_of(prev):
-            last[m.partition] = m.message_id
-    return list(last.values())
+        if prev is None or at > prev[0]:
+            last[m.partition] = (at, m.message_id)
+    return [text for _, text in last.values()]
 
 
 def position_of(message_id: str) -> tuple[int, int]:

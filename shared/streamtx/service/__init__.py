@@ -1,6 +1,6 @@
 """What every streamtx service shares: settings base, error mapping, common routes,
-the fast lane for hot routes, and a uvicorn runner. Calls between services go
-through :mod:`streamtx.transport`.
+the fast lane for hot routes, and a uvicorn runner (:func:`streamtx.service.serve.serve`).
+Calls between services go through :mod:`streamtx.transport`.
 
 The names below load on first use (PEP 562), not with the package: a service's
 ``__main__`` imports :mod:`streamtx.service.workermetrics` and must set the
@@ -14,17 +14,17 @@ from typing import TYPE_CHECKING, Any
 if TYPE_CHECKING:
     from streamtx.service.app import ServiceState, create_app, include_hot
     from streamtx.service.fastlane import HotRequest, HotRoutes
-    from streamtx.service.serve import serve
     from streamtx.service.settings import ServiceSettings
 
 _homes = {
     "ServiceState": "app", "create_app": "app", "include_hot": "app",
     "HotRequest": "fastlane", "HotRoutes": "fastlane",
-    "serve": "serve", "ServiceSettings": "settings",
+    "ServiceSettings": "settings",
 }
 
+# Not ``serve``: the submodule of that name shadows it once imported (import it from there).
 __all__ = ["HotRequest", "HotRoutes", "ServiceSettings", "ServiceState", "create_app",
-           "include_hot", "serve"]
+           "include_hot"]
 
 
 def __getattr__(name: str) -> Any:

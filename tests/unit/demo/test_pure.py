@@ -10,7 +10,9 @@ import pytest
 from streamtx.demo.partitioner import RangePartitioner, source_partition_of
 from streamtx.demo.records import SearchRecord, decode, encode, random_request, record_size
 from streamtx.demo.reorder import ReorderBuffer
+from streamtx.demo.rest import Fetched, last_per_partition
 from streamtx.demo.stats import DemoResult, percentile, render_table, summary_line
+from streamtx.errors import MalformedError
 
 
 def test_record_round_trip_and_size() -> None:
@@ -132,3 +134,15 @@ def test_reorder_pipelined_transactions() -> None:
     assert [s for _, s, _ in buf.take_ready()] == [2, 3, 4, 5, 6]
     buf.commit()
     assert buf.committed == {0: 7}
+
+
+def test_a_cumulative_ack_names_the_highest_id_of_each_partition() -> None:
+    def got(mid: str, partition: int) -> Fetched:
+        return Fetched(mid, partition, None, b"", {})
+
+    msgs = [got("7:5:1", 0), got("9:2", 1), got("7:5:0", 0), got("7:4", 0), got("9:10:3", 1),
+            got("9:10:2", 1), got("7:5:2", 0), got("7:12", 0), got("7:11:9", 0)]
+    assert last_per_partition(msgs) == ["7:12", "9:10:3"]
+    assert last_per_partition([]) == []
+    with pytest.raises(MalformedError):
+        last_per_partition([got("7: 1", 0)])
