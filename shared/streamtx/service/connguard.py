@@ -173,7 +173,7 @@ class _Guarded(_Limits, HttpToolsProtocol):
 
     def on_response_complete(self) -> None:
         super().on_response_complete()
-        self._answered()  # the next request's head, from now
+        self._answered()
 
 
 def guarded_httptools(limits: ConnectionLimits) -> type[HttpToolsProtocol]:
