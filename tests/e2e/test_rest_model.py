@@ -397,7 +397,7 @@ class RestModel(RuleBasedStateMachine):
         again = pick(data, sorted(self.model.subs.keys() | self.gone), "sub")
         if (fresh or again is None) and len(self.model.subs) < 6:
             self._subscribe(subject, f"s{next(self.names)}")
-        elif again is not None:  # an existing one: nothing changes (no cursor moves back or forth)
+        elif again is not None:  # an existing one: no cursor moves; a deleted one starts anew
             self._subscribe(subject, again)
 
     def close_consumer(self, data: st.DataObject) -> None:
