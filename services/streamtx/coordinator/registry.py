@@ -153,8 +153,12 @@ class Coordinators:
                 # Moving here: 503 not_owner (owner unknown yet), which clients wait out as any
                 # handover, where a plain 503 would fail their call while the log replays.
                 raise NotOwnerError(f"coordinator {cid} is moving here: its log still replays", owner=None)
-            if cid in self.owners:
-                owner = self.owners[cid]
+            if cid in self.owners or cid in self.all_ids:
+                # A configured id this process does not hold is somebody's, or moving, even when
+                # our owner map has no word of it yet (a replica just started, an acquire that
+                # failed): 503, which callers wait out. A 404 here was read as "no such
+                # transaction", and a demo worker rolled back a commit that then went through.
+                owner = self.owners.get(cid)
                 raise NotOwnerError(f"coordinator {cid} is owned by {owner or 'nobody yet (moving)'}",
                                     owner=owner)
             raise NotServedError(f"coordinator {cid} is not served here (this process owns {self.ids})")

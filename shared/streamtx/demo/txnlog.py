@@ -21,7 +21,7 @@ from typing import Any, TextIO
 
 from streamtx.demo.layout import read_jsonl
 from streamtx.demo.rest import Rest, retry_max_backoff_s, retry_retriable
-from streamtx.errors import ConflictError, NotFoundError, StreamtxError
+from streamtx.errors import ConflictError, NotFoundError, NotServedError, StreamtxError
 
 resolve_give_up_s = 90.0  # a coordinator down longer than this: exit, the restart resolves it
 
@@ -55,6 +55,8 @@ class TxnLog:
                     return True
                 await self.rest.abort(txn)
                 return False
+            except NotServedError:
+                pass  # asked a coordinator that does not hold its id: no verdict; ask again
             except NotFoundError:
                 return False  # the TC never made it durable: nothing of it can commit
             except ConflictError:
