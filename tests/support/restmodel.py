@@ -189,7 +189,9 @@ class Model:
             return
         t.state = COMMITTED if commit else ABORTED
         for name, ids in t.holds.items():
-            s = self.subs[name]
+            s = self.subs.get(name)
+            if s is None:  # deleted since (holding nothing: a delete waits for held acks)
+                continue
             for mid in ids:
                 if commit:
                     s.acked.add(mid)
@@ -197,7 +199,8 @@ class Model:
                     s.released.add(mid)
         if commit:
             for (name, partition), through in t.cumulative.items():
-                self._ack_through(name, partition, through)
+                if name in self.subs:
+                    self._ack_through(name, partition, through)
 
     # --- fetch -------------------------------------------------------------------------------
 

@@ -153,3 +153,18 @@ def test_a_delete_waits_for_open_transactions_and_connected_consumers() -> None:
     assert m.delete_expect("s", force=False) == {200}
     m.deleted("s")
     assert m.delete_expect("s", force=False) == {404}
+
+
+def test_a_transaction_that_acked_nothing_on_a_deleted_subscription_still_ends() -> None:
+    m = model()
+    m.produced("7:1", 0, "v1", None)
+    assert m.fetched("s", A, [("7:1", 0, "v1")]) == []
+    m.acked("s", ["7:1"], None, False, 200)
+    m.opened("0:1", A)
+    m.txns["0:1"].subs.add("s")
+    m.acked("s", ["7:1"], "0:1", False, 200)  # of an id acked already: the model holds nothing
+    m.consumer_closed("s", A)
+    assert m.delete_expect("s", force=True) == {200, 409}  # the broker may hold it all the same
+    m.deleted("s")
+    m.ended("0:1", commit=True)
+    assert m.txns["0:1"].state == "COMMITTED"
