@@ -27,7 +27,7 @@ from streamtx.demo.rest import Fetched, Rest, last_per_partition, retry_retriabl
 from streamtx.errors import StreamtxError
 
 fetch_max = 10_000  # records per fetch: a backlog comes in a few large answers
-max_held = 50_000  # records in hand beyond which prefetching pauses
+max_held = 80_000  # records in hand beyond which prefetching pauses: two full transactions
 assignment_check_s = 1.0  # how often a worker asks which partitions are still its own
 resync_after_s = 1.0  # a gap at a partition's head this long: re-read its committed progress
 keepalive_s = 0.5  # fetch at least this often even when holding many records (Failover liveness)
