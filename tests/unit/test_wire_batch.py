@@ -77,6 +77,37 @@ def test_messages_answer_round_trip(entries: list[tuple[int, list[wire.Msg], boo
     assert wire.decode_messages_answer(wire.encode_messages_answer(rows)) == expected
 
 
+
+@settings(max_examples=60)
+@given(st.lists(st.tuples(st.integers(0, 3), st.integers(0, 50), st.lists(msgs, min_size=1, max_size=5),
+                          st.booleans(), st.booleans()), max_size=6))
+def test_values_read_as_the_full_decode_reads_them(
+        entries: list[tuple[int, int, list[wire.Msg], bool, bool]]) -> None:
+    # The probe's lean read must see the values the full decode sees, and name as each
+    # partition's last id the highest id it was handed (entry ids in any order: redeliveries
+    # come first in an answer).
+    rows = []
+    for partition, eid, ms, partial, replicated in entries:
+        count, body = wire.encode_messages(ms)
+        picks = [(i, 1) for i in range(count - 1, -1, -2)] if partial else None
+        rows.append(wire.Delivered(partition, 3, eid, 5, count, body, picks,
+                                   ("east", 7, eid) if replicated else None))
+    data = wire.encode_messages_answer(rows)
+    full = wire.decode_messages_answer(data)
+    got = wire.decode_values(data)
+    assert got.values == [m.value for m in full]
+    highest: dict[int, tuple[tuple[int, int], str]] = {}
+    for m in full:
+        _, eid, *bi = m.message_id.split(":")
+        at = (int(eid), int(bi[0]) if bi else 0)
+        if m.partition not in highest or at > highest[m.partition][0]:
+            highest[m.partition] = (at, m.message_id)
+    assert got.last_ids == {p: mid for p, (_, mid) in highest.items()}
+    for cut in range(len(data) - 1, max(len(data) - 30, 5), -1):
+        with pytest.raises(MalformedError):
+            wire.decode_values(data[:cut])
+
+
 def test_repeated_properties_decode_alike_and_apart() -> None:
     # A block equal to the previous message's is not decoded again: the messages must
     # still read as encoded, each with a dict of its own.

@@ -45,12 +45,15 @@ class Stored:
     header: EntryHeader
 
 
-@dataclass(slots=True)
+@dataclass(frozen=True, slots=True)
 class Delivery:
+    """Who has the messages of one entry handed out in one go, until when: shared by those
+    messages' units (one object per entry, not per message), so it is never changed in place;
+    a redelivery makes its own."""
+
     consumer: str
     deadline: float  # loop time; inf when no ack timeout applies
     entry: Stored
-    batch_index: int | None
     batch_size: int
     redeliveries: int = 0
 
@@ -78,6 +81,11 @@ class PartitionDispatch:
         # batch index handed out of it (the rest was handed to nobody); None: passed whole.
         self.dispatched_partial: int | None = None
         self._stopped_at = 0  # the batch index where the last stopped entry stopped
+        # Past both this and ``dispatched_through`` no unit is out, queued or held: a fetch hands
+        # such an entry out whole without looking for its units. Holds restored from the
+        # pending-ack store may lie past what this process dispatched (it opened before the
+        # previous owner's last entries were visible to it): a bound, never moved back.
+        self.held_through: Position | None = None
         self.pending: dict[Unit, Delivery] = {}
         self.redeliver: OrderedDict[Unit, Delivery] = OrderedDict()
         self.held: dict[Unit, tuple[int, int]] = {}  # unit → txn holding it
@@ -132,10 +140,9 @@ class PartitionDispatch:
                 unit, d = self.redeliver.popitem(last=False)
                 if self.is_gone(unit) or unit in self.held:
                     continue
-                d.consumer, d.deadline = consumer, deadline
-                d.redeliveries += 1
+                d = Delivery(consumer, deadline, d.entry, d.batch_size, d.redeliveries + 1)
                 self.pending[unit] = d
-                out.append((d.entry, d.batch_index, d.redeliveries))
+                out.append((d.entry, unit[1], d.redeliveries))
             while len(out) < limit:
                 start = self.read_pos or self.cursor.first_undeleted()
                 entries = await self.partition.read_visible(start, self.read_entries)
@@ -161,6 +168,11 @@ class PartitionDispatch:
         self.delivered += len(out)
         return out
 
+    def restored_hold(self, pos: Position) -> None:
+        """A hold the pending-ack store reported was placed at ``pos``."""
+        if self.held_through is None or pos > self.held_through:
+            self.held_through = pos
+
     def _dispatched(self, pos: Position, partial: int | None) -> None:
         """The read pass handed out the entry at ``pos`` (through batch index ``partial``, or all
         of it); a rewound pass never moves ``dispatched_through`` back."""
@@ -184,10 +196,24 @@ class PartitionDispatch:
         if size > 1:
             self._remember_size(pos, size)
         entry = Stored(self.index, pos, data, h)
-        pending, held, redeliver = self.pending, self.held, self.redeliver
+        delivery = Delivery(consumer, deadline, entry, size)
         # The entry is not wholly deleted (checked above): one lookup of its deleted batch
         # indexes, not one cursor call per message (per-message work was most of a fetch).
         deleted = self.cursor.deleted_batch_indexes(pos) or 0
+        through, held_to = self.dispatched_through, self.held_through
+        if not deleted and (through is None or pos > through) and (held_to is None or pos > held_to):
+            # Past everything ever handed out or held here (acks stop at ``dispatched_through``):
+            # none of it is out, queued or held, so the entry goes out whole, in bulk.
+            units: list[Unit] = [(pos, None)] if size == 1 else [(pos, bi) for bi in range(size)]
+            room = limit - len(out)
+            whole = room >= size
+            if not whole:
+                del units[room:]
+                self._stopped_at = room
+            self.pending.update(dict.fromkeys(units, delivery))
+            out.extend([(entry, bi, 0) for _, bi in units])
+            return whole
+        pending, held, redeliver = self.pending, self.held, self.redeliver
         for bi in range(size):
             index = bi if size > 1 else None
             unit: Unit = (pos, index)
@@ -196,7 +222,7 @@ class PartitionDispatch:
             if len(out) >= limit:
                 self._stopped_at = bi
                 return False
-            pending[unit] = Delivery(consumer, deadline, entry, index, size)
+            pending[unit] = delivery
             out.append((entry, index, 0))
         return True
 

@@ -568,6 +568,7 @@ class Subscription:
         for (part, unit), (_, txn) in zip(units, live, strict=True):
             if not part.is_gone(unit):
                 part.held.setdefault(unit, _unknown_txn if txn is None else txn)
+                part.restored_hold(unit[0])
                 if txn is not None:
                     self._restored.setdefault(txn, now)
 

@@ -193,6 +193,22 @@ class Rest:
             for m in out["messages"]
         ]
 
+    async def fetch_values(self, topic: str, sub: str, consumer: str, max_messages: int = 500,
+                           wait_ms: int = 200) -> wire.Values:
+        """A fetch read for its values and the last message id of each partition alone (a
+        follower that acks cumulatively): no decoded message object per record."""
+        if not self.binary:
+            msgs = await self.fetch(topic, sub, consumer, max_messages, wait_ms)
+            last = set(last_per_partition(msgs))
+            return wire.Values([m.value for m in msgs],
+                               {m.partition: m.message_id for m in msgs if m.message_id in last})
+        path = f"/v1/topics/{tenant}/{namespace}/{topic}/subscriptions/{sub}/messages"
+        params = {"max": max_messages, "wait_ms": wait_ms, "consumer": consumer}
+        response = await self._call_bytes(self._br, "GET", path, params=params,
+                                          timeout=self._timeout_s + wait_ms / 1000,
+                                          headers={"accept": wire.CONTENT_TYPE})
+        return wire.decode_values(response.content)
+
     async def assigned(self, topic: str, sub: str, consumer: str) -> list[int]:
         """The partitions ``consumer`` is active on (a Failover subscription)."""
         path = f"/v1/topics/{tenant}/{namespace}/{topic}/subscriptions/{sub}/consumers/{consumer}"

@@ -23,7 +23,14 @@ or from the part they need):
 from __future__ import annotations
 
 from streamtx.wire.acks import Acks, decode_acks, encode_acks
-from streamtx.wire.fetch import Delivered, Received, decode_messages_answer, encode_messages_answer
+from streamtx.wire.fetch import (
+    Delivered,
+    Received,
+    Values,
+    decode_messages_answer,
+    decode_values,
+    encode_messages_answer,
+)
 from streamtx.wire.frame import ACKS, CONTENT_TYPE, MAGIC, MESSAGES, PRODUCE, PRODUCED, VERSION, is_batch
 from streamtx.wire.messages import (
     Fields,
@@ -48,10 +55,38 @@ from streamtx.wire.produce import (
 )
 
 __all__ = [
-    "ACKS", "CONTENT_TYPE", "MAGIC", "MESSAGES", "PRODUCE", "PRODUCED", "VERSION",
-    "Acks", "Delivered", "Fields", "Msg", "Produce", "Received", "Section",
-    "decode_acks", "decode_fields", "decode_messages", "decode_messages_answer", "decode_produce",
-    "decode_produced", "encode_acks", "encode_fields", "encode_messages", "encode_messages_answer",
-    "encode_produce", "encode_produce_routed", "encode_produced", "ids_in_request_order", "is_batch",
-    "message_at", "message_ids", "validate_messages",
+    "ACKS",
+    "CONTENT_TYPE",
+    "MAGIC",
+    "MESSAGES",
+    "PRODUCE",
+    "PRODUCED",
+    "VERSION",
+    "Acks",
+    "Delivered",
+    "Fields",
+    "Msg",
+    "Produce",
+    "Received",
+    "Section",
+    "Values",
+    "decode_acks",
+    "decode_fields",
+    "decode_messages",
+    "decode_messages_answer",
+    "decode_produce",
+    "decode_produced",
+    "decode_values",
+    "encode_acks",
+    "encode_fields",
+    "encode_messages",
+    "encode_messages_answer",
+    "encode_produce",
+    "encode_produce_routed",
+    "encode_produced",
+    "ids_in_request_order",
+    "is_batch",
+    "message_at",
+    "message_ids",
+    "validate_messages",
 ]

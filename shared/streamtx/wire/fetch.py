@@ -164,6 +164,91 @@ def decode_messages_answer(data: bytes) -> list[Received]:
     return out
 
 
+class Values(NamedTuple):
+    """A *messages* answer read for its values alone (:func:`decode_values`)."""
+
+    values: list[bytes]  # every delivered message's value, in order
+    last_ids: dict[int, str]  # partition → the id of the last message delivered of it
+
+
+def decode_values(data: bytes) -> Values:
+    """The values of a *messages* answer and the last message id of each partition: what a
+    consumer that acks cumulatively and reads only values needs (the demo's probe). No
+    object per message but its value: keys and properties are stepped over, not decoded."""
+    off = check_prelude(data, MESSAGES)
+    values: list[bytes] = []
+    last: dict[int, str] = {}
+    highest: dict[int, tuple[int, int]] = {}
+    total = len(data)
+    u16, u32 = U16.unpack_from, U32.unpack_from
+    try:
+        (n,) = u32(data, off)
+        off += 4
+        for _ in range(n):
+            partition, lid, eid, _, flags = _entry.unpack_from(data, off)
+            off += _entry.size
+            if flags & _replicated:
+                (cl,) = u16(data, off)
+                off += 2 + cl + _src.size
+            (count,) = u32(data, off)
+            off += 4
+            picks: list[int] | None = None
+            if flags & _selection:
+                (ns,) = u32(data, off)
+                off += 4
+                picks = [_selected.unpack_from(data, off + k * _selected.size)[0] for k in range(ns)]
+                off += ns * _selected.size
+            (size,) = u32(data, off)
+            off += 4
+            end = off + size
+            if end > total:
+                raise MalformedError("an entry runs past the answer")
+            entry: list[bytes] = []
+            last_block = b""
+            for _ in range(count):
+                (klen,) = _i32_at(data, off + 4)
+                off += 8 + max(klen, 0)
+                if last_block and data.startswith(last_block, off):
+                    off += len(last_block)  # the same properties as the message before
+                else:
+                    start = off
+                    (nprops,) = u16(data, off)
+                    off += 2
+                    for _ in range(nprops):
+                        (nl,) = u16(data, off)
+                        off += 2 + nl
+                        (vl,) = u32(data, off)
+                        off += 4 + vl
+                    last_block = data[start:off]
+                (vlen,) = u32(data, off)
+                off += 4
+                entry.append(data[off:off + vlen])
+                off += vlen
+            if off != end:
+                raise MalformedError("an entry's messages do not fill its body")
+            if picks is None:
+                values += entry
+                bi = count - 1
+            elif picks:
+                bi = max(picks)
+                if bi >= count:
+                    raise MalformedError(f"batch index {bi} outside an entry of {count}")
+                values += [entry[i] for i in picks]
+            else:
+                continue
+            at = (eid, bi)
+            prev = highest.get(partition)
+            if prev is None or at > prev:  # redeliveries come first: not always in order
+                highest[partition] = at
+                last[partition] = f"{lid}:{eid}" if count == 1 else f"{lid}:{eid}:{bi}"
+    except struct.error:
+        raise MalformedError("messages answer ends early") from None
+    return Values(values, last)
+
+
+_i32_at = struct.Struct(">i").unpack_from
+
+
 def _whole_entry(data: bytes, off: int, end: int, count: int, base: str, partition: int, publish: int,
                  append: Callable[[Received], None]) -> int:
     """Append every message of an entry of ``count`` (> 1) messages; the offset after them.
