@@ -95,7 +95,10 @@ def test_values_read_as_the_full_decode_reads_them(
     data = wire.encode_messages_answer(rows)
     full = wire.decode_messages_answer(data)
     got = wire.decode_values(data)
-    assert got.values == [m.value for m in full]
+    assert got.values == [m.value for m in full] and got.ids is None
+    located = wire.decode_values(data, ids=True)  # the workers' read: each value's id and partition
+    assert located.values == got.values and located.last_ids == got.last_ids
+    assert located.ids == [m.message_id for m in full] and located.partitions == [m.partition for m in full]
     highest: dict[int, tuple[tuple[int, int], str]] = {}
     for m in full:
         _, eid, *bi = m.message_id.split(":")

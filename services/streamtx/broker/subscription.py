@@ -485,16 +485,17 @@ class Subscription:
 
         A cumulative ack also holds what is out with consumers at or before its id.
         """
-        if cumulative:
-            resolved = list(resolved)
-            for part, (pos, bi) in list(resolved):
-                resolved += [(part, u) for u in part.units_through(pos, bi) if u not in part.held]
-        newly = []
-        for part, unit in resolved:
-            if part.held.get(unit) != txn:
-                newly.append((part, unit))
-            part.held[unit] = txn
-            part.forget([unit])
+        newly: list[tuple[PartitionDispatch, Unit]] = []
+        # A partition at a time, in bulk: a cumulative ack holds tens of thousands of units.
+        for part, units in _by_partition(resolved):
+            held = part.held
+            if cumulative:
+                for pos, bi in list(units):
+                    units += [u for u in part.units_through(pos, bi) if u not in held]
+            units = list(dict.fromkeys(units))
+            newly += [(part, u) for u in units if held.get(u) != txn]
+            held.update(dict.fromkeys(units, txn))
+            part.forget(units)
         return newly
 
     def unhold(self, units: list[tuple[PartitionDispatch, Unit]], txn: TxnId) -> None:
@@ -532,21 +533,20 @@ class Subscription:
             touched = {p.index: p for p, _ in resolved}
             touched.update((part.index, part) for part, _ in cumulatives)
             await asyncio.gather(*(part.cursor.sync() for part in touched.values()))
-        let_go = []
-        for part, unit in released:
-            holder = part.held.get(unit)
-            if txn is None or holder in (txn, _unknown_txn):
-                part.held.pop(unit, None)
-                let_go.append((part, unit))
         for part, (pos, bi) in cumulatives if commit else ():
             part.forget_through(pos, bi)
-        for part, unit in released if commit else ():
-            part.forget([unit])
-        # An abort lets go only what it held here: a repeated end (the store's retry after a
-        # lost answer) that came after its units were delivered again must not hand them to a
-        # second consumer while the first one has them.
-        for part, unit in let_go if not commit else ():
-            part.release([unit])
+        for part, listed in _by_partition(released):
+            held, units = part.held, list(dict.fromkeys(listed))
+            let_go = [u for u in units if txn is None or held.get(u) in (txn, _unknown_txn)]
+            for u in let_go:
+                held.pop(u, None)
+            if commit:
+                part.forget(units)
+            else:
+                # An abort lets go only what it held here: a repeated end (the store's retry
+                # after a lost answer) that came after its units were delivered again must not
+                # hand them to a second consumer while the first one has them.
+                part.release(let_go)
         if txn is not None:
             self._ended[txn] = None
             self._ended.move_to_end(txn)
@@ -576,6 +576,8 @@ class Subscription:
         """Transactions a ``held`` answer named that still hold something here after
         ``older_than_s``: their end may have reached the partition's previous owner only
         (the stuck-transaction checker asks the coordinator about them)."""
+        if not self._restored:
+            return []  # the common case: no scan of every hold
         now = asyncio.get_running_loop().time()
         holding = {h for p in self.parts for h in p.held.values()}
         for txn in [t for t in self._restored if t not in holding]:
@@ -631,6 +633,18 @@ class Subscription:
 
 def _unit_order(unit: Unit) -> tuple[Position, int]:
     return unit[0], -1 if unit[1] is None else unit[1]
+
+
+def _by_partition(units: Iterable[tuple[PartitionDispatch, Unit]]
+                  ) -> list[tuple[PartitionDispatch, list[Unit]]]:
+    """Units grouped by their partition, each group in the order given."""
+    groups: dict[int, tuple[PartitionDispatch, list[Unit]]] = {}
+    for part, unit in units:
+        group = groups.get(part.index)
+        if group is None:
+            group = groups[part.index] = (part, [])
+        group[1].append(unit)
+    return list(groups.values())
 
 
 def _in_position_order(part: PartitionDispatch) -> None:

@@ -67,7 +67,7 @@ class Outputs:
             self.rest.prepare_routed(self.cfg.dest_topic, [
                 (partition_of(h.record.user_id), Msg(h.value, h.record.key, props))
                 for _, _, h in taken[i:i + write_chunk]
-            ], txn)
+            ], txn, ids=False)
             for i in range(0, len(taken), write_chunk)
         ]
 

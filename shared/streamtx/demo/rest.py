@@ -57,6 +57,14 @@ def last_per_partition(messages: list[Fetched]) -> list[str]:
     return [text for _, text in last.values()]
 
 
+def as_values(messages: list[Fetched]) -> wire.Values:
+    """Decoded messages as :func:`wire.decode_values` reads them, ids included (the JSON path)."""
+    last = set(last_per_partition(messages))
+    return wire.Values([m.value for m in messages],
+                       {m.partition: m.message_id for m in messages if m.message_id in last},
+                       [m.message_id for m in messages], [m.partition for m in messages])
+
+
 def position_of(message_id: str) -> tuple[int, int]:
     """``ledger:entry[:batch]`` → ``(entry, batch)``, the order within one partition."""
     mid = MessageId.parse(message_id)
@@ -135,10 +143,11 @@ class Rest:
 
     def prepare_routed(
         self, topic: str, rows: list[tuple[int, wire.Msg]], txn_id: str | None = None,
-        producer: dict[str, Any] | None = None,
+        producer: dict[str, Any] | None = None, ids: bool = True,
     ) -> Callable[[], Awaitable[list[str]]]:
         """Encode the produce of :meth:`produce_routed` now, send it when the result is called:
-        a worker encodes its outputs while the transaction before commits."""
+        a worker encodes its outputs while the transaction before commits. Without ``ids`` the
+        answer's message ids are not read out (a string per message nobody uses): it gives []."""
         if not self.binary:
             messages = [{"key": m.key, "value": m.value, "properties": dict(m.properties), "partition": p}
                         for p, m in rows]
@@ -153,7 +162,7 @@ class Rest:
         async def send() -> list[str]:
             response = await self._call_bytes(self._br, "POST", path, content=content,
                                               headers={"content-type": wire.CONTENT_TYPE})
-            return wire.ids_in_request_order(order, response.content)
+            return wire.ids_in_request_order(order, response.content) if ids else []
 
         return send
 
@@ -194,20 +203,17 @@ class Rest:
         ]
 
     async def fetch_values(self, topic: str, sub: str, consumer: str, max_messages: int = 500,
-                           wait_ms: int = 200) -> wire.Values:
-        """A fetch read for its values and the last message id of each partition alone (a
-        follower that acks cumulatively): no decoded message object per record."""
+                           wait_ms: int = 200, ids: bool = False) -> wire.Values:
+        """A fetch read for its values (with ``ids``: and each one's id and partition) and the
+        last message id of each partition: no decoded message object per record."""
         if not self.binary:
-            msgs = await self.fetch(topic, sub, consumer, max_messages, wait_ms)
-            last = set(last_per_partition(msgs))
-            return wire.Values([m.value for m in msgs],
-                               {m.partition: m.message_id for m in msgs if m.message_id in last})
+            return as_values(await self.fetch(topic, sub, consumer, max_messages, wait_ms))
         path = f"/v1/topics/{tenant}/{namespace}/{topic}/subscriptions/{sub}/messages"
         params = {"max": max_messages, "wait_ms": wait_ms, "consumer": consumer}
         response = await self._call_bytes(self._br, "GET", path, params=params,
                                           timeout=self._timeout_s + wait_ms / 1000,
                                           headers={"accept": wire.CONTENT_TYPE})
-        return wire.decode_values(response.content)
+        return wire.decode_values(response.content, ids)
 
     async def assigned(self, topic: str, sub: str, consumer: str) -> list[int]:
         """The partitions ``consumer`` is active on (a Failover subscription)."""

@@ -169,15 +169,20 @@ class Values(NamedTuple):
 
     values: list[bytes]  # every delivered message's value, in order
     last_ids: dict[int, str]  # partition → the id of the last message delivered of it
+    ids: list[str] | None = None  # with ``ids=True``: each value's message id
+    partitions: list[int] | None = None  # with ``ids=True``: each value's partition
 
 
-def decode_values(data: bytes) -> Values:
+def decode_values(data: bytes, ids: bool = False) -> Values:
     """The values of a *messages* answer and the last message id of each partition: what a
-    consumer that acks cumulatively and reads only values needs (the demo's probe). No
-    object per message but its value: keys and properties are stepped over, not decoded."""
+    consumer that acks cumulatively and reads only values needs (the demo's probe); with
+    ``ids``, each value's id and partition too (the demo's workers). No object per message
+    but its value (and id): keys and properties are stepped over, not decoded."""
     off = check_prelude(data, MESSAGES)
     values: list[bytes] = []
     last: dict[int, str] = {}
+    id_list: list[str] | None = [] if ids else None
+    partitions: list[int] | None = [] if ids else None
     highest: dict[int, tuple[int, int]] = {}
     total = len(data)
     u16, u32 = U16.unpack_from, U32.unpack_from
@@ -236,6 +241,11 @@ def decode_values(data: bytes) -> Values:
                 values += [entry[i] for i in picks]
             else:
                 continue
+            if id_list is not None and partitions is not None:
+                base = f"{lid}:{eid}"
+                indexes = range(count) if picks is None else picks
+                id_list += [base] if count == 1 else [f"{base}:{i}" for i in indexes]
+                partitions += [partition] * len(indexes)
             at = (eid, bi)
             prev = highest.get(partition)
             if prev is None or at > prev:  # redeliveries come first: not always in order
@@ -243,7 +253,7 @@ def decode_values(data: bytes) -> Values:
                 last[partition] = f"{lid}:{eid}" if count == 1 else f"{lid}:{eid}:{bi}"
     except struct.error:
         raise MalformedError("messages answer ends early") from None
-    return Values(values, last)
+    return Values(values, last, id_list, partitions)
 
 
 _i32_at = struct.Struct(">i").unpack_from

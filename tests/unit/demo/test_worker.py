@@ -12,10 +12,10 @@ import pytest
 
 from streamtx.demo.layout import RunConfig, read_jsonl, worker_log
 from streamtx.demo.records import SearchRecord, decode, encode
-from streamtx.demo.rest import Fetched, Rest
+from streamtx.demo.rest import Fetched, Rest, as_values
 from streamtx.demo.worker import Worker
 from streamtx.errors import ConflictError, UnavailableError
-from streamtx.wire.batch import Msg
+from streamtx.wire.batch import Msg, Values
 
 
 class FakeSuite:
@@ -69,7 +69,8 @@ class FakeSuite:
         return [f"1:{i}" for i in range(len(messages))]
 
     def prepare_routed(self, topic: str, rows: list[tuple[int, Msg]], txn_id: str | None = None,
-                       producer: dict[str, Any] | None = None) -> Callable[[], Awaitable[list[str]]]:
+                       producer: dict[str, Any] | None = None, ids: bool = True
+                       ) -> Callable[[], Awaitable[list[str]]]:
         messages = [{"key": m.key, "value": m.value, "properties": dict(m.properties), "partition": p}
                     for p, m in rows]
         return lambda: self.produce(topic, messages, txn_id, producer)
@@ -115,10 +116,11 @@ class FakeSuite:
         return out
 
 
-def msgs(*seqs: tuple[int, int], user: int = 8) -> list[Fetched]:
-    """Source messages ``(partition, seq)``; users are chosen so ``user % 8 == partition``."""
-    return [Fetched(f"7:{p * 1000 + s}", p, None, encode(SearchRecord(user + p, p, s, 0, "q")), {})
-            for p, s in seqs]
+def msgs(*seqs: tuple[int, int], user: int = 8) -> Values:
+    """Source messages ``(partition, seq)``, as a fetch reads them; users are chosen so
+    ``user % 8 == partition``."""
+    return as_values([Fetched(f"7:{p * 1000 + s}", p, None, encode(SearchRecord(user + p, p, s, 0, "q")), {})
+                      for p, s in seqs])
 
 
 @pytest.fixture
