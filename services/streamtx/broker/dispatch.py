@@ -25,7 +25,7 @@ from typing import Any
 from streamtx.broker.partition import Partition
 from streamtx.contracts.msgid import format_id
 from streamtx.cursor import Cursor
-from streamtx.ledger import Position
+from streamtx.ledger import Entry, Position
 from streamtx.records import partition as codec
 from streamtx.records.partition import EntryHeader, EntryKind
 from streamtx.wire import fetch as wire_fetch
@@ -33,6 +33,7 @@ from streamtx.wire import fetch as wire_fetch
 Unit = tuple[Position, int | None]
 
 _min_size_cache = 4096  # batch sizes remembered before the first prune
+_ahead_bytes = 4 << 20  # most bytes of entries read ahead that one partition's dispatch keeps
 
 
 @dataclass(frozen=True, slots=True)
@@ -86,6 +87,7 @@ class PartitionDispatch:
         # pending-ack store may lie past what this process dispatched (it opened before the
         # previous owner's last entries were visible to it): a bound, never moved back.
         self.held_through: Position | None = None
+        self._ahead: list[Entry] = []  # see :meth:`_keep_ahead`
         self.pending: dict[Unit, Delivery] = {}
         self.redeliver: OrderedDict[Unit, Delivery] = OrderedDict()
         self.held: dict[Unit, tuple[int, int]] = {}  # unit → txn holding it
@@ -145,12 +147,16 @@ class PartitionDispatch:
                 out.append((d.entry, unit[1], d.redeliveries))
             while len(out) < limit:
                 start = self.read_pos or self.cursor.first_undeleted()
-                entries = await self.partition.read_visible(start, self.read_entries)
+                ahead, self._ahead = self._ahead, []
+                if ahead and ahead[0].position == start and not self.partition.reloading:
+                    entries = ahead
+                else:
+                    entries = await self.partition.read_visible(start, self.read_entries)
                 if not entries:
                     break
                 skips: list[Position] = []
                 stopped = False
-                for e in entries:
+                for k, e in enumerate(entries):
                     before = len(out)
                     passed = self._deliver_entry(e.position, e.data, consumer, limit, deadline, out, skips)
                     # Dispatched: an entry passed whole, or one the limit stopped after handing out
@@ -159,6 +165,7 @@ class PartitionDispatch:
                         self._dispatched(e.position, None if passed else self._stopped_at - 1)
                     if not passed:
                         stopped = True
+                        self._keep_ahead(entries, k)
                         break
                     self.read_pos = self._next(e.position)
                 if skips:
@@ -167,6 +174,21 @@ class PartitionDispatch:
                     break
         self.delivered += len(out)
         return out
+
+    def _keep_ahead(self, entries: list[Entry], k: int) -> None:
+        """Keep what a read brought past where the fetch stopped (from ``entries[k]``, the entry
+        ``read_pos`` stays at), up to ``_ahead_bytes``: the next fetch starts there and reads
+        it from memory. Without it a read of ``read_entries`` entries for a fetch that wanted
+        a few of them was read again, and again (three times over for 10,000-record fetches of
+        a backlog). Stored entries never change, and one at or before ``maxReadPosition`` stays
+        visible, so what is kept is valid until ``read_pos`` moves elsewhere (a rewind)."""
+        kept, size = [], 0
+        for e in entries[k:]:
+            size += len(e.data)
+            if size > _ahead_bytes:
+                break
+            kept.append(e)
+        self._ahead = kept
 
     def restored_hold(self, pos: Position) -> None:
         """A hold the pending-ack store reported was placed at ``pos``."""
@@ -256,9 +278,13 @@ class PartitionDispatch:
             self._prune_sizes_at = max(_min_size_cache, 2 * len(self._sizes))
 
     def forget(self, units: list[Unit]) -> None:
+        pop = self.pending.pop
         for u in units:
-            self.pending.pop(u, None)
-            self.redeliver.pop(u, None)
+            pop(u, None)
+        if self.redeliver:  # mostly empty: no second lookup per unit then
+            pop = self.redeliver.pop
+            for u in units:
+                pop(u, None)
 
     def units_through(self, pos: Position, batch_index: int | None) -> list[Unit]:
         """Units out with consumers or queued for redelivery at or before a cumulative ack point."""
@@ -270,7 +296,11 @@ class PartitionDispatch:
 
     def forget_through(self, pos: Position, batch_index: int | None) -> list[Unit]:
         gone = self.units_through(pos, batch_index)
-        self.forget(gone)
+        if len(gone) == len(self.pending) + len(self.redeliver):
+            self.pending.clear()  # everything out was acked (a consumer acking all it has)
+            self.redeliver.clear()
+        else:
+            self.forget(gone)
         return gone
 
     async def backlog(self, scan_limit: int = 10_000) -> int:

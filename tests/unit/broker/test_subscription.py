@@ -251,3 +251,38 @@ async def test_a_fetch_that_lost_its_partition_gives_it_back_in_order_with_one_s
     assert sub._still_assigned("a", out) == []
     assert len(sorts) == 1
     assert [unit_id(u) for u in sub.parts[0].redeliver] == ids
+
+
+async def test_a_fetch_that_stopped_midway_goes_on_from_what_it_read_and_a_rewind_reads_again(
+        broker: Broker) -> None:
+    """A read brings up to ``read_entries`` entries; a fetch whose limit stopped it in them keeps
+    the rest, so the next fetch does not read them again (they were read three times over by a
+    backlog's 10,000-record fetches). A rewind of the read pass must read again, not be served
+    from what was kept."""
+    sub = await broker.create_subscription(T, "ahead", SubscriptionType.EXCLUSIVE, "earliest")
+    pos = [Position.parse((await send(broker.topic(T), f"a{i}", f"b{i}"))[0]) for i in range(6)]
+
+    def at(i: int, bi: int) -> str:
+        return f"{pos[i]}:{bi}"
+
+    part = sub.parts[0]
+    reads: list[Position | None] = []
+    read_visible = part.partition.read_visible
+
+    async def counted(start: Position | None, max_entries: int):  # type: ignore[no-untyped-def]
+        reads.append(start)
+        return await read_visible(start, max_entries)
+
+    part.partition.read_visible = counted  # type: ignore[method-assign]
+    first = await sub.fetch("c1", 3, 0)  # entry 0 and the first of entry 1: stopped in entry 1
+    assert [m["message_id"] for m in first] == [at(0, 0), at(0, 1), at(1, 0)] and len(reads) == 1
+    second = await sub.fetch("c1", 5, 0)  # the rest of entry 1, entries 2 and 3: from memory
+    assert [m["message_id"] for m in second] == [at(1, 1), at(2, 0), at(2, 1), at(3, 0), at(3, 1)]
+    assert len(reads) == 1
+    # A message of entry 2 that nobody here has (as one held before a restart) is let go: the
+    # read pass rewinds to entry 2, behind what was kept (entries 4 and 5).
+    part.forget([(pos[2], 0)])
+    part.release([(pos[2], 0)])
+    third = await sub.fetch("c1", 10, 0)
+    assert [m["message_id"] for m in third] == [at(2, 0), at(4, 0), at(4, 1), at(5, 0), at(5, 1)]
+    assert reads[1] == pos[2]  # read again from the rewound position (then past entry 5: nothing)
