@@ -55,27 +55,51 @@ class Outputs:
             if isinstance(r, BaseException):
                 raise r
 
-    def prepare_outputs(self, txn: str, taken: list[tuple[int, int, Held]]) -> list[Send]:
+    def prepare_outputs(self, txn: str, taken: list[tuple[int, int, Held]]) -> list[list[Send]]:
         """The produce requests of every record of ``txn`` to its range's partition, encoded now
-        (while the transaction before commits) and sent by :meth:`produce_outputs`; at most
-        ``write_chunk`` records each: a request carries one section per destination
-        partition (the broker appends them in parallel, a partition's records in order), so
-        a transaction's outputs are one hop, not one per partition."""
+        (while the transaction before commits) and sent by :meth:`produce_outputs`, as lanes:
+        the requests of one lane go one after the other, the lanes side by side. A request
+        carries at most ``write_chunk`` records, in one section per destination partition
+        (one hop for many partitions). Each partition's records are in one lane, in order:
+        lanes of whole partitions when every partition fits a request (the common case, and
+        the broker appends them in parallel); else one lane of the records in order."""
         props = {"txn": txn, "w": self.name}
         partition_of = self.ranges.partition_of
-        return [
-            self.rest.prepare_routed(self.cfg.dest_topic, [
-                (partition_of(h.record.user_id), Msg(h.value, h.record.key, props))
-                for _, _, h in taken[i:i + write_chunk]
-            ], txn, ids=False)
-            for i in range(0, len(taken), write_chunk)
-        ]
+        rows = [(partition_of(h.record.user_id), Msg(h.value, h.record.key, props)) for _, _, h in taken]
+        by_dest: dict[int, list[tuple[int, Msg]]] = {}
+        for row in rows:
+            by_dest.setdefault(row[0], []).append(row)
+
+        def request(chunk: list[tuple[int, Msg]]) -> Send:
+            return self.rest.prepare_routed(self.cfg.dest_topic, chunk, txn, ids=False)
+
+        if any(len(group) > write_chunk for group in by_dest.values()):
+            return [[request(rows[i:i + write_chunk]) for i in range(0, len(rows), write_chunk)]]
+        lanes: list[list[Send]] = []
+        chunk: list[tuple[int, Msg]] = []
+        for group in by_dest.values():
+            if len(chunk) + len(group) > write_chunk:
+                lanes.append([request(chunk)])
+                chunk = []
+            chunk += group
+        if chunk:
+            lanes.append([request(chunk)])
+        return lanes
 
     @staticmethod
-    async def produce_outputs(sends: list[Send]) -> None:
-        """Send what :meth:`prepare_outputs` encoded, one request after the other."""
-        for send in sends:
-            await send()
+    async def produce_outputs(lanes: list[list[Send]]) -> None:
+        """Send what :meth:`prepare_outputs` encoded: each lane's requests in order, the lanes
+        side by side (all finish, failed or not, before an error is raised: nothing of this
+        transaction may still be in flight when it aborts)."""
+
+        async def lane(sends: list[Send]) -> None:
+            for send in sends:
+                await send()
+
+        results = await asyncio.gather(*(lane(sends) for sends in lanes), return_exceptions=True)
+        for r in results:
+            if isinstance(r, BaseException):
+                raise r
 
     async def write_progress(self, txn: str) -> None:
         """The next sequence number of every partition this transaction advanced, to the progress topic."""

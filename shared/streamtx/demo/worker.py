@@ -193,25 +193,41 @@ class Worker(SharedJob, Intake, Outputs):
                 if final:
                     # Encoded while the one before commits: the worker is idle meanwhile.
                     sends = self.prepare_outputs(txn, taken)
-                    # The one before must have ended first: the pending-ack store lets one
-                    # open transaction at a time hold a partition's cumulative ack.
-                    if not await self.settle():
+                    # Outputs, progress and acks go at the end: a destination partition's
+                    # readers see nothing past the first record of a transaction still
+                    # open there (read-committed), so outputs written all through the
+                    # interval would hold back the other workers' committed records too.
+                    # The outputs go while the one before commits (they follow its outputs
+                    # in every partition, and are invisible if either aborts): a worker's
+                    # writes and commits alternated, each waiting for the other.
+                    t0 = time.monotonic()
+                    producing = asyncio.ensure_future(self.produce_outputs(sends))
+                    try:
+                        # The acks wait for the one before to end: the pending-ack store
+                        # lets one open transaction at a time hold a partition's cumulative ack.
+                        settled = await self.settle()
+                    except BaseException:
+                        await asyncio.gather(producing, return_exceptions=True)
+                        raise
+                    if not settled:
+                        # All finish before the abort, failed or not: a write still in flight
+                        # when the transaction aborts could land after it.
+                        await asyncio.gather(producing, return_exceptions=True)
                         await self.give_up(txn, taken, "the transaction before it aborted")
                         return
                     self._log(txn, "wrote", n=len(taken))  # it does something now
                     late = sorted({p for p, _, _ in taken} - registered)
                     if late:
-                        await self.rest.add_partitions(
-                            txn, [full_name(partition_name(cfg.progress_topic, p)) for p in late])
-                    # Outputs, progress and acks go at the end: a destination partition's
-                    # readers see nothing past the first record of a transaction still
-                    # open there (read-committed), so outputs written all through the
-                    # interval would hold back the other workers' committed records too.
+                        try:
+                            await self.rest.add_partitions(
+                                txn, [full_name(partition_name(cfg.progress_topic, p)) for p in late])
+                        except BaseException:
+                            await asyncio.gather(producing, return_exceptions=True)
+                            raise
                     # All finish before we go on, failed or not: an ack still in flight
                     # when the transaction aborts could land after the abort (a late ack).
-                    t0 = time.monotonic()
                     results = await asyncio.gather(
-                        self.ack_positions(txn, taken), self.produce_outputs(sends),
+                        self.ack_positions(txn, taken), producing,
                         self.write_progress(txn), return_exceptions=True)
                     for r in results:
                         if isinstance(r, BaseException):
