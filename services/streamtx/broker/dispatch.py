@@ -291,7 +291,7 @@ class PartitionDispatch:
         # Inline, not a helper per unit: a cumulative ack scans everything out (tens of thousands
         # of units when a consumer prefetches a backlog).
         last = -1 if batch_index is None else batch_index
-        return [u for units in (list(self.pending), list(self.redeliver)) for u in units
+        return [u for units in (self.pending, self.redeliver) for u in units
                 if u[0] < pos or (u[0] == pos and (batch_index is None or (u[1] or 0) <= last))]
 
     def forget_through(self, pos: Position, batch_index: int | None) -> list[Unit]:

@@ -480,30 +480,31 @@ class Subscription:
         return resolved
 
     def hold(self, resolved: list[tuple[PartitionDispatch, Unit]], txn: TxnId, cumulative: bool = False
-             ) -> list[tuple[PartitionDispatch, Unit]]:
-        """Hold units for ``txn``; return those it did not hold already.
+             ) -> list[tuple[PartitionDispatch, list[Unit]]]:
+        """Hold units for ``txn``; return those it did not hold already, by partition.
 
         A cumulative ack also holds what is out with consumers at or before its id.
         """
-        newly: list[tuple[PartitionDispatch, Unit]] = []
+        newly: list[tuple[PartitionDispatch, list[Unit]]] = []
         # A partition at a time, in bulk: a cumulative ack holds tens of thousands of units.
-        for part, units in _by_partition(resolved):
+        for part, units in _by_partition(resolved).values():
             held = part.held
             if cumulative:
                 for pos, bi in list(units):
                     units += [u for u in part.units_through(pos, bi) if u not in held]
             units = list(dict.fromkeys(units))
-            newly += [(part, u) for u in units if held.get(u) != txn]
+            newly.append((part, [u for u in units if held.get(u) != txn]))
             held.update(dict.fromkeys(units, txn))
             part.forget(units)
         return newly
 
-    def unhold(self, units: list[tuple[PartitionDispatch, Unit]], txn: TxnId) -> None:
+    def unhold(self, newly: list[tuple[PartitionDispatch, list[Unit]]], txn: TxnId) -> None:
         """Undo :meth:`hold` after the pending-ack store refused or failed."""
-        for part, unit in units:
-            if part.held.get(unit) == txn:
-                del part.held[unit]
-                part.release([unit])
+        for part, units in newly:
+            mine = [u for u in units if part.held.get(u) == txn]
+            for u in mine:
+                del part.held[u]
+            part.release(mine)
         self.notifier.changed()
 
     async def end_txn(self, ids: list[str], txn: TxnId | None, commit: bool,
@@ -522,10 +523,10 @@ class Subscription:
             for part, (pos, bi) in cumulatives:
                 # The pending-ack store already ruled on conflicts: apply, never refuse.
                 await self._add_cumulative(batch, part, pos, bi, check_held=False)
-        released: list[tuple[PartitionDispatch, Unit]] = list(resolved)
+        released = _by_partition(resolved)
         for part in self.parts:
-            mine = [u for u, holder in part.held.items() if holder == txn]
-            released += [(part, u) for u in mine]
+            if mine := [u for u, holder in part.held.items() if holder == txn]:
+                released.setdefault(part.index, (part, []))[1].extend(mine)
         await batch.apply()
         if commit:
             # A retried end finds its deletes already applied in memory (the first try's
@@ -535,7 +536,7 @@ class Subscription:
             await asyncio.gather(*(part.cursor.sync() for part in touched.values()))
         for part, (pos, bi) in cumulatives if commit else ():
             part.forget_through(pos, bi)
-        for part, listed in _by_partition(released):
+        for part, listed in released.values():
             held, units = part.held, list(dict.fromkeys(listed))
             let_go = [u for u in units if txn is None or held.get(u) in (txn, _unknown_txn)]
             for u in let_go:
@@ -636,15 +637,15 @@ def _unit_order(unit: Unit) -> tuple[Position, int]:
 
 
 def _by_partition(units: Iterable[tuple[PartitionDispatch, Unit]]
-                  ) -> list[tuple[PartitionDispatch, list[Unit]]]:
-    """Units grouped by their partition, each group in the order given."""
+                  ) -> dict[int, tuple[PartitionDispatch, list[Unit]]]:
+    """Units grouped by their partition's index, each group in the order given."""
     groups: dict[int, tuple[PartitionDispatch, list[Unit]]] = {}
     for part, unit in units:
         group = groups.get(part.index)
         if group is None:
             group = groups[part.index] = (part, [])
         group[1].append(unit)
-    return list(groups.values())
+    return groups
 
 
 def _in_position_order(part: PartitionDispatch) -> None:
