@@ -65,6 +65,15 @@ def as_values(messages: list[Fetched]) -> wire.Values:
                        [m.message_id for m in messages], [m.partition for m in messages])
 
 
+def _fetch_request(topic: str, sub: str, consumer: str, max_messages: int, wait_ms: int,
+                   partitions: list[int] | None) -> tuple[str, dict[str, Any]]:
+    """A fetch's path and query."""
+    params: dict[str, Any] = {"max": max_messages, "wait_ms": wait_ms, "consumer": consumer}
+    if partitions is not None:
+        params["partitions"] = ",".join(map(str, partitions))
+    return f"/v1/topics/{tenant}/{namespace}/{topic}/subscriptions/{sub}/messages", params
+
+
 def position_of(message_id: str) -> tuple[int, int]:
     """``ledger:entry[:batch]`` → ``(entry, batch)``, the order within one partition."""
     mid = MessageId.parse(message_id)
@@ -186,16 +195,11 @@ class Rest:
 
     async def fetch(self, topic: str, sub: str, consumer: str, max_messages: int = 500,
                     wait_ms: int = 200, partitions: list[int] | None = None) -> list[Fetched]:
-        path = f"/v1/topics/{tenant}/{namespace}/{topic}/subscriptions/{sub}/messages"
-        params: dict[str, Any] = {"max": max_messages, "wait_ms": wait_ms, "consumer": consumer}
-        if partitions is not None:
-            params["partitions"] = ",".join(map(str, partitions))
-        timeout = self._timeout_s + wait_ms / 1000
         if self.binary:
-            response = await self._call_bytes(self._br, "GET", path, params=params, timeout=timeout,
-                                              headers={"accept": wire.CONTENT_TYPE})
-            return wire.decode_messages_answer(response.content)
-        out = await self._call(self._br, "GET", path, params=params, timeout=timeout)
+            return wire.decode_messages_answer(
+                await self._fetch_batch(topic, sub, consumer, max_messages, wait_ms, partitions))
+        path, params = _fetch_request(topic, sub, consumer, max_messages, wait_ms, partitions)
+        out = await self._call(self._br, "GET", path, params=params, timeout=self._timeout_s + wait_ms / 1000)
         return [
             Fetched(m["message_id"], int(m.get("partition") or 0), m.get("key"),
                     base64.b64decode(m["value"]), dict(m.get("properties") or {}))
@@ -208,12 +212,16 @@ class Rest:
         last message id of each partition: no decoded message object per record."""
         if not self.binary:
             return as_values(await self.fetch(topic, sub, consumer, max_messages, wait_ms))
-        path = f"/v1/topics/{tenant}/{namespace}/{topic}/subscriptions/{sub}/messages"
-        params = {"max": max_messages, "wait_ms": wait_ms, "consumer": consumer}
+        return wire.decode_values(await self._fetch_batch(topic, sub, consumer, max_messages, wait_ms), ids)
+
+    async def _fetch_batch(self, topic: str, sub: str, consumer: str, max_messages: int, wait_ms: int,
+                           partitions: list[int] | None = None) -> bytes:
+        """A fetch's answer in the binary batch format, undecoded."""
+        path, params = _fetch_request(topic, sub, consumer, max_messages, wait_ms, partitions)
         response = await self._call_bytes(self._br, "GET", path, params=params,
                                           timeout=self._timeout_s + wait_ms / 1000,
                                           headers={"accept": wire.CONTENT_TYPE})
-        return wire.decode_values(response.content, ids)
+        return response.content
 
     async def assigned(self, topic: str, sub: str, consumer: str) -> list[int]:
         """The partitions ``consumer`` is active on (a Failover subscription)."""
