@@ -37,6 +37,17 @@ def test_produce_round_trip(secs: list[tuple[int, list[wire.Msg]]], txn: tuple[i
 
 
 @settings(max_examples=40)
+@given(st.lists(st.tuples(st.integers(0, 1000), st.lists(st.tuples(st.binary(max_size=64), texts), max_size=6)),
+                max_size=4),
+       st.dictionaries(st.text(min_size=1, max_size=8), texts, max_size=3), txns)
+def test_a_keyed_produce_is_the_produce_of_its_messages(
+        secs: list[tuple[int, list[tuple[bytes, str]]]], props: dict[str, str], txn: tuple[int, int] | None) -> None:
+    keyed = [(p, [v for v, _ in rows], [k.encode() for _, k in rows]) for p, rows in secs]
+    plain = [(p, [wire.Msg(v, k, props) for v, k in rows]) for p, rows in secs]
+    assert wire.encode_produce_keyed(keyed, props, txn=txn) == wire.encode_produce(plain, txn=txn)
+
+
+@settings(max_examples=40)
 @given(st.lists(msgs, min_size=1, max_size=8), txns, st.integers(0, 2**40))
 def test_a_section_is_the_stored_entry_layout(ms: list[wire.Msg], txn: tuple[int, int] | None,
                                              publish: int) -> None:

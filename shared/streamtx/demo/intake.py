@@ -18,10 +18,9 @@ import json
 import sys
 import time
 from collections import defaultdict
-from typing import NamedTuple
 
 from streamtx.demo.layout import RunConfig
-from streamtx.demo.records import SearchRecord, decode
+from streamtx.demo.records import read
 from streamtx.demo.reorder import ReorderBuffer
 from streamtx.demo.rest import Rest, last_per_partition, retry_retriable
 from streamtx.errors import StreamtxError
@@ -34,13 +33,10 @@ resync_after_s = 1.0  # a gap at a partition's head this long: re-read its commi
 keepalive_s = 0.5  # fetch at least this often even when holding many records (Failover liveness)
 
 
-class Held(NamedTuple):
-    """A source message in hand (a named tuple: one per record, and a frozen dataclass's
-    ``__init__`` costs several times more)."""
-
-    message_id: str
-    record: SearchRecord
-    value: bytes
+#: A source record in hand, per record in the reorder buffer: ``(message id, user id, sent
+#: at ms, value)``. A plain tuple: a named tuple's constructor cost as much as the record's
+#: JSON decode, and a worker holds a backlog's worth of them.
+Held = tuple[str, int, int, bytes]
 
 
 class Intake:
@@ -166,13 +162,13 @@ class Intake:
         known, offer, committed = self.known, self.buf.offer, self.buf.is_committed
         assert got.ids is not None and got.partitions is not None
         for value, mid, partition in zip(got.values, got.ids, got.partitions, strict=True):
-            rec = decode(value)
+            user, src, seq, sent = read(value)
             if partition not in known:
                 continue  # it moved away while the fetch ran: its new owner gets it
-            if not offer(rec.src_partition, rec.seq, Held(mid, rec, value)):
+            if not offer(src, seq, (mid, user, sent, value)):
                 # A copy of a record the open transaction wrote is left alone: its ack
                 # belongs to that transaction, which may still abort.
-                if committed(rec.src_partition, rec.seq):
+                if committed(src, seq):
                     stale.append(mid)
         return stale
 

@@ -17,12 +17,12 @@ from collections.abc import Awaitable, Callable
 from streamtx.demo.intake import Held
 from streamtx.demo.layout import RunConfig
 from streamtx.demo.partitioner import RangePartitioner
+from streamtx.demo.records import key_bytes
 from streamtx.demo.reorder import ReorderBuffer
 from streamtx.demo.rest import Rest
-from streamtx.wire.batch import Msg
 
 write_chunk = 10_000  # records per produce / ack request (the broker takes at most 10,000): one hop each
-Send = Callable[[], Awaitable[list[str]]]  # a produce encoded, to send
+Send = Callable[[], Awaitable[object]]  # a produce encoded, to send
 # A backlog is worked off in bounded transactions, well within the timeout: about what a Kafka
 # worker commits per 500 ms interval here (45,000); 10,000 left the services idle between commits.
 max_txn_records = 40_000
@@ -41,11 +41,9 @@ class Outputs:
     async def ack_positions(self, txn: str, taken: list[tuple[int, int, Held]]) -> None:
         """Ack the records' sources in ``txn``: per partition, the first record individually
         and everything up to the last cumulatively (the fence: see :mod:`streamtx.demo.worker`'s doc)."""
-        first: dict[int, str] = {}
-        last: dict[int, str] = {}
-        for p, _, h in taken:  # a partition's records are taken in sequence (= position) order
-            first.setdefault(p, h.message_id)
-            last[p] = h.message_id
+        # A partition's records are taken in sequence (= position) order.
+        last = {p: h[0] for p, _, h in taken}
+        first = {p: h[0] for p, _, h in reversed(taken)}
         results = await asyncio.gather(
             self.rest.ack(self.cfg.source_topic, self.sub, list(first.values()), txn),
             self.rest.ack(self.cfg.source_topic, self.sub, list(last.values()), txn, cumulative=True),
@@ -60,30 +58,38 @@ class Outputs:
         (while the transaction before commits) and sent by :meth:`produce_outputs`, as lanes:
         the requests of one lane go one after the other, the lanes side by side. A request
         carries at most ``write_chunk`` records, in one section per destination partition
-        (one hop for many partitions). Each partition's records are in one lane, in order:
-        lanes of whole partitions when every partition fits a request (the common case, and
-        the broker appends them in parallel); else one lane of the records in order."""
-        props = {"txn": txn, "w": self.name}
+        (one hop for many partitions), and each partition's records are in one lane, in
+        order: whole partitions are packed into requests of a lane each (the broker appends
+        them in parallel); a partition with more than a request's worth is a lane of its own."""
         partition_of = self.ranges.partition_of
-        rows = [(partition_of(h.record.user_id), Msg(h.value, h.record.key, props)) for _, _, h in taken]
-        by_dest: dict[int, list[tuple[int, Msg]]] = {}
-        for row in rows:
-            by_dest.setdefault(row[0], []).append(row)
+        by_dest: dict[int, tuple[list[bytes], list[bytes]]] = {}
+        for _, _, (_, user, _, value) in taken:
+            dest = partition_of(user)
+            group = by_dest.get(dest)
+            if group is None:
+                group = by_dest[dest] = ([], [])
+            group[0].append(value)
+            group[1].append(key_bytes(user))
+        props = {"txn": txn, "w": self.name}
 
-        def request(chunk: list[tuple[int, Msg]]) -> Send:
-            return self.rest.prepare_routed(self.cfg.dest_topic, chunk, txn, ids=False)
+        def request(sections: list[tuple[int, list[bytes], list[bytes]]]) -> Send:
+            return self.rest.prepare_keyed(self.cfg.dest_topic, sections, props, txn)
 
-        if any(len(group) > write_chunk for group in by_dest.values()):
-            return [[request(rows[i:i + write_chunk]) for i in range(0, len(rows), write_chunk)]]
         lanes: list[list[Send]] = []
-        chunk: list[tuple[int, Msg]] = []
-        for group in by_dest.values():
-            if len(chunk) + len(group) > write_chunk:
-                lanes.append([request(chunk)])
-                chunk = []
-            chunk += group
-        if chunk:
-            lanes.append([request(chunk)])
+        packed: list[tuple[int, list[bytes], list[bytes]]] = []
+        size = 0
+        for dest, (values, keys) in by_dest.items():
+            if len(values) > write_chunk:
+                lanes.append([request([(dest, values[i:i + write_chunk], keys[i:i + write_chunk])])
+                              for i in range(0, len(values), write_chunk)])
+                continue
+            if size + len(values) > write_chunk:
+                lanes.append([request(packed)])
+                packed, size = [], 0
+            packed.append((dest, values, keys))
+            size += len(values)
+        if packed:
+            lanes.append([request(packed)])
         return lanes
 
     @staticmethod

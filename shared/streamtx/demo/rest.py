@@ -146,34 +146,38 @@ class Rest:
         self, topic: str, rows: list[tuple[int, wire.Msg]], txn_id: str | None = None,
         producer: dict[str, Any] | None = None,
     ) -> list[str]:
-        """:meth:`produce` of ``(partition, message)`` rows: a worker builds each output once, as
-        the wire takes it (not a dict per record first, turned into the row here)."""
-        return await self.prepare_routed(topic, rows, txn_id, producer)()
-
-    def prepare_routed(
-        self, topic: str, rows: list[tuple[int, wire.Msg]], txn_id: str | None = None,
-        producer: dict[str, Any] | None = None, ids: bool = True,
-    ) -> Callable[[], Awaitable[list[str]]]:
-        """Encode the produce of :meth:`produce_routed` now, send it when the result is called:
-        a worker encodes its outputs while the transaction before commits. Without ``ids`` the
-        answer's message ids are not read out (a string per message nobody uses): it gives []."""
+        """:meth:`produce` of ``(partition, message)`` rows, the message ids in row order."""
         if not self.binary:
             messages = [{"key": m.key, "value": m.value, "properties": dict(m.properties), "partition": p}
                         for p, m in rows]
-            return lambda: self._produce_json(topic, messages, txn_id, producer)
-        path = f"/v1/topics/{tenant}/{namespace}/{topic}/messages"
+            return await self._produce_json(topic, messages, txn_id, producer)
         content, order = wire.encode_produce_routed(
             rows, txn=None if txn_id is None else TxnId.parse(txn_id),
             producer=None if producer is None else (
                 producer["name"], producer["epoch"], producer["sequence"]),
         )
+        response = await self._send_produce(topic, content)
+        return wire.ids_in_request_order(order, response.content)
 
-        async def send() -> list[str]:
-            response = await self._call_bytes(self._br, "POST", path, content=content,
-                                              headers={"content-type": wire.CONTENT_TYPE})
-            return wire.ids_in_request_order(order, response.content) if ids else []
+    def prepare_keyed(
+        self, topic: str, sections: list[tuple[int, list[bytes], list[bytes]]],
+        properties: dict[str, str], txn_id: str,
+    ) -> Callable[[], Awaitable[object]]:
+        """Encode now a produce of ``(partition, values, utf-8 keys)`` sections whose messages
+        all carry ``properties``; send it when the result is called. A worker encodes its
+        outputs while the transaction before commits, one message object per record fewer
+        than :meth:`produce_routed`; the answer's ids are not read out (nobody uses them)."""
+        if not self.binary:
+            messages = [{"key": k.decode(), "value": v, "properties": properties, "partition": p}
+                        for p, values, keys in sections for v, k in zip(values, keys, strict=True)]
+            return lambda: self._produce_json(topic, messages, txn_id, None)
+        content = wire.encode_produce_keyed(sections, properties, txn=TxnId.parse(txn_id))
+        return lambda: self._send_produce(topic, content)
 
-        return send
+    async def _send_produce(self, topic: str, content: bytes) -> httpx.Response:
+        path = f"/v1/topics/{tenant}/{namespace}/{topic}/messages"
+        return await self._call_bytes(self._br, "POST", path, content=content,
+                                      headers={"content-type": wire.CONTENT_TYPE})
 
     async def _produce_json(self, topic: str, messages: list[dict[str, Any]], txn_id: str | None,
                             producer: dict[str, Any] | None) -> list[str]:

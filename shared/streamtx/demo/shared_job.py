@@ -16,7 +16,7 @@ from streamtx.demo.intake import Held
 from streamtx.demo.layout import RunConfig
 from streamtx.demo.outputs import max_txn_records, write_chunk
 from streamtx.demo.partitioner import RangePartitioner
-from streamtx.demo.records import decode
+from streamtx.demo.records import read, user_key
 from streamtx.demo.rest import Fetched, full_name, partition_name, retry_retriable
 from streamtx.demo.txnlog import TxnLog
 from streamtx.errors import StreamtxError
@@ -53,8 +53,9 @@ class SharedJob(TxnLog):
                                      self.rest.add_subscriptions(txn, [(full_name(cfg.source_topic), sub)]))
                 deadline = time.monotonic() + self.commit_interval_s
                 while msgs:
-                    held = [Held(m.message_id, r, m.value) for m in msgs for r in [decode(m.value)]]
-                    ready = [(h.record.src_partition, h.record.seq, h) for h in held]
+                    ready: list[tuple[int, int, Held]] = [
+                        (src, seq, (m.message_id, user, sent, m.value))
+                        for m in msgs for user, src, seq, sent in [read(m.value)]]
                     await self.write(txn, ready, sub=sub)
                     taken.extend(ready)
                     remaining = deadline - time.monotonic()
@@ -86,15 +87,15 @@ class SharedJob(TxnLog):
         for i in range(0, len(ready), write_chunk):
             chunk = ready[i:i + write_chunk]
             messages = [
-                {"key": h.record.key, "value": h.value, "properties": props,
-                 "partition": self.ranges.partition_of(h.record.user_id)}
-                for _, _, h in chunk
+                {"key": user_key(user), "value": value, "properties": props,
+                 "partition": self.ranges.partition_of(user)}
+                for _, _, (_, user, _, value) in chunk
             ]
             # Both finish before we go on, failed or not: an ack still in flight when the
             # transaction aborts could land after the abort (a late ack).
             results = await asyncio.gather(
                 self.rest.produce(self.cfg.dest_topic, messages, txn),
-                self.rest.ack(self.cfg.source_topic, sub or self.sub, [h.message_id for *_, h in chunk], txn),
+                self.rest.ack(self.cfg.source_topic, sub or self.sub, [h[0] for *_, h in chunk], txn),
                 return_exceptions=True,
             )
             for r in results:

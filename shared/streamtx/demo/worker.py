@@ -92,7 +92,7 @@ class Committing:
     txn: str
     taken: list[tuple[int, int, Held]]
     timing: defaultdict[str, float]
-    task: asyncio.Task[tuple[bool, float]]
+    task: asyncio.Task[tuple[bool, float, float]]  # committed, seconds taken, wall time of the answer
     started: float = field(default_factory=time.monotonic)
     started_wall_ms: float = field(default_factory=lambda: time.time() * 1000)
 
@@ -254,10 +254,10 @@ class Worker(SharedJob, Intake, Outputs):
         timing, self.timing = self.timing, defaultdict(float)
         self.committing = Committing(txn, taken, timing, asyncio.create_task(self._commit(txn)))
 
-    async def _commit(self, txn: str) -> tuple[bool, float]:
+    async def _commit(self, txn: str) -> tuple[bool, float, float]:
         t0 = time.monotonic()
         committed = await self._resolve(txn, commit=True)
-        return committed, time.monotonic() - t0
+        return committed, time.monotonic() - t0, time.time()
 
     async def settle(self) -> bool:
         """Wait for the transaction being committed, if any, and apply its outcome. False
@@ -265,18 +265,20 @@ class Worker(SharedJob, Intake, Outputs):
         c, self.committing = self.committing, None
         if c is None:
             return True
-        committed, commit_s = await c.task
+        committed, commit_s, answered_at = await c.task
         self.last_commit_s = commit_s
         timing = {k: round(v * 1000) if k != "fetched" else int(v) for k, v in c.timing.items()}
         if committed:
             self.buf.commit_oldest()
             # How old its records were when the commit was asked: the rest of their
             # end-to-end latency is the commit and the reader.
-            sent = [h.record.sent_at_ms for *_, h in c.taken]
             at = c.started_wall_ms
-            ages = {"age_max": round(at - min(sent)), "age_min": round(at - max(sent))} if sent else {}
+            ages = ({"age_max": round(at - min(h[2] for *_, h in c.taken)),
+                     "age_min": round(at - max(h[2] for *_, h in c.taken))} if c.taken else {})
+            # ``at``: when the commit was answered (this line is written when the loop next
+            # looks, up to a fetch's wait later); a job's window ends there (bench/peer.py).
             self._log(c.txn, "committed", n=len(c.taken), p=sorted({p for p, _, _ in c.taken}),
-                      commit=round(commit_s * 1000), **timing, **ages)
+                      commit=round(commit_s * 1000), at=answered_at, **timing, **ages)
             return True
         self.buf.rollback(keep=self.known)
         self.resync_wanted |= self.known  # refused: another worker may have written these

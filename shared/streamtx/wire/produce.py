@@ -27,13 +27,13 @@ in request order; a section's message ids are ``ledger:entry`` when
 from __future__ import annotations
 
 import struct
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 
 from streamtx.contracts.txnid import TxnId, from_pair
 from streamtx.errors import MalformedError
 from streamtx.wire.frame import HAS_TXN, PRODUCE, PRODUCED, TXN, U8, U16, U32, check_prelude, prelude_of
-from streamtx.wire.messages import Msg, encode_messages
+from streamtx.wire.messages import Msg, encode_keyed, encode_messages
 
 _epoch_seq = struct.Struct(">QQ")
 _section = struct.Struct(">III")
@@ -64,6 +64,31 @@ class Produce:
 def encode_produce(sections: Sequence[tuple[int, Sequence[Msg]]], *, txn: TxnId | None = None,
                    producer: tuple[str, int, int] | None = None) -> bytes:
     """A produce body from ``(partition, messages)`` pairs, request indexes in that order."""
+    bodies: list[tuple[int, int, bytes]] = []
+    index = 0
+    for partition, messages in sections:
+        count, body = encode_messages(messages, index)
+        index += count
+        bodies.append((partition, count, body))
+    return encode_produce_bodies(bodies, txn=txn, producer=producer)
+
+
+def encode_produce_keyed(sections: Sequence[tuple[int, Sequence[bytes], Sequence[bytes]]],
+                         properties: Mapping[str, str], *, txn: TxnId | None = None) -> bytes:
+    """A produce body from ``(partition, values, utf-8 keys)`` sections whose messages all
+    carry ``properties``: no message object per record (a worker's outputs)."""
+    bodies: list[tuple[int, int, bytes]] = []
+    index = 0
+    for partition, values, keys in sections:
+        bodies.append((partition, len(values), encode_keyed(values, keys, properties, index)))
+        index += len(values)
+    return encode_produce_bodies(bodies, txn=txn)
+
+
+def encode_produce_bodies(sections: Iterable[tuple[int, int, bytes]], *, txn: TxnId | None = None,
+                          producer: tuple[str, int, int] | None = None) -> bytes:
+    """The frame around ``(partition, count, message area)`` sections already encoded, their
+    request indexes numbered in this order."""
     flags = (HAS_TXN if txn is not None else 0) | (_has_producer if producer is not None else 0)
     parts = [prelude_of(PRODUCE), U8.pack(flags)]
     if txn is not None:
@@ -71,11 +96,9 @@ def encode_produce(sections: Sequence[tuple[int, Sequence[Msg]]], *, txn: TxnId 
     if producer is not None:
         name = producer[0].encode()
         parts += [U16.pack(len(name)), name, _epoch_seq.pack(producer[1], producer[2])]
+    sections = list(sections)
     parts.append(U32.pack(len(sections)))
-    index = 0
-    for partition, messages in sections:
-        count, body = encode_messages(messages, index)
-        index += count
+    for partition, count, body in sections:
         parts += [_section.pack(partition, count, len(body)), body]
     return b"".join(parts)
 

@@ -10,12 +10,13 @@ from typing import Any, cast
 
 import pytest
 
+from streamtx.demo import outputs
 from streamtx.demo.layout import RunConfig, read_jsonl, worker_log
 from streamtx.demo.records import SearchRecord, decode, encode
 from streamtx.demo.rest import Fetched, Rest, as_values
 from streamtx.demo.worker import Worker
 from streamtx.errors import ConflictError, UnavailableError
-from streamtx.wire.batch import Msg, Values
+from streamtx.wire.batch import Values
 
 
 class FakeSuite:
@@ -33,6 +34,7 @@ class FakeSuite:
         self.progress: list[dict[str, int]] = []  # committed progress records not yet read
         self.assignment: list[int] = list(range(8))  # what the Failover subscription gives worker-0
         self.closed: list[str] = []  # Failover consumers closed
+        self.encoded: list[list[tuple[int, list[bytes], list[bytes]]]] = []  # produce sections, per request
 
     async def fetch(self, topic: str, sub: str, consumer: str, max_messages: int = 500, wait_ms: int = 200,
                     partitions: list[int] | None = None) -> list[Fetched]:
@@ -68,12 +70,12 @@ class FakeSuite:
         self.txns[txn_id]["produced"] += [{**m, "topic": topic} for m in messages]
         return [f"1:{i}" for i in range(len(messages))]
 
-    def prepare_routed(self, topic: str, rows: list[tuple[int, Msg]], txn_id: str | None = None,
-                       producer: dict[str, Any] | None = None, ids: bool = True
-                       ) -> Callable[[], Awaitable[list[str]]]:
-        messages = [{"key": m.key, "value": m.value, "properties": dict(m.properties), "partition": p}
-                    for p, m in rows]
-        return lambda: self.produce(topic, messages, txn_id, producer)
+    def prepare_keyed(self, topic: str, sections: list[tuple[int, list[bytes], list[bytes]]],
+                      properties: dict[str, str], txn_id: str) -> Callable[[], Awaitable[list[str]]]:
+        messages = [{"key": k.decode(), "value": v, "properties": dict(properties), "partition": p}
+                    for p, values, keys in sections for v, k in zip(values, keys, strict=True)]
+        self.encoded.append(sections)
+        return lambda: self.produce(topic, messages, txn_id)
 
     async def ack(self, topic: str, sub: str, message_ids: list[str], txn_id: str | None = None,
                   cumulative: bool = False) -> None:
@@ -151,6 +153,27 @@ async def test_out_of_order_delivery_is_written_in_order_once(worker: tuple[Work
     progress = [json.loads(m["value"]) for m in suite.visible if m["topic"].startswith("reshard-progress")]
     assert {"p": 0, "next": 3} in progress and {"p": 1, "next": 1} in progress
     assert outcomes(w) == ["committed", "committed"]
+
+
+def test_outputs_go_in_lanes_that_keep_each_partitions_records_in_order(
+    worker: tuple[Worker, FakeSuite], monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    w, suite = worker
+    monkeypatch.setattr(outputs, "write_chunk", 4)
+    # Destination partitions of 250 users each: 6 records for 0, then 1, 2, 1, 3, 3.
+    users = [0, 1, 2, 3, 4, 5, 300, 600, 301, 900, 901]
+    taken = [(0, i, (f"7:{i}", u, 0, b"v%d" % i)) for i, u in enumerate(users)]
+    lanes = w.prepare_outputs("0:1", taken)
+    assert [len(lane) for lane in lanes] == [2, 1, 1]  # partition 0 alone, over two requests
+
+    def request(*sections: tuple[int, list[int]]) -> list[tuple[int, list[bytes], list[bytes]]]:
+        return [(d, [b"v%d" % i for i in idx], [b"u%08d" % users[i] for i in idx]) for d, idx in sections]
+
+    assert suite.encoded == [
+        request((0, [0, 1, 2, 3])), request((0, [4, 5])),
+        request((1, [6, 8]), (2, [7])),  # whole partitions packed while they fit a request
+        request((3, [9, 10])),
+    ]
 
 
 async def test_a_failed_write_aborts_and_the_next_transaction_redoes_it(
