@@ -36,12 +36,15 @@ def test_produce_round_trip(secs: list[tuple[int, list[wire.Msg]]], txn: tuple[i
         first += s.count
 
 
+keyed_rows = st.lists(st.tuples(st.binary(max_size=64), texts), max_size=6)
+
+
 @settings(max_examples=40)
-@given(st.lists(st.tuples(st.integers(0, 1000), st.lists(st.tuples(st.binary(max_size=64), texts), max_size=6)),
-                max_size=4),
+@given(st.lists(st.tuples(st.integers(0, 1000), keyed_rows), max_size=4),
        st.dictionaries(st.text(min_size=1, max_size=8), texts, max_size=3), txns)
 def test_a_keyed_produce_is_the_produce_of_its_messages(
-        secs: list[tuple[int, list[tuple[bytes, str]]]], props: dict[str, str], txn: tuple[int, int] | None) -> None:
+        secs: list[tuple[int, list[tuple[bytes, str]]]], props: dict[str, str],
+        txn: tuple[int, int] | None) -> None:
     keyed = [(p, [v for v, _ in rows], [k.encode() for _, k in rows]) for p, rows in secs]
     plain = [(p, [wire.Msg(v, k, props) for v, k in rows]) for p, rows in secs]
     assert wire.encode_produce_keyed(keyed, props, txn=txn) == wire.encode_produce(plain, txn=txn)
@@ -190,6 +193,34 @@ def test_bad_produce_bodies_are_refused() -> None:
         wire.decode_acks(wire.encode_acks(["1:2"])[:-1])
     with pytest.raises(MalformedError):
         wire.decode_acks(wire.encode_acks(["1:2"]) + b"\0")
+
+
+def _raw_keys(keys: list[bytes]) -> bytes:
+    """Messages with these key bytes (UTF-8 or not), no properties, empty values."""
+    return b"".join(struct.pack(">Ii", i, len(k)) + k + struct.pack(">HI", 0, 0) for i, k in enumerate(keys))
+
+
+@settings(max_examples=200)
+@given(st.lists(st.binary(max_size=4) | st.text(max_size=3).map(str.encode), min_size=1, max_size=5))
+def test_keys_are_refused_exactly_when_one_is_not_utf8(keys: list[bytes]) -> None:
+    def utf8(k: bytes) -> bool:
+        try:
+            k.decode()
+        except UnicodeDecodeError:
+            return False
+        return True
+
+    if all(utf8(k) for k in keys):
+        assert wire.validate_messages(_raw_keys(keys), len(keys), 0) == 0
+    else:
+        with pytest.raises(MalformedError):
+            wire.validate_messages(_raw_keys(keys), len(keys), 0)
+
+
+def test_a_character_split_over_two_keys_is_refused() -> None:
+    # b"\xc3" + b"\xa9" is "é": each half alone is not UTF-8.
+    with pytest.raises(MalformedError):
+        wire.validate_messages(_raw_keys([b"a\xc3", b"\xa9b"]), 2, 0)
 
 
 @settings(max_examples=150)

@@ -17,9 +17,12 @@ from __future__ import annotations
 
 import asyncio
 from binascii import b2a_base64
+from bisect import bisect_right
 from collections import OrderedDict
 from collections.abc import Iterable
 from dataclasses import dataclass
+from itertools import chain, repeat
+from math import inf
 from typing import Any
 
 from streamtx.broker.partition import Partition
@@ -62,6 +65,11 @@ class Delivery:
 Handed = tuple[Stored, int | None, int]  # entry, batch index, redelivery count
 
 
+def unit_order(unit: Unit) -> tuple[Position, int]:
+    """A unit's place in its partition (a one-message entry's unit has no batch index)."""
+    return unit[0], -1 if unit[1] is None else unit[1]
+
+
 def unit_id(unit: Unit) -> str:
     pos, bi = unit
     return format_id(pos.ledger_id, pos.entry_id, bi)
@@ -89,6 +97,10 @@ class PartitionDispatch:
         self.held_through: Position | None = None
         self._ahead: list[Entry] = []  # see :meth:`_keep_ahead`
         self.pending: dict[Unit, Delivery] = {}
+        # Whether ``pending``'s units ascend in insertion order: the read pass's bulk hand-out
+        # keeps it (its units lie past all dispatched), any other insert may not. Then what a
+        # cumulative ack covers is a prefix, found by bisection (see :meth:`units_through`).
+        self._in_order = True
         self.redeliver: OrderedDict[Unit, Delivery] = OrderedDict()
         self.held: dict[Unit, tuple[int, int]] = {}  # unit → txn holding it
         self.lock = asyncio.Lock()
@@ -138,11 +150,14 @@ class PartitionDispatch:
     async def fetch(self, consumer: str, limit: int, deadline: float) -> list[Handed]:
         out: list[Handed] = []
         async with self.lock:
+            if not self.pending:
+                self._in_order = True
             while self.redeliver and len(out) < limit:
                 unit, d = self.redeliver.popitem(last=False)
                 if self.is_gone(unit) or unit in self.held:
                     continue
                 d = Delivery(consumer, deadline, d.entry, d.batch_size, d.redeliveries + 1)
+                self._in_order = False
                 self.pending[unit] = d
                 out.append((d.entry, unit[1], d.redeliveries))
             while len(out) < limit:
@@ -226,14 +241,16 @@ class PartitionDispatch:
         if not deleted and (through is None or pos > through) and (held_to is None or pos > held_to):
             # Past everything ever handed out or held here (acks stop at ``dispatched_through``):
             # none of it is out, queued or held, so the entry goes out whole, in bulk.
-            units: list[Unit] = [(pos, None)] if size == 1 else [(pos, bi) for bi in range(size)]
             room = limit - len(out)
             whole = room >= size
+            n = size if whole else room
             if not whole:
-                del units[room:]
                 self._stopped_at = room
-            self.pending.update(dict.fromkeys(units, delivery))
-            out.extend([(entry, bi, 0) for _, bi in units])
+            # Built by zip, not a comprehension: no bytecode runs per message.
+            indexes: Iterable[int | None] = (None,) * n if size == 1 else range(n)
+            units: list[Unit] = list(zip(repeat(pos, n), indexes, strict=True))
+            self.pending.update(zip(units, repeat(delivery, n), strict=True))
+            out.extend(zip(repeat(entry, n), indexes, repeat(0, n), strict=True))
             return whole
         pending, held, redeliver = self.pending, self.held, self.redeliver
         for bi in range(size):
@@ -244,6 +261,7 @@ class PartitionDispatch:
             if len(out) >= limit:
                 self._stopped_at = bi
                 return False
+            self._in_order = False
             pending[unit] = delivery
             out.append((entry, index, 0))
         return True
@@ -288,11 +306,21 @@ class PartitionDispatch:
 
     def units_through(self, pos: Position, batch_index: int | None) -> list[Unit]:
         """Units out with consumers or queued for redelivery at or before a cumulative ack point."""
-        # Inline, not a helper per unit: a cumulative ack scans everything out (tens of thousands
-        # of units when a consumer prefetches a backlog).
+        if self._in_order:
+            # Tens of thousands of units when a consumer prefetches a backlog: a bisection of
+            # the prefix, not a test per unit.
+            keys = list(self.pending)
+            covered = keys[:bisect_right(keys, (pos, inf if batch_index is None else batch_index),
+                                         key=unit_order)]
+            if not self.redeliver:
+                return covered
+            scan: Iterable[Unit] = self.redeliver
+        else:
+            covered, scan = [], chain(self.pending, self.redeliver)
+        # Inline, not a helper per unit.
         last = -1 if batch_index is None else batch_index
-        return [u for units in (self.pending, self.redeliver) for u in units
-                if u[0] < pos or (u[0] == pos and (batch_index is None or (u[1] or 0) <= last))]
+        return covered + [u for u in scan
+                          if u[0] < pos or (u[0] == pos and (batch_index is None or (u[1] or 0) <= last))]
 
     def forget_through(self, pos: Position, batch_index: int | None) -> list[Unit]:
         gone = self.units_through(pos, batch_index)

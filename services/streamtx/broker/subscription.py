@@ -30,7 +30,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from streamtx.broker import failover, metrics
-from streamtx.broker.dispatch import Handed, PartitionDispatch, Unit, render_json, unit_id
+from streamtx.broker.dispatch import Handed, PartitionDispatch, Unit, render_json, unit_id, unit_order
 from streamtx.broker.notify import Notifier
 from streamtx.broker.replicas.exclusive import ExclusiveClaims
 from streamtx.broker.settings import BrokerSettings
@@ -209,7 +209,7 @@ class Subscription:
             if part is None:  # owned by another replica
                 continue
             released += len(part.pending)
-            part.release(sorted(part.pending, key=_unit_order))
+            part.release(sorted(part.pending, key=unit_order))
             _in_position_order(part)
         if released:
             metrics.redeliveries.labels(*self._labels).inc(released)
@@ -632,10 +632,6 @@ class Subscription:
             await p.cursor.close()
 
 
-def _unit_order(unit: Unit) -> tuple[Position, int]:
-    return unit[0], -1 if unit[1] is None else unit[1]
-
-
 def _by_partition(units: Iterable[tuple[PartitionDispatch, Unit]]
                   ) -> dict[int, tuple[PartitionDispatch, list[Unit]]]:
     """Units grouped by their partition's index, each group in the order given."""
@@ -650,7 +646,7 @@ def _by_partition(units: Iterable[tuple[PartitionDispatch, Unit]]
 
 def _in_position_order(part: PartitionDispatch) -> None:
     """Sort what waits for redelivery by position: a moved partition's new consumer gets it in order."""
-    part.redeliver = OrderedDict(sorted(part.redeliver.items(), key=lambda kv: _unit_order(kv[0])))
+    part.redeliver = OrderedDict(sorted(part.redeliver.items(), key=lambda kv: unit_order(kv[0])))
 
 
 async def _until_ready(parts: list[PartitionDispatch]) -> None:

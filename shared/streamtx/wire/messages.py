@@ -137,6 +137,7 @@ def validate_messages(body: bytes | memoryview, count: int, first_index: int, *,
     end = len(data)
     off = 0
     values = 0
+    keys: list[bytes] = []  # checked as UTF-8 at the end, in one decode
     u32, u16, head = U32.unpack_from, U16.unpack_from, MSG_HEAD.unpack_from
     try:
         for i in range(first_index, first_index + count):
@@ -147,7 +148,7 @@ def validate_messages(body: bytes | memoryview, count: int, first_index: int, *,
             if klen >= 0:
                 if off + klen > end:
                     raise MalformedError(f"message {i}: key runs past the section")
-                str(data[off:off + klen], "utf-8")
+                keys.append(raw[off:off + klen])
                 off += klen
             elif klen != -1:
                 raise MalformedError(f"message {i}: bad key length {klen}")
@@ -174,6 +175,9 @@ def validate_messages(body: bytes | memoryview, count: int, first_index: int, *,
             if off > end:
                 raise MalformedError(f"message {i}: value runs past the section")
             values += vlen
+        # NUL is a whole character that no multi-byte sequence contains: the join is UTF-8
+        # exactly when every key is (one decode, not a call per message).
+        str(b"\0".join(keys), "utf-8")
     except struct.error:
         raise MalformedError("section ends inside a message") from None
     except UnicodeDecodeError as exc:

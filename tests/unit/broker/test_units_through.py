@@ -1,0 +1,68 @@
+"""Property: what a cumulative ack covers (``PartitionDispatch.units_through``) is every unit
+out with a consumer or queued for redelivery at or before its id, whether found as a prefix
+of the units handed out in order or by a scan after nacks and redeliveries."""
+
+from __future__ import annotations
+
+import asyncio
+
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from streamtx.broker.dispatch import PartitionDispatch, Unit, unit_order
+from streamtx.broker.pendingack_client import PendingAckClient
+from streamtx.broker.registry import Broker
+from streamtx.broker.settings import BrokerSettings
+from streamtx.broker.subscription import SubscriptionType
+from streamtx.broker.topic import Outgoing
+from streamtx.contracts.msgid import MessageId
+from streamtx.ledger import open_ledger_factory
+from streamtx.records.partition import Message
+
+T = "persistent://t/n/c"
+ops = st.lists(st.one_of(
+    st.tuples(st.just("send"), st.integers(1, 4)),  # an entry of this many messages
+    st.tuples(st.just("fetch"), st.integers(1, 5)),
+    st.tuples(st.just("nack"), st.integers(0, 30)),  # the k-th handed unit, if any
+    st.tuples(st.just("ack"), st.integers(0, 30)),
+), max_size=40)
+
+
+def covered(part: PartitionDispatch, bound: Unit) -> list[Unit]:
+    """The definition: every unit out or queued at or before ``bound``."""
+    pos, bi = bound
+    return [u for u in [*part.pending, *part.redeliver]
+            if u[0] < pos or (u[0] == pos and (bi is None or (u[1] or 0) <= bi))]
+
+
+async def run(script: list[tuple[str, int]]) -> None:
+    settings_ = BrokerSettings(ledger_url="memory://", dispatch_read_entries=2)  # type: ignore[call-arg]
+    broker = Broker(open_ledger_factory("memory://"), settings_, PendingAckClient(None, 1.0))
+    await broker.start()
+    await broker.create_topic(T, 1)
+    topic = broker.topic(T)
+    sub = await broker.create_subscription(T, "s", SubscriptionType.SHARED, "earliest")
+    part = sub.parts[0]
+    handed: list[str] = []
+    units: list[Unit] = []  # every unit produced, in log order
+    for op, arg in script:
+        if op == "send":
+            ids = await topic.produce([Outgoing(Message(b"v", request_index=i), 0) for i in range(arg)],
+                                      None, None)
+            units += [sub.resolve(MessageId.parse(i))[1] for i in ids]
+        elif op == "fetch":
+            handed += [m["message_id"] for m in await sub.fetch("c", arg, 0)]
+        elif handed and op == "nack":
+            await sub.nack([MessageId.parse(handed[arg % len(handed)])])
+        elif handed and op == "ack":
+            await sub.ack([MessageId.parse(handed.pop(arg % len(handed)))], cumulative=False)
+        for bound in units:
+            assert sorted(part.units_through(*bound), key=unit_order) == sorted(covered(part, bound),
+                                                                               key=unit_order)
+    await broker.close()
+
+
+@settings(max_examples=120, deadline=None)
+@given(ops)
+def test_a_cumulative_ack_covers_every_unit_out_or_queued_before_it(script: list[tuple[str, int]]) -> None:
+    asyncio.run(run(script))
