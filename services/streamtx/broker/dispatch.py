@@ -394,20 +394,26 @@ def render_batch(handed: list[Handed]) -> bytes:
     rows: list[wire_fetch.Delivered] = []
     i, n = 0, len(handed)
     while i < n:
-        entry = handed[i][0]
-        j = i
-        while j < n and handed[j][0] is entry:
-            j += 1
+        entry, first, rc = handed[i]
         h, pos = entry.header, entry.pos
-        group = handed[i:j]
-        whole = len(group) == h.count and all(rc == 0 and (bi or 0) == k
-                                              for k, (_, bi, rc) in enumerate(group))
+        j = i + h.count
+        # The read pass hands a fresh ``Stored`` per entry and its units out together, in order,
+        # never redelivered (a redelivery counts at least 1): such a run from the entry's first
+        # unit to its last is all of it, with no look at the units between.
+        whole = (rc == 0 and not first and j <= n and handed[j - 1][0] is entry
+                 and (handed[j - 1][1] or 0) == h.count - 1 and handed[j - 1][2] == 0)
+        if not whole:
+            j = i + 1
+            while j < n and handed[j][0] is entry:
+                j += 1
+            whole = j - i == h.count and all(c == 0 and (bi or 0) == k
+                                             for k, (_, bi, c) in enumerate(handed[i:j]))
         src = h.source
         rows.append(wire_fetch.Delivered(
             entry.partition, pos.ledger_id, pos.entry_id,
             h.publish_time_ms if src is None else src.publish_time_ms, h.count,
             memoryview(entry.data)[h.body_offset:],
-            None if whole else [(bi or 0, rc) for _, bi, rc in group],
+            None if whole else [(bi or 0, c) for _, bi, c in handed[i:j]],
             None if src is None else (src.cluster, src.ledger_id, src.entry_id),
         ))
         i = j

@@ -525,7 +525,7 @@ class Subscription:
                 await self._add_cumulative(batch, part, pos, bi, check_held=False)
         released = _by_partition(resolved)
         for part in self.parts:
-            if mine := [u for u, holder in part.held.items() if holder == txn]:
+            if mine := _held_by(part.held, txn):
                 released.setdefault(part.index, (part, []))[1].extend(mine)
         await batch.apply()
         if commit:
@@ -537,12 +537,19 @@ class Subscription:
         for part, (pos, bi) in cumulatives if commit else ():
             part.forget_through(pos, bi)
         for part, listed in released.values():
-            held, units = part.held, list(dict.fromkeys(listed))
-            let_go = [u for u in units if txn is None or held.get(u) in (txn, _unknown_txn)]
-            for u in let_go:
-                held.pop(u, None)
+            held = part.held
+            if txn is not None and _held_by_one(held, txn):
+                # What it held is the whole map (mostly one transaction at a time holds a
+                # partition's units): all of it goes, the listed units held by nobody stay so.
+                let_go = list(held)
+                held.clear()
+            else:
+                units = list(dict.fromkeys(listed))
+                let_go = [u for u in units if txn is None or held.get(u) in (txn, _unknown_txn)]
+                for u in let_go:
+                    held.pop(u, None)
             if commit:
-                part.forget(units)
+                part.forget(listed)
             else:
                 # An abort lets go only what it held here: a repeated end (the store's retry
                 # after a lost answer) that came after its units were delivered again must not
@@ -630,6 +637,19 @@ class Subscription:
         self.closed = True
         for p in self.parts:
             await p.cursor.close()
+
+
+def _held_by_one(held: dict[Unit, tuple[int, int]], txn: TxnId) -> bool:
+    """Whether ``txn`` holds every unit of ``held`` (a count in C, not a test per unit in Python)."""
+    holders = list(held.values())
+    return bool(holders) and holders.count(txn) == len(holders)
+
+
+def _held_by(held: dict[Unit, tuple[int, int]], txn: TxnId | None) -> list[Unit]:
+    """The units of ``held`` that ``txn`` holds."""
+    if txn is not None and _held_by_one(held, txn):
+        return list(held)
+    return [u for u, holder in held.items() if holder == txn]
 
 
 def _by_partition(units: Iterable[tuple[PartitionDispatch, Unit]]

@@ -9,15 +9,12 @@ import base64
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from streamtx.broker.pendingack_client import PendingAckClient
-from streamtx.broker.registry import Broker
-from streamtx.broker.settings import BrokerSettings
 from streamtx.broker.subscription import SubscriptionType
 from streamtx.broker.topic import Outgoing
 from streamtx.contracts.msgid import MessageId
 from streamtx.contracts.states import Action
-from streamtx.ledger import open_ledger_factory
 from streamtx.records.partition import Message
+from tests.support.membroker import memory_broker
 
 T = "persistent://t/n/d"
 ops = st.lists(st.one_of(
@@ -29,10 +26,7 @@ ops = st.lists(st.one_of(
 
 
 async def run(script: list[tuple[str, int]]) -> None:
-    settings_ = BrokerSettings(ledger_url="memory://", dispatch_read_entries=2)  # type: ignore[call-arg]
-    broker = Broker(open_ledger_factory("memory://"), settings_, PendingAckClient(None, 1.0))
-    await broker.start()
-    await broker.create_topic(T, 1)
+    broker = await memory_broker(T, dispatch_read_entries=2)
     topic = broker.topic(T)
     sub = await broker.create_subscription(T, "s", SubscriptionType.EXCLUSIVE, "earliest")
     log: list[tuple[str, tuple[int, int] | None]] = []  # value, txn in log order

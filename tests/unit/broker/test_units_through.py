@@ -10,14 +10,11 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from streamtx.broker.dispatch import PartitionDispatch, Unit, unit_order
-from streamtx.broker.pendingack_client import PendingAckClient
-from streamtx.broker.registry import Broker
-from streamtx.broker.settings import BrokerSettings
 from streamtx.broker.subscription import SubscriptionType
 from streamtx.broker.topic import Outgoing
 from streamtx.contracts.msgid import MessageId
-from streamtx.ledger import open_ledger_factory
 from streamtx.records.partition import Message
+from tests.support.membroker import memory_broker
 
 T = "persistent://t/n/c"
 ops = st.lists(st.one_of(
@@ -36,10 +33,7 @@ def covered(part: PartitionDispatch, bound: Unit) -> list[Unit]:
 
 
 async def run(script: list[tuple[str, int]]) -> None:
-    settings_ = BrokerSettings(ledger_url="memory://", dispatch_read_entries=2)  # type: ignore[call-arg]
-    broker = Broker(open_ledger_factory("memory://"), settings_, PendingAckClient(None, 1.0))
-    await broker.start()
-    await broker.create_topic(T, 1)
+    broker = await memory_broker(T, dispatch_read_entries=2)
     topic = broker.topic(T)
     sub = await broker.create_subscription(T, "s", SubscriptionType.SHARED, "earliest")
     part = sub.parts[0]
