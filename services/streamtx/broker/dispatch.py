@@ -157,7 +157,7 @@ class PartitionDispatch:
                 if self.is_gone(unit) or unit in self.held:
                     continue
                 d = Delivery(consumer, deadline, d.entry, d.batch_size, d.redeliveries + 1)
-                self._in_order = False
+                self._note_order(unit)
                 self.pending[unit] = d
                 out.append((d.entry, unit[1], d.redeliveries))
             while len(out) < limit:
@@ -189,6 +189,12 @@ class PartitionDispatch:
                     break
         self.delivered += len(out)
         return out
+
+    def _note_order(self, unit: Unit) -> None:
+        """``unit`` joins ``pending`` next: do its units still ascend? (A fetch that resumes in
+        the entry it stopped in does keep them so; a redelivery mostly does not.)"""
+        if self._in_order and self.pending and unit_order(unit) <= unit_order(next(reversed(self.pending))):
+            self._in_order = False
 
     def _keep_ahead(self, entries: list[Entry], k: int) -> None:
         """Keep what a read brought past where the fetch stopped (from ``entries[k]``, the entry
@@ -253,6 +259,7 @@ class PartitionDispatch:
             out.extend(zip(repeat(entry, n), indexes, repeat(0, n), strict=True))
             return whole
         pending, held, redeliver = self.pending, self.held, self.redeliver
+        first = True
         for bi in range(size):
             index = bi if size > 1 else None
             unit: Unit = (pos, index)
@@ -261,7 +268,9 @@ class PartitionDispatch:
             if len(out) >= limit:
                 self._stopped_at = bi
                 return False
-            self._in_order = False
+            if first:  # the units after it ascend: only the first may break the order
+                self._note_order(unit)
+                first = False
             pending[unit] = delivery
             out.append((entry, index, 0))
         return True

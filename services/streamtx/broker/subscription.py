@@ -491,9 +491,11 @@ class Subscription:
             held = part.held
             if cumulative:
                 for pos, bi in list(units):
-                    units += [u for u in part.units_through(pos, bi) if u not in held]
+                    through = part.units_through(pos, bi)
+                    units += [u for u in through if u not in held] if held else through
             units = list(dict.fromkeys(units))
-            newly.append((part, [u for u in units if held.get(u) != txn]))
+            # Mostly nothing is held here yet (a transaction's acks wait for the one before to end).
+            newly.append((part, [u for u in units if held.get(u) != txn] if held else units))
             held.update(dict.fromkeys(units, txn))
             part.forget(units)
         return newly
