@@ -16,7 +16,7 @@ from typing import Any
 
 from pydantic import ConfigDict, Field
 
-from streamtx.contracts.body import StrictBody
+from streamtx.contracts.body import Base64Text, StrictBody
 from streamtx.contracts.txnid import PositionText
 from streamtx.names import MAX_PARTITIONS, TopicName
 
@@ -91,7 +91,7 @@ class ReplicatedMessage(StrictBody):
     """One message of a replicated entry (``value`` base64)."""
 
     key: str | None = None
-    value: str = ""
+    value: Base64Text = ""
     properties: dict[str, str] = Field(default_factory=dict)
 
 

@@ -8,13 +8,12 @@ partition's messages to that partition's name, so each request reaches one owner
 
 from __future__ import annotations
 
-import binascii
 from collections.abc import Iterable
-from typing import Annotated, Any
+from typing import Any
 
 import orjson
 from fastapi import APIRouter
-from pydantic import AfterValidator, BaseModel, Field, ValidationError, WithJsonSchema
+from pydantic import BaseModel, Field, ValidationError
 
 from streamtx.broker.deps import broker_of, check_client_name, topic_name
 from streamtx.broker.partition import RawBatch
@@ -23,7 +22,7 @@ from streamtx.broker.replicas import spread
 from streamtx.broker.replicas.plan import SpreadPlan
 from streamtx.broker.settings import BrokerSettings
 from streamtx.broker.topic import Outgoing, TxnCheck
-from streamtx.contracts.body import StrictBody
+from streamtx.contracts.body import Base64Text, StrictBody, decode_value
 from streamtx.contracts.txnid import TxnId, TxnIdField
 from streamtx.errors import MalformedError, TooLargeError
 from streamtx.records import partition as codec
@@ -35,26 +34,6 @@ router = APIRouter(prefix="/v1/topics/{tenant}/{namespace}/{topic}", tags=["mess
 hot = HotRoutes(router)
 
 
-#: Canonical base64 (RFC 4648, padded), as the OpenAPI document says; :func:`decode_value` accepts
-#: exactly these (a2b_base64's strict mode alone also took "ffcb====" and "5Ber=").
-BASE64_PATTERN = r"^(?:[A-Za-z0-9+/]{4})*(?:[A-Za-z0-9+/]{2}==|[A-Za-z0-9+/]{3}=)?$"
-
-
-def decode_value(value: str) -> bytes:
-    """A message's ``value``: strict base64 (ValueError otherwise); the empty string is no bytes."""
-    if len(value) % 4 or value.endswith("==="):  # cheap, and with strict mode: BASE64_PATTERN exactly
-        raise ValueError("is not base64")
-    try:
-        return binascii.a2b_base64(value, strict_mode=True) if value else b""
-    except binascii.Error as exc:
-        raise ValueError("is not base64") from exc
-
-
-def _check_base64(value: str) -> str:
-    decode_value(value)
-    return value
-
-
 # The produce route checks bodies by hand (below) for speed; these models are what
 # OpenAPI documents and what tests/unit/broker/test_produce_validation.py holds the
 # hand-written checks to: strict types, so the two accept exactly the same bodies.
@@ -62,8 +41,7 @@ class MessageCreate(StrictBody):
     """One message to produce; ``value`` is base64."""
 
     key: str | None = None
-    value: Annotated[str, AfterValidator(_check_base64),
-                     WithJsonSchema({"type": "string", "pattern": BASE64_PATTERN})] = ""
+    value: Base64Text = ""
     properties: dict[str, str] | None = None
     partition: int | None = Field(None, ge=0)
 
