@@ -15,7 +15,7 @@ from streamtx.broker.replicas import fanout, spread
 from streamtx.broker.replicas.plan import SpreadPlan
 from streamtx.broker.topic import Topic
 from streamtx.contracts.body import StrictBody
-from streamtx.contracts.msgid import MessageId
+from streamtx.contracts.msgid import MessageId, MessageIdText
 from streamtx.errors import MalformedError, NotFoundError
 from streamtx.ledger import Position
 from streamtx.names import check_new_topic
@@ -34,7 +34,7 @@ class TrimBody(StrictBody):
     message id of that partition; when absent, all that every subscription consumed)."""
 
     partition: int | None = Field(default=None, ge=0)
-    before: str | None = None
+    before: MessageIdText | None = None
 
 
 @router.put("/partitions")
