@@ -5,7 +5,8 @@ the cursor deleted, what a consumer holds unacked (``pending``), what an open
 transaction's acks hold (``held``), markers and aborted messages; markers and
 aborted entries are deleted from the cursor as they are passed so the
 mark-delete position (and the backlog) moves over them. A unit is one message:
-``(entry position, batch index or None for a one-message entry)``.
+``(entry position, batch index or None for a one-message entry)``; what is out with
+consumers is kept per entry where an entry went out whole (:mod:`.outstanding`).
 
 Entries are not decoded here: a delivery points at the stored entry (shared by
 its messages) and a batch index; the fetch route renders what was handed out,
@@ -17,57 +18,24 @@ from __future__ import annotations
 
 import asyncio
 from binascii import b2a_base64
-from bisect import bisect_right
 from collections import OrderedDict
 from collections.abc import Iterable
-from dataclasses import dataclass
-from itertools import chain, repeat
-from math import inf
+from itertools import repeat
 from typing import Any
 
+from streamtx.broker.outstanding import Delivery, Outstanding, Stored, Unit
 from streamtx.broker.partition import Partition
 from streamtx.contracts.msgid import format_id
 from streamtx.cursor import Cursor
 from streamtx.ledger import Entry, Position
 from streamtx.records import partition as codec
-from streamtx.records.partition import EntryHeader, EntryKind
+from streamtx.records.partition import EntryKind
 from streamtx.wire import fetch as wire_fetch
-
-Unit = tuple[Position, int | None]
 
 _min_size_cache = 4096  # batch sizes remembered before the first prune
 _ahead_bytes = 4 << 20  # most bytes of entries read ahead that one partition's dispatch keeps
 
-
-@dataclass(frozen=True, slots=True)
-class Stored:
-    """A stored batch entry, as read: shared by the deliveries of its messages."""
-
-    partition: int
-    pos: Position
-    data: bytes
-    header: EntryHeader
-
-
-@dataclass(frozen=True, slots=True)
-class Delivery:
-    """Who has the messages of one entry handed out in one go, until when: shared by those
-    messages' units (one object per entry, not per message), so it is never changed in place;
-    a redelivery makes its own."""
-
-    consumer: str
-    deadline: float  # loop time; inf when no ack timeout applies
-    entry: Stored
-    batch_size: int
-    redeliveries: int = 0
-
-
 Handed = tuple[Stored, int | None, int]  # entry, batch index, redelivery count
-
-
-def unit_order(unit: Unit) -> tuple[Position, int]:
-    """A unit's place in its partition (a one-message entry's unit has no batch index)."""
-    return unit[0], -1 if unit[1] is None else unit[1]
 
 
 def unit_id(unit: Unit) -> str:
@@ -96,11 +64,7 @@ class PartitionDispatch:
         # previous owner's last entries were visible to it): a bound, never moved back.
         self.held_through: Position | None = None
         self._ahead: list[Entry] = []  # see :meth:`_keep_ahead`
-        self.pending: dict[Unit, Delivery] = {}
-        # Whether ``pending``'s units ascend in insertion order: the read pass's bulk hand-out
-        # keeps it (its units lie past all dispatched), any other insert may not. Then what a
-        # cumulative ack covers is a prefix, found by bisection (see :meth:`units_through`).
-        self._in_order = True
+        self.pending = Outstanding()
         self.redeliver: OrderedDict[Unit, Delivery] = OrderedDict()
         self.held: dict[Unit, tuple[int, int]] = {}  # unit → txn holding it
         self.lock = asyncio.Lock()
@@ -117,28 +81,18 @@ class PartitionDispatch:
         return self.cursor.is_deleted(unit[0], unit[1])
 
     def expire(self, now: float) -> int:
-        """Move deliveries past their ack deadline to the redelivery queue.
-
-        ``pending`` is in deadline order: every delivery is inserted at its end with
-        ``now + ack timeout`` (Exclusive: infinity), so the scan stops at the first
-        one still in time.
-        """
-        late = []
-        for u, d in self.pending.items():
-            if d.deadline > now:
-                break
-            late.append(u)
-        for u in late:
-            self.redeliver[u] = self.pending.pop(u)
+        """Move deliveries past their ack deadline to the redelivery queue."""
+        late = self.pending.expire(now)
+        self.redeliver.update(late)
         return len(late)
 
     def next_deadline(self) -> float | None:
-        return next(iter(self.pending.values())).deadline if self.pending else None
+        return self.pending.next_deadline()
 
     def release(self, units: list[Unit]) -> None:
         """Make units deliverable again (nack, consumer change, txn abort)."""
         for u in units:
-            d = self.pending.pop(u, None)
+            d = self.pending.pop(u)
             if d is not None:
                 self.redeliver[u] = d
             elif u not in self.redeliver and not self.is_gone(u):
@@ -150,15 +104,12 @@ class PartitionDispatch:
     async def fetch(self, consumer: str, limit: int, deadline: float) -> list[Handed]:
         out: list[Handed] = []
         async with self.lock:
-            if not self.pending:
-                self._in_order = True
             while self.redeliver and len(out) < limit:
                 unit, d = self.redeliver.popitem(last=False)
                 if self.is_gone(unit) or unit in self.held:
                     continue
                 d = Delivery(consumer, deadline, d.entry, d.batch_size, d.redeliveries + 1)
-                self._note_order(unit)
-                self.pending[unit] = d
+                self.pending.add(unit, d)
                 out.append((d.entry, unit[1], d.redeliveries))
             while len(out) < limit:
                 start = self.read_pos or self.cursor.first_undeleted()
@@ -189,12 +140,6 @@ class PartitionDispatch:
                     break
         self.delivered += len(out)
         return out
-
-    def _note_order(self, unit: Unit) -> None:
-        """``unit`` joins ``pending`` next: do its units still ascend? (A fetch that resumes in
-        the entry it stopped in does keep them so; a redelivery mostly does not.)"""
-        if self._in_order and self.pending and unit_order(unit) <= unit_order(next(reversed(self.pending))):
-            self._in_order = False
 
     def _keep_ahead(self, entries: list[Entry], k: int) -> None:
         """Keep what a read brought past where the fetch stopped (from ``entries[k]``, the entry
@@ -246,20 +191,20 @@ class PartitionDispatch:
         through, held_to = self.dispatched_through, self.held_through
         if not deleted and (through is None or pos > through) and (held_to is None or pos > held_to):
             # Past everything ever handed out or held here (acks stop at ``dispatched_through``):
-            # none of it is out, queued or held, so the entry goes out whole, in bulk.
+            # none of it is out, queued or held, so the entry goes out whole: one record.
             room = limit - len(out)
-            whole = room >= size
-            n = size if whole else room
-            if not whole:
-                self._stopped_at = room
-            # Built by zip, not a comprehension: no bytecode runs per message.
-            indexes: Iterable[int | None] = (None,) * n if size == 1 else range(n)
-            units: list[Unit] = list(zip(repeat(pos, n), indexes, strict=True))
-            self.pending.update(zip(units, repeat(delivery, n), strict=True))
-            out.extend(zip(repeat(entry, n), indexes, repeat(0, n), strict=True))
-            return whole
+            indexes: Iterable[int | None] = (None,) if size == 1 else range(size)
+            if room >= size:
+                self.pending.add_entry(pos, delivery)
+                # By zip, not a comprehension: no bytecode runs per message.
+                out.extend(zip(repeat(entry, size), indexes, repeat(0, size), strict=True))
+                return True
+            self._stopped_at = room
+            for bi in range(room):
+                self.pending.add((pos, bi), delivery)
+            out.extend(zip(repeat(entry, room), range(room), repeat(0, room), strict=True))
+            return False
         pending, held, redeliver = self.pending, self.held, self.redeliver
-        first = True
         for bi in range(size):
             index = bi if size > 1 else None
             unit: Unit = (pos, index)
@@ -268,10 +213,7 @@ class PartitionDispatch:
             if len(out) >= limit:
                 self._stopped_at = bi
                 return False
-            if first:  # the units after it ascend: only the first may break the order
-                self._note_order(unit)
-                first = False
-            pending[unit] = delivery
+            pending.add(unit, delivery)
             out.append((entry, index, 0))
         return True
 
@@ -305,39 +247,23 @@ class PartitionDispatch:
             self._prune_sizes_at = max(_min_size_cache, 2 * len(self._sizes))
 
     def forget(self, units: list[Unit]) -> None:
-        pop = self.pending.pop
-        for u in units:
-            pop(u, None)
+        self.pending.forget(units)
         if self.redeliver:  # mostly empty: no second lookup per unit then
             pop = self.redeliver.pop
             for u in units:
                 pop(u, None)
 
-    def units_through(self, pos: Position, batch_index: int | None) -> list[Unit]:
-        """Units out with consumers or queued for redelivery at or before a cumulative ack point."""
-        if self._in_order:
-            # Tens of thousands of units when a consumer prefetches a backlog: a bisection of
-            # the prefix, not a test per unit.
-            keys = list(self.pending)
-            covered = keys[:bisect_right(keys, (pos, inf if batch_index is None else batch_index),
-                                         key=unit_order)]
-            if not self.redeliver:
-                return covered
-            scan: Iterable[Unit] = self.redeliver
-        else:
-            covered, scan = [], chain(self.pending, self.redeliver)
-        # Inline, not a helper per unit.
-        last = -1 if batch_index is None else batch_index
-        return covered + [u for u in scan
-                          if u[0] < pos or (u[0] == pos and (batch_index is None or (u[1] or 0) <= last))]
-
-    def forget_through(self, pos: Position, batch_index: int | None) -> list[Unit]:
-        gone = self.units_through(pos, batch_index)
-        if len(gone) == len(self.pending) + len(self.redeliver):
-            self.pending.clear()  # everything out was acked (a consumer acking all it has)
-            self.redeliver.clear()
-        else:
-            self.forget(gone)
+    def take_through(self, pos: Position, batch_index: int | None) -> list[Unit]:
+        """Take back what is out with consumers or queued for redelivery at or before a
+        cumulative ack point; return those units."""
+        gone = self.pending.take_through(pos, batch_index)
+        if self.redeliver:
+            last = -1 if batch_index is None else batch_index
+            covered = [u for u in self.redeliver
+                       if u[0] < pos or (u[0] == pos and (batch_index is None or (u[1] or 0) <= last))]
+            for u in covered:
+                del self.redeliver[u]
+            gone += covered
         return gone
 
     async def backlog(self, scan_limit: int = 10_000) -> int:

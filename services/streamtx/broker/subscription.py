@@ -30,8 +30,9 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from streamtx.broker import failover, metrics
-from streamtx.broker.dispatch import Handed, PartitionDispatch, Unit, render_json, unit_id, unit_order
+from streamtx.broker.dispatch import Handed, PartitionDispatch, render_json, unit_id
 from streamtx.broker.notify import Notifier
+from streamtx.broker.outstanding import Unit, unit_order
 from streamtx.broker.replicas.exclusive import ExclusiveClaims
 from streamtx.broker.settings import BrokerSettings
 from streamtx.contracts.msgid import MessageId, parse_many
@@ -167,7 +168,7 @@ class Subscription:
             if self.owner != consumer:
                 self.owner = consumer
                 for p in self.parts:  # what the old owner did not ack goes to the new one
-                    p.release(list(p.pending))
+                    p.release(p.pending.units())
         info = self.consumers.get(consumer)
         if info is None:
             cap = self.settings.max_consumers_per_subscription
@@ -209,7 +210,7 @@ class Subscription:
             if part is None:  # owned by another replica
                 continue
             released += len(part.pending)
-            part.release(sorted(part.pending, key=unit_order))
+            part.release(part.pending.units())
             _in_position_order(part)
         if released:
             metrics.redeliveries.labels(*self._labels).inc(released)
@@ -395,7 +396,7 @@ class Subscription:
         await batch.apply()
         if cumulative:
             for part, (pos, bi) in resolved:
-                part.forget_through(pos, bi)
+                part.take_through(pos, bi)
         else:
             for part, unit in resolved:
                 part.forget([unit])
@@ -489,15 +490,16 @@ class Subscription:
         # A partition at a time, in bulk: a cumulative ack holds tens of thousands of units.
         for part, units in _by_partition(resolved).values():
             held = part.held
+            part.forget(units)
             if cumulative:
                 for pos, bi in list(units):
-                    through = part.units_through(pos, bi)
+                    # Taken back from consumers now; given back by ``unhold`` if the store refuses.
+                    through = part.take_through(pos, bi)
                     units += [u for u in through if u not in held] if held else through
             units = list(dict.fromkeys(units))
             # Mostly nothing is held here yet (a transaction's acks wait for the one before to end).
             newly.append((part, [u for u in units if held.get(u) != txn] if held else units))
             held.update(dict.fromkeys(units, txn))
-            part.forget(units)
         return newly
 
     def unhold(self, newly: list[tuple[PartitionDispatch, list[Unit]]], txn: TxnId) -> None:
@@ -525,7 +527,8 @@ class Subscription:
             for part, (pos, bi) in cumulatives:
                 # The pending-ack store already ruled on conflicts: apply, never refuse.
                 await self._add_cumulative(batch, part, pos, bi, check_held=False)
-        released = _by_partition(resolved)
+        listed_here = _by_partition(resolved)
+        released = {i: (part, list(units)) for i, (part, units) in listed_here.items()}
         for part in self.parts:
             if mine := _held_by(part.held, txn):
                 released.setdefault(part.index, (part, []))[1].extend(mine)
@@ -537,7 +540,7 @@ class Subscription:
             touched.update((part.index, part) for part, _ in cumulatives)
             await asyncio.gather(*(part.cursor.sync() for part in touched.values()))
         for part, (pos, bi) in cumulatives if commit else ():
-            part.forget_through(pos, bi)
+            part.take_through(pos, bi)
         for part, listed in released.values():
             held = part.held
             if txn is not None and _held_by_one(held, txn):
@@ -551,7 +554,9 @@ class Subscription:
                 for u in let_go:
                     held.pop(u, None)
             if commit:
-                part.forget(listed)
+                # What a transaction holds is never out with a consumer (a hold takes it back):
+                # only the listed units may be, held by nobody (a hold lost to a restart).
+                part.forget(listed_here[part.index][1] if part.index in listed_here else [])
             else:
                 # An abort lets go only what it held here: a repeated end (the store's retry
                 # after a lost answer) that came after its units were delivered again must not
@@ -577,6 +582,7 @@ class Subscription:
         now = asyncio.get_running_loop().time()
         for (part, unit), (_, txn) in zip(units, live, strict=True):
             if not part.is_gone(unit):
+                part.forget([unit])  # what is held is not out with a consumer
                 part.held.setdefault(unit, _unknown_txn if txn is None else txn)
                 part.restored_hold(unit[0])
                 if txn is not None:

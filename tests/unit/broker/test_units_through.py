@@ -1,6 +1,7 @@
-"""Property: what a cumulative ack covers (``PartitionDispatch.units_through``) is every unit
-out with a consumer or queued for redelivery at or before its id, whether found as a prefix
-of the units handed out in order or by a scan after nacks and redeliveries."""
+"""Property: what a cumulative ack takes back (``PartitionDispatch.take_through``) is every unit
+out with a consumer or queued for redelivery at or before its id, and nothing else, whether
+found by bisection (entries handed out whole, units handed out in order) or by a scan after
+nacks and redeliveries."""
 
 from __future__ import annotations
 
@@ -9,7 +10,8 @@ import asyncio
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from streamtx.broker.dispatch import PartitionDispatch, Unit, unit_order
+from streamtx.broker.dispatch import PartitionDispatch
+from streamtx.broker.outstanding import Unit, unit_order
 from streamtx.broker.subscription import SubscriptionType
 from streamtx.broker.topic import Outgoing
 from streamtx.contracts.msgid import MessageId
@@ -22,6 +24,7 @@ ops = st.lists(st.one_of(
     st.tuples(st.just("fetch"), st.integers(1, 5)),
     st.tuples(st.just("nack"), st.integers(0, 30)),  # the k-th handed unit, if any
     st.tuples(st.just("ack"), st.integers(0, 30)),
+    st.tuples(st.just("take"), st.integers(0, 30)),  # through the k-th unit produced, given back
 ), max_size=40)
 
 
@@ -50,9 +53,16 @@ async def run(script: list[tuple[str, int]]) -> None:
             await sub.nack([MessageId.parse(handed[arg % len(handed)])])
         elif handed and op == "ack":
             await sub.ack([MessageId.parse(handed.pop(arg % len(handed)))], cumulative=False)
-        for bound in units:
-            assert sorted(part.units_through(*bound), key=unit_order) == sorted(covered(part, bound),
-                                                                               key=unit_order)
+        elif units and op == "take":
+            bound = units[arg % len(units)]
+            out = sorted([*part.pending, *part.redeliver], key=unit_order)
+            expected = covered(part, bound)
+            taken = part.take_through(*bound)
+            assert sorted(taken, key=unit_order) == sorted(expected, key=unit_order)
+            left = sorted([*part.pending, *part.redeliver], key=unit_order)
+            assert left == [u for u in out if u not in expected]
+            assert len(part.pending) == len(list(part.pending))
+            part.release(taken)  # as an unheld transactional ack gives them back
     await broker.close()
 
 

@@ -32,7 +32,8 @@ from typing import Any
 
 import orjson
 
-from streamtx.broker.dispatch import PartitionDispatch, Unit
+from streamtx.broker.dispatch import PartitionDispatch
+from streamtx.broker.outstanding import Unit
 from streamtx.broker.partition import Partition
 from streamtx.broker.topic import Topic
 from streamtx.contracts.ackset import AckSet, Origin, Ref

@@ -125,7 +125,7 @@ async def update(body: ReplicatedSubscriptionUpdate, broker: BrokerDep) -> dict[
     mark = dispatch.cursor.mark_delete_position
     if mark is None or pos > mark:
         await dispatch.cursor.mark_delete(pos)
-        dispatch.forget_through(pos, None)
+        dispatch.take_through(pos, None)
         t.notifier.changed()
     md = dispatch.cursor.mark_delete_position
     return {"subscription": sub.name, "markDeletePosition": str(md) if md else None}
