@@ -488,18 +488,19 @@ class Subscription:
         """
         newly: list[tuple[PartitionDispatch, list[Unit]]] = []
         # A partition at a time, in bulk: a cumulative ack holds tens of thousands of units.
-        for part, units in _by_partition(resolved).values():
+        for part, listed in _by_partition(resolved).values():
             held = part.held
-            part.forget(units)
-            if cumulative:
-                for pos, bi in list(units):
-                    # Taken back from consumers now; given back by ``unhold`` if the store refuses.
-                    through = part.take_through(pos, bi)
-                    units += [u for u in through if u not in held] if held else through
-            units = list(dict.fromkeys(units))
-            # Mostly nothing is held here yet (a transaction's acks wait for the one before to end).
-            newly.append((part, [u for u in units if held.get(u) != txn] if held else units))
-            held.update(dict.fromkeys(units, txn))
+            listed = list(dict.fromkeys(listed))
+            part.forget(listed)
+            fresh = [u for u in listed if held.get(u) != txn] if held else listed
+            held.update(dict.fromkeys(listed, txn))
+            for pos, bi in listed if cumulative else ():
+                # Taken back from consumers now (given back by ``unhold`` if the store refuses):
+                # held by nobody, as what is held is never out, and not listed (forgotten above).
+                through = part.take_through(pos, bi)
+                held.update(dict.fromkeys(through, txn))
+                fresh += through
+            newly.append((part, fresh))
         return newly
 
     def unhold(self, newly: list[tuple[PartitionDispatch, list[Unit]]], txn: TxnId) -> None:
@@ -528,10 +529,6 @@ class Subscription:
                 # The pending-ack store already ruled on conflicts: apply, never refuse.
                 await self._add_cumulative(batch, part, pos, bi, check_held=False)
         listed_here = _by_partition(resolved)
-        released = {i: (part, list(units)) for i, (part, units) in listed_here.items()}
-        for part in self.parts:
-            if mine := _held_by(part.held, txn):
-                released.setdefault(part.index, (part, []))[1].extend(mine)
         await batch.apply()
         if commit:
             # A retried end finds its deletes already applied in memory (the first try's
@@ -541,7 +538,8 @@ class Subscription:
             await asyncio.gather(*(part.cursor.sync() for part in touched.values()))
         for part, (pos, bi) in cumulatives if commit else ():
             part.take_through(pos, bi)
-        for part, listed in released.values():
+        for part in self.parts:
+            listed = listed_here[part.index][1] if part.index in listed_here else []
             held = part.held
             if txn is not None and _held_by_one(held, txn):
                 # What it held is the whole map (mostly one transaction at a time holds a
@@ -549,14 +547,15 @@ class Subscription:
                 let_go = list(held)
                 held.clear()
             else:
-                units = list(dict.fromkeys(listed))
-                let_go = [u for u in units if txn is None or held.get(u) in (txn, _unknown_txn)]
+                mine = [u for u, holder in held.items() if holder == txn] if held else []
+                let_go = [u for u in dict.fromkeys(listed + mine)
+                          if txn is None or held.get(u) in (txn, _unknown_txn)]
                 for u in let_go:
                     held.pop(u, None)
             if commit:
                 # What a transaction holds is never out with a consumer (a hold takes it back):
                 # only the listed units may be, held by nobody (a hold lost to a restart).
-                part.forget(listed_here[part.index][1] if part.index in listed_here else [])
+                part.forget(listed)
             else:
                 # An abort lets go only what it held here: a repeated end (the store's retry
                 # after a lost answer) that came after its units were delivered again must not
@@ -651,13 +650,6 @@ def _held_by_one(held: dict[Unit, tuple[int, int]], txn: TxnId) -> bool:
     """Whether ``txn`` holds every unit of ``held`` (a count in C, not a test per unit in Python)."""
     holders = list(held.values())
     return bool(holders) and holders.count(txn) == len(holders)
-
-
-def _held_by(held: dict[Unit, tuple[int, int]], txn: TxnId | None) -> list[Unit]:
-    """The units of ``held`` that ``txn`` holds."""
-    if txn is not None and _held_by_one(held, txn):
-        return list(held)
-    return [u for u, holder in held.items() if holder == txn]
 
 
 def _by_partition(units: Iterable[tuple[PartitionDispatch, Unit]]

@@ -122,6 +122,35 @@ async def test_txn_cumulative_ack_commit_and_abort(broker: Broker) -> None:
     assert [m["message_id"] for m in await sub.fetch("c1", 10, 0)] == [ids[3]]
 
 
+async def test_one_transactions_successive_cumulative_acks_hold_each_unit_once(broker: Broker) -> None:
+    """A worker's transaction acks each fetch cumulatively: the second ack takes back only what
+    the second fetch handed out (whole entries kept as one record each); an abort gives every
+    held unit back once, and a commit of a new transaction deletes them all."""
+    sub = await broker.create_subscription(T, "tw", SubscriptionType.EXCLUSIVE, "earliest")
+    first = await send(broker.topic(T), "a", "b", "c")
+    second = await send(broker.topic(T), "d", "e")
+    part = sub.parts[0]
+
+    def unit(message_id: str) -> tuple[Position, int | None]:
+        return sub.resolve(MessageId.parse(message_id))[1]
+
+    assert [m["message_id"] for m in await sub.fetch("w", 3, 0)] == first
+    newly = sub.hold(sub.check_txn_ack(mids(first[-1]), (5, 1)), (5, 1), cumulative=True)
+    assert sorted(u for _, units in newly for u in units) == [unit(i) for i in first]
+    assert [m["message_id"] for m in await sub.fetch("w", 10, 0)] == second
+    newly = sub.hold(sub.check_txn_ack(mids(second[0]), (5, 1)), (5, 1), cumulative=True)
+    assert [u for _, units in newly for u in units] == [unit(second[0])]
+    assert len(part.held) == 4 and list(part.pending) == [unit(second[1])]
+    await sub.end_txn([], (5, 1), commit=False)
+    assert not part.held and list(part.pending) == [unit(second[1])]  # the rest: read again
+    again = [m["message_id"] for m in await sub.fetch("w", 10, 0)]
+    assert sorted(again) == sorted([*first, second[0]])
+    sub.hold(sub.check_txn_ack(mids(second[1]), (5, 2)), (5, 2), cumulative=True)
+    assert len(part.held) == 5 and not part.pending and not part.redeliver
+    await sub.end_txn([], (5, 2), commit=True, cumulative_ids=[second[1]])
+    assert not part.held and part.cursor.mark_delete_position == Position.parse(second[1])
+
+
 async def test_a_retried_commit_end_answers_only_once_its_deletes_are_durable() -> None:
     """The first end's cursor persist fails after the deletes were applied in memory; the
     retry finds nothing left to delete and must still persist them (issue 9, item 3)."""
