@@ -492,7 +492,7 @@ class Subscription:
             held = part.held
             listed = list(dict.fromkeys(listed))
             part.forget(listed)
-            fresh = [u for u in listed if held.get(u) != txn] if held else listed
+            fresh = [u for u in listed if held.get(u) != txn] if held else list(listed)
             held.update(dict.fromkeys(listed, txn))
             for pos, bi in listed if cumulative else ():
                 # Taken back from consumers now (given back by ``unhold`` if the store refuses):

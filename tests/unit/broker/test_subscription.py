@@ -135,7 +135,12 @@ async def test_one_transactions_successive_cumulative_acks_hold_each_unit_once(b
         return sub.resolve(MessageId.parse(message_id))[1]
 
     assert [m["message_id"] for m in await sub.fetch("w", 3, 0)] == first
+    takes = []
+    take_through = part.take_through
+    part.take_through = lambda *at: takes.append(at) or take_through(*at)  # type: ignore[method-assign]
     newly = sub.hold(sub.check_txn_ack(mids(first[-1]), (5, 1)), (5, 1), cumulative=True)
+    assert takes == [unit(first[-1])]  # once per id acked, not once per unit it covers
+    del part.take_through
     assert sorted(u for _, units in newly for u in units) == [unit(i) for i in first]
     assert [m["message_id"] for m in await sub.fetch("w", 10, 0)] == second
     newly = sub.hold(sub.check_txn_ack(mids(second[0]), (5, 1)), (5, 1), cumulative=True)
