@@ -58,6 +58,9 @@ class PartitionDispatch:
         # batch index handed out of it (the rest was handed to nobody); None: passed whole.
         self.dispatched_partial: int | None = None
         self._stopped_at = 0  # the batch index where the last stopped entry stopped
+        # The entry a fetch stopped in after handing out the first ``_stopped_at`` of it whole
+        # (it was past all dispatched); None once a rewind moved ``read_pos`` back.
+        self._fresh_from: Position | None = None
         # Past both this and ``dispatched_through`` no unit is out, queued or held: a fetch hands
         # such an entry out whole without looking for its units. Holds restored from the
         # pending-ack store may lie past what this process dispatched (it opened before the
@@ -99,7 +102,7 @@ class PartitionDispatch:
                 # Never delivered by this process (held since before a restart):
                 # rewind so the read pass finds it again.
                 if self.read_pos is None or u[0] < self.read_pos:
-                    self.read_pos = u[0]
+                    self.read_pos, self._fresh_from = u[0], None
 
     async def fetch(self, consumer: str, limit: int, deadline: float) -> list[Handed]:
         out: list[Handed] = []
@@ -199,11 +202,24 @@ class PartitionDispatch:
                 # By zip, not a comprehension: no bytecode runs per message.
                 out.extend(zip(repeat(entry, size), indexes, repeat(0, size), strict=True))
                 return True
-            self._stopped_at = room
-            for bi in range(room):
-                self.pending.add((pos, bi), delivery)
+            self._stopped_at, self._fresh_from = room, pos
+            self.pending.add_range(pos, 0, room, delivery)
             out.extend(zip(repeat(entry, room), range(room), repeat(0, room), strict=True))
             return False
+        if pos == self._fresh_from:
+            # The fetch before stopped in this fresh entry and nothing rewound since: what it
+            # handed out is accounted for (out, queued, held or acked), the rest went to nobody
+            # (acks past it are refused) unless another cluster's acks deleted some of it.
+            self._fresh_from = None
+            start = self._stopped_at
+            if not deleted >> start and (held_to is None or pos > held_to):
+                n = min(size - start, limit - len(out))
+                self.pending.add_range(pos, start, n, delivery)
+                out.extend(zip(repeat(entry, n), range(start, start + n), repeat(0, n), strict=True))
+                if start + n == size:
+                    return True
+                self._stopped_at, self._fresh_from = start + n, pos
+                return False
         pending, held, redeliver = self.pending, self.held, self.redeliver
         for bi in range(size):
             index = bi if size > 1 else None

@@ -14,6 +14,7 @@ from streamtx.records.partition import decode_header, encode_raw_batch
 
 ops = st.lists(st.one_of(
     st.tuples(st.just("entry"), st.integers(1, 5), st.integers(0, 3)),  # size, deadline step
+    st.tuples(st.just("first"), st.integers(1, 4), st.integers(0, 3)),  # an entry cut after this many
     st.tuples(st.just("unit"), st.integers(0, 60), st.integers(0, 3)),  # k-th unit ever made, step
     st.tuples(st.just("pop"), st.integers(0, 60), st.just(0)),
     st.tuples(st.just("take"), st.integers(0, 60), st.just(0)),
@@ -41,6 +42,15 @@ def test_outstanding_answers_as_a_map_of_units(script: list[tuple[str, int, int]
             units = entry_units(pos, a)
             out.add_entry(pos, d)
             model.update(dict.fromkeys(units, d))
+            made += [(u, d) for u in units]
+        elif op == "first":
+            clock += b
+            pos = Position(1, entry_id)
+            entry_id += 1
+            d = Delivery("c", clock, _stored(pos, a + 1), a + 1)
+            units = entry_units(pos, a + 1)
+            out.add_range(pos, 0, a, d)  # all but the last: a fetch's limit cut the entry
+            model.update(dict.fromkeys(units[:a], d))
             made += [(u, d) for u in units]
         elif op == "unit" and made:
             unit, d = made[a % len(made)]

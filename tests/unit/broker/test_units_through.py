@@ -48,7 +48,12 @@ async def run(script: list[tuple[str, int]]) -> None:
                                       None, None)
             units += [sub.resolve(MessageId.parse(i))[1] for i in ids]
         elif op == "fetch":
-            handed += [m["message_id"] for m in await sub.fetch("c", arg, 0)]
+            out_before = set(part.pending)
+            got = [m["message_id"] for m in await sub.fetch("c", arg, 0)]
+            # Never a unit twice, nor one still out (a fetch resuming inside an entry).
+            units_got = [sub.resolve(MessageId.parse(i))[1] for i in got]
+            assert len(set(units_got)) == len(got) and not out_before.intersection(units_got)
+            handed += got
         elif handed and op == "nack":
             await sub.nack([MessageId.parse(handed[arg % len(handed)])])
         elif handed and op == "ack":
