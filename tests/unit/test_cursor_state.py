@@ -107,6 +107,10 @@ class CursorStateMachine(RuleBasedStateMachine):
         for entry_id in data.draw(st.lists(st.sampled_from(self.live), max_size=8)):
             size = batch_size_of(entry_id)
             records.append((entry_id, data.draw(st.integers(0, size - 1)), size))
+        prefixes = []
+        for entry_id in data.draw(st.lists(st.sampled_from(self.live), max_size=3)):
+            size = batch_size_of(entry_id)
+            prefixes.append((entry_id, data.draw(st.integers(0, size - 1)), size))
         mark = data.draw(st.none() | st.integers(-1, universe + 2))
         if mark is not None:
             self.mark = max(self.mark, mark)
@@ -116,7 +120,9 @@ class CursorStateMachine(RuleBasedStateMachine):
                 self.deleted.add(entry_id)
                 self.bits.pop(entry_id, None)
             self.settle()
-        for entry_id, index, size in records:
+        # A prefix is its records, one by one (after the single records, as apply takes them).
+        one_by_one = [(e, i, n) for e, last, n in prefixes for i in range(last + 1)]
+        for entry_id, index, size in records + one_by_one:
             if not self.model_deleted(entry_id):
                 bits = self.bits.get(entry_id, 0) | 1 << index
                 if bits == (1 << size) - 1:
@@ -126,7 +132,7 @@ class CursorStateMachine(RuleBasedStateMachine):
                     self.bits[entry_id] = bits
             self.settle()
         version = self.state.version
-        changed = self.state.apply(entries, records, mark)
+        changed = self.state.apply(entries, records, mark, prefixes)
         assert changed == (self.state.version != version)
 
     @precondition(lambda self: bool(self.bits))

@@ -432,7 +432,7 @@ class Subscription:
         else:
             if pos.entry_id > 0:
                 ops.mark(Position(pos.ledger_id, pos.entry_id - 1))
-            ops.records += [(pos, i, size) for i in range(bi + 1)]
+            ops.prefixes.append((pos, bi, size))
 
     async def ack_synced(self, part: PartitionDispatch, units: list[Unit],
                          fillers: Iterable[Position] = ()) -> int:
@@ -680,6 +680,7 @@ async def _until_ready(parts: list[PartitionDispatch]) -> None:
 class _CursorOps:
     entries: list[Position] = field(default_factory=list)
     records: list[tuple[Position, int, int]] = field(default_factory=list)
+    prefixes: list[tuple[Position, int, int]] = field(default_factory=list)  # records 0..index
     mark_delete: Position | None = None
 
     def mark(self, pos: Position) -> None:
@@ -703,9 +704,9 @@ class _CursorBatch:
 
     async def apply(self) -> None:
         """Apply every partition's changes in memory now, then await their snapshots together."""
-        waits = [part.cursor.apply(ops.entries, ops.records, ops.mark_delete)
+        waits = [part.cursor.apply(ops.entries, ops.records, ops.mark_delete, ops.prefixes)
                  for part, ops in self._ops.values()
-                 if ops.entries or ops.records or ops.mark_delete is not None]
+                 if ops.entries or ops.records or ops.prefixes or ops.mark_delete is not None]
         if len(waits) == 1:
             await waits[0]
         elif waits:

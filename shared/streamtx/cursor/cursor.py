@@ -209,18 +209,21 @@ class Cursor:
         positions: Iterable[Position] = (),
         batch_indexes: Iterable[tuple[Position, int, int]] = (),
         mark_delete: Position | None = None,
+        batch_prefixes: Iterable[tuple[Position, int, int]] = (),
     ) -> None:
         """Apply a mixed batch of deletes at once and await ONE durable snapshot.
 
         ``positions``: whole entries to delete; ``batch_indexes``: ``(position,
-        index, batch size)`` records to delete; ``mark_delete``: delete every
-        entry at or before it. All are checked before any applies.
+        index, batch size)`` records to delete; ``batch_prefixes``: ``(position,
+        index, batch size)``, the records 0 to ``index`` to delete; ``mark_delete``:
+        delete every entry at or before it. All are checked before any applies.
         """
         self._check_writable()
         entry_ids = [self._entry_id(p) for p in positions]
         records = [(self._entry_id(p), i, n) for p, i, n in batch_indexes]
+        prefixes = [(self._entry_id(p), i, n) for p, i, n in batch_prefixes]
         mark = None if mark_delete is None else self._entry_id(mark_delete)
-        self._state.apply(entry_ids, records, mark)
+        self._state.apply(entry_ids, records, mark, prefixes)
         await self._sync()
 
     async def mark_delete(self, position: Position) -> None:

@@ -176,20 +176,25 @@ class CursorState:
         entries: Iterable[int] = (),
         batch_indexes: Iterable[tuple[int, int, int]] = (),
         mark_delete: int | None = None,
+        batch_prefixes: Iterable[tuple[int, int, int]] = (),
     ) -> bool:
         """Apply a mixed batch of deletes in one step; True if that changed anything.
 
         ``entries`` are whole-entry deletes, ``batch_indexes`` are ``(entry_id,
-        index, size)`` record deletes, ``mark_delete`` (if given) moves the
-        mark-delete id. Everything is checked before anything applies, so a
-        malformed batch index leaves the state untouched.
+        index, size)`` record deletes, ``batch_prefixes`` ``(entry_id, index, size)``
+        deletes of the records 0 to ``index`` (a cumulative ack inside a batch: one
+        step, not one per record), ``mark_delete`` (if given) moves the mark-delete
+        id. Everything is checked before anything applies, so a malformed batch
+        index leaves the state untouched.
         """
         entry_ids = sorted(set(entries))
         whole = set(entry_ids)
         mark = self._mark if mark_delete is None else max(self._mark, mark_delete)
-        records = list(batch_indexes)
+        # Each as the bits it deletes.
+        records = [(entry_id, 1 << index, size, index) for entry_id, index, size in batch_indexes]
+        records += [(entry_id, (2 << index) - 1, size, index) for entry_id, index, size in batch_prefixes]
         sizes: dict[int, int] = {}
-        for entry_id, index, size in records:
+        for entry_id, _, size, index in records:
             if size < 1 or not 0 <= index < size:
                 raise MalformedError(f"batch index {index} is not within a batch of {size}")
             if entry_id <= mark or entry_id in whole or entry_id in self._ranges:
@@ -214,11 +219,11 @@ class CursorState:
                     self.version += 1
             i = j + 1
         changed_ranges = self.version != before
-        for entry_id, index, size in records:
+        for entry_id, deleting, size, _ in records:
             if self.is_deleted(entry_id):
                 continue
             _size, bits = self._batches.get(entry_id, (size, 0))
-            new_bits = bits | 1 << index
+            new_bits = bits | deleting
             if new_bits == bits:
                 continue
             if new_bits == (1 << size) - 1:
