@@ -99,10 +99,11 @@ class PartitionDispatch:
             if d is not None:
                 self.redeliver[u] = d
             elif u not in self.redeliver and not self.is_gone(u):
-                # Never delivered by this process (held since before a restart):
-                # rewind so the read pass finds it again.
+                # Not out nor queued (held since before a restart, or taken back by a hold):
+                # rewind so the read pass finds it again, unit by unit.
+                self._fresh_from = None
                 if self.read_pos is None or u[0] < self.read_pos:
-                    self.read_pos, self._fresh_from = u[0], None
+                    self.read_pos = u[0]
 
     async def fetch(self, consumer: str, limit: int, deadline: float) -> list[Handed]:
         out: list[Handed] = []

@@ -156,6 +156,20 @@ async def test_one_transactions_successive_cumulative_acks_hold_each_unit_once(b
     assert not part.held and part.cursor.mark_delete_position == Position.parse(second[1])
 
 
+async def test_a_refused_hold_inside_an_entry_a_fetch_cut_is_handed_out_again(broker: Broker) -> None:
+    """The fetch stopped inside an entry; a transactional cumulative ack took back what it had,
+    and the pending-ack store refused it: the next fetch resumes that entry and hands out
+    those messages again with the rest, not only the rest."""
+    sub = await broker.create_subscription(T, "cut", SubscriptionType.EXCLUSIVE, "earliest")
+    before = await send(broker.topic(T), "z")  # passed whole: the read pass stands at the next
+    ids = await send(broker.topic(T), "a", "b", "c", "d")
+    assert [m["message_id"] for m in await sub.fetch("w", 3, 0)] == before + ids[:2]
+    await sub.ack(mids(*before), cumulative=False)
+    newly = sub.hold(sub.check_txn_ack(mids(ids[1]), (6, 1)), (6, 1), cumulative=True)
+    sub.unhold(newly, (6, 1))
+    assert sorted(m["message_id"] for m in await sub.fetch("w", 10, 0)) == sorted(ids)
+
+
 async def test_a_retried_commit_end_answers_only_once_its_deletes_are_durable() -> None:
     """The first end's cursor persist fails after the deletes were applied in memory; the
     retry finds nothing left to delete and must still persist them (issue 9, item 3)."""
