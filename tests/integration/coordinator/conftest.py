@@ -39,8 +39,19 @@ class TcClient:
 
     async def create(self, timeout_ms: int | None = None, expect: int = 200) -> str:
         body = {} if timeout_ms is None else {"timeout_ms": timeout_ms}
+        if expect == 200:
+            # A worker whose lease lapsed under load (1.5 s leases on 2 busy cores) has no
+            # coordinator until the ids settle again: 503, which a client waits out (API.md).
+            deadline = time.monotonic() + 30
+            while True:
+                r = await self.http.post("/v1/transactions", json=body)
+                if r.status_code != 503 or time.monotonic() > deadline:
+                    break
+                await asyncio.sleep(0.1)
+            assert r.status_code == 200, f"POST /v1/transactions: {r.status_code} {r.text}"
+            return str(r.json()["txn_id"])
         out = await self.call("POST", "/v1/transactions", expect, json=body)
-        return str(out["txn_id"]) if expect == 200 else out
+        return out
 
     async def get(self, txn: str, expect: int = 200) -> Any:
         return await self.call("GET", f"/v1/transactions/{txn}", expect)
