@@ -41,8 +41,12 @@ def test_trim_stops_at_the_slowest_subscription(broker_factory: BrokerFactory, t
         first = tuple(int(x) for x in row["firstPosition"].split(":"))
         assert first > tuple(int(x) for x in sent[p].split(":")[:2]), f"nothing trimmed on {p}"
         assert first <= tuple(int(x) for x in sent[16 + p].split(":")[:2]), f"trimmed past 's' on {p}"
-    b.call("POST", "/admin/v2/persistent/t/n/two/trim", 400, json={"before": sent[0]})
-    b.call("POST", "/admin/v2/persistent/t/n/two-partition-1/trim", 400, json={"partition": 0})
+    # A position without its partition: the partition it is of (a message id names its partition).
+    out = b.call("POST", "/admin/v2/persistent/t/n/two/trim", json={"before": sent[0]})
+    assert out["partition"] == "persistent://t/n/two-partition-0", out
+    b.call("POST", "/admin/v2/persistent/t/n/two/trim", 404, json={"before": "987654321:0"})
+    b.call("POST", "/admin/v2/persistent/t/n/two/trim", 404, json={"partition": 0, "before": sent[1]})
+    b.call("POST", "/admin/v2/persistent/t/n/two-partition-1/trim", 404, json={"partition": 0})
     # What "s" has not consumed is still there (whole segments go: maybe some consumed ones too).
     b.subscribe("two", "late", "Exclusive")
     kept = b.drain("two", "late")

@@ -16,7 +16,7 @@ from streamtx.broker.replicas.plan import SpreadPlan
 from streamtx.broker.topic import Topic
 from streamtx.contracts.body import StrictBody
 from streamtx.contracts.msgid import MessageId, MessageIdText
-from streamtx.errors import MalformedError, NotFoundError
+from streamtx.errors import NotFoundError
 from streamtx.ledger import Position
 from streamtx.names import check_new_topic
 
@@ -30,8 +30,9 @@ class PartitionsBody(StrictBody):
 
 
 class TrimBody(StrictBody):
-    """Trim partition ``partition`` (every partition when absent) before entry ``before`` (a
-    message id of that partition; when absent, all that every subscription consumed)."""
+    """Trim partition ``partition`` before entry ``before`` (a message id of that partition; when
+    absent, all that every subscription consumed). Without ``partition``: the partition ``before``
+    is of (its ledger id names it), or every partition when ``before`` is absent too."""
 
     partition: int | None = Field(default=None, ge=0)
     before: MessageIdText | None = None
@@ -97,15 +98,17 @@ async def _local_stats(broker: Broker, t: Topic, only: list[int] | None) -> dict
 @router.post("/trim")
 async def trim_topic(request: Request, tenant: str, namespace: str, topic: str, broker: BrokerDep,
                      body: TrimBody | None = None) -> dict[str, Any]:
-    """Trim one partition (``partition``, or the partition the name is) or every partition of
-    the topic (Pulsar's trim of a partitioned topic: asked of each partition's owner when they
-    are spread over broker replicas; 200 only when every partition was trimmed)."""
+    """Trim one partition (``partition``, the partition ``before`` is of, or the partition the
+    name is) or every partition of the topic (Pulsar's trim of a partitioned topic: asked of
+    each partition's owner when they are spread over broker replicas; 200 only when every
+    partition was trimmed)."""
     body = body or TrimBody()
     name = topic_name(tenant, namespace, topic)
     at = broker.resolve(name, here=request.headers.get(spread.HERE) is not None)
     if isinstance(at, Local) and at.index is not None:  # a partition's own name
         if body.partition not in (None, at.index):
-            raise MalformedError(f"partition {body.partition} asked of partition {at.index}")
+            # The partition's own name has no other partition (a `partition` it lacks: 404).
+            raise NotFoundError(f"partition {body.partition} asked of partition {at.index}")
         return await _trim_here(broker, at.topic, at.index, body.before)
     plan = at if isinstance(at, SpreadPlan) else None
     here = at.topic  # the partitions open here, if any
@@ -127,8 +130,11 @@ async def trim_topic(request: Request, tenant: str, namespace: str, topic: str, 
         if plan is not None and body.partition >= plan.count:
             raise NotFoundError(f"{name} has no partition {body.partition}")
         return await one(body.partition)
-    if body.before is not None:
-        raise MalformedError("before is a position of one partition: name it (partition)")
+    if body.before is not None:  # a message id names its partition (by its ledger id), as an ack's does
+        index = broker.ledger_partitions(name).get(MessageId.parse(body.before).ledger_id)
+        if index is None:
+            raise NotFoundError(f"{body.before} is a message id of no partition of {name}")
+        return await one(index)
     indexes = list(range(at.count)) if isinstance(at, SpreadPlan) else sorted(at.topic.owned)
     got = await asyncio.gather(*(one(i) for i in indexes), return_exceptions=True)
     return {"topic": name, "partitions": spread.every_partition(f"trim of {name}", indexes, got)}
@@ -143,7 +149,7 @@ async def _trim_here(broker: Broker, t: Topic, index: int, before: str | None) -
     else:
         lid, eid, _ = MessageId.parse(before)
         if lid != part.ledger.ledger_id:
-            raise MalformedError(f"{before!r} is not a position of {part.name}")
+            raise NotFoundError(f"{before!r} is not a position of {part.name}")  # another partition's
         limit = Position(lid, eid)
     if broker.replicas:  # a subscription recorded elsewhere holds back this trim as well
         await broker.catch_up()
