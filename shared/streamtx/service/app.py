@@ -9,7 +9,7 @@ from collections.abc import AsyncIterator, Awaitable, Callable
 from contextlib import AbstractAsyncContextManager
 from typing import Any
 
-from fastapi import FastAPI
+from fastapi import Depends, FastAPI
 from fastapi.responses import JSONResponse, Response
 from prometheus_client import REGISTRY, CollectorRegistry, Gauge
 from prometheus_client.exposition import CONTENT_TYPE_LATEST
@@ -23,6 +23,7 @@ from streamtx.service.errors import error_response, install_error_handlers
 from streamtx.service.fastlane import FastLane, HotRoutes, LaneTable, observer
 from streamtx.service.longpoll import LongPolls
 from streamtx.service.openapi import install_openapi
+from streamtx.service.query import one_value_each
 from streamtx.service.settings import ServiceSettings
 from streamtx.service.shutdown import bounded_exit
 from streamtx.service.workermetrics import track
@@ -90,6 +91,7 @@ def create_app(
     app = FastAPI(
         title=title, lifespan=lifespan_ending_polls,
         telemetry={"tracing": False, "metrics": False, "logs": False},
+        dependencies=[Depends(one_value_each)],  # ?partition=1&partition=2: 400, not one of them
     )
     # The document lists the errors each operation really answers with (307 where logs move).
     install_openapi(app, moving=redirects)

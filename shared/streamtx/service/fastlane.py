@@ -47,6 +47,7 @@ from streamtx.errors import MalformedError, reply_body
 from streamtx.service.auth import PRINCIPAL, Authorize, principal_in
 from streamtx.service.errors import Rendered, render, validation_message
 from streamtx.service.longpoll import LongPoll, LongPolls
+from streamtx.service.query import refuse_repeats
 
 log = logging.getLogger(__name__)
 
@@ -89,10 +90,12 @@ class HotRequest:
             raise MalformedError(_describe(exc, "body") or "invalid request body") from None
 
     def query(self, model: type[Q]) -> Q:
-        """The query string validated by ``model`` (400 when it does not fit)."""
-        pairs = dict(parse_qsl(self.query_string.decode("latin-1"), keep_blank_values=True))
+        """The query string validated by ``model`` (400 when it does not fit, or names one of its
+        parameters twice: each takes one value)."""
+        pairs = parse_qsl(self.query_string.decode("latin-1"), keep_blank_values=True)
+        refuse_repeats(pairs, model.model_fields)
         try:
-            return model.model_validate(pairs)
+            return model.model_validate(dict(pairs))
         except ValidationError as exc:
             raise MalformedError(_describe(exc, "query")) from None
 
