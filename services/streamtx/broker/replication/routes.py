@@ -27,7 +27,6 @@ from __future__ import annotations
 import asyncio
 from typing import Any
 
-import orjson
 from fastapi import APIRouter, Request, Response
 
 from streamtx.broker.deps import BrokerDep
@@ -149,7 +148,7 @@ async def write(body: ReplicationWrite, broker: BrokerDep) -> dict[str, Any]:
 @router.post("/markers")
 async def marker(body: ReplicationMarker, broker: BrokerDep) -> dict[str, Any]:
     _, part = await owned_partition(broker, body.topic, body.partition)
-    pos = await part.append_marker(orjson.dumps(body.marker))
+    pos = await part.append_marker(repl.marker_bytes(body.marker))
     return {"position": str(pos)}
 
 

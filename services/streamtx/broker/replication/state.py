@@ -22,6 +22,7 @@ retrying); the broker owns the durable state it needs, as Pulsar's does:
 from __future__ import annotations
 
 import asyncio
+import math
 import time
 from binascii import a2b_base64, b2a_base64
 from collections import deque
@@ -155,6 +156,34 @@ async def read_local(part: Partition, start: Position, max_entries: int
     return items, (entries[-1].position if entries else None)
 
 
+def marker_bytes(marker: dict[str, Any]) -> bytes:
+    """A replicated marker as the partition stores it: JSON, as orjson writes it. Any JSON number
+    is a valid marker value (the schema says ``number``); one past the 64 bits orjson writes is
+    held as a double, as orjson reads such a number back (it was a 500: the fuzzer's
+    -49373364500454540170791747584). A lone surrogate (no UTF-8): 400."""
+    try:
+        return orjson.dumps(marker)
+    except TypeError:
+        pass
+    try:
+        return orjson.dumps(_as_doubles(marker))
+    except TypeError as exc:
+        raise MalformedError(f"bad replication marker: {exc}") from None
+
+
+def _as_doubles(value: Any) -> Any:
+    if type(value) is int and not -(1 << 63) <= value < (1 << 64):
+        try:
+            return float(value)
+        except OverflowError:  # past a double: infinite, as a reader of doubles has it (written as null)
+            return math.inf if value > 0 else -math.inf
+    if isinstance(value, dict):
+        return {k: _as_doubles(v) for k, v in value.items()}
+    if isinstance(value, list):
+        return [_as_doubles(v) for v in value]
+    return value
+
+
 def _parse_item(item: ReplicatedEntry, source: str, now_ms: int) -> tuple[bytes, ProducerInfo, int]:
     try:
         lid, eid, _ = MessageId.parse(item.position)
@@ -163,7 +192,7 @@ def _parse_item(item: ReplicatedEntry, source: str, now_ms: int) -> tuple[bytes,
     src = SourceInfo(source, lid, eid, item.publish_time)
     producer = ProducerInfo(producer_name(source), 0, eid)
     if item.marker is not None:
-        return codec.encode_replication_marker(orjson.dumps(item.marker), publish_time_ms=now_ms,
+        return codec.encode_replication_marker(marker_bytes(item.marker), publish_time_ms=now_ms,
                                                producer=producer, source=src), producer, 0
     if not item.messages:
         raise MalformedError("a replicated entry needs messages or a marker")
