@@ -240,16 +240,24 @@ class Broker:
         part = await Partition.open(self.ledgers, item, name, self.settings, topic.notifier)
         part.on_fenced = self._fenced
         added: list[Subscription] = []
+        cursors: list[tuple[Subscription, PartitionDispatch]] = []
         try:
-            topic.add(index, part)
-            if new_topic:
+            if new_topic:  # not resolvable here before it is in self.topics, below
+                topic.add(index, part)
                 for sub_name, rec in list(record.subscriptions.items()):
                     opened = await self._open_subscription(topic, sub_name, SubscriptionType(rec.type),
                                                            rec.initial_position, new=False, only=[index])
                     opened.replicated = rec.replicated
             else:
+                # Every subscription's cursor opens before the partition joins the topic: once it
+                # has, requests resolve it here, and a subscription still without it would take
+                # its ids in a fanned-out end for another owner's and drop them (acks lost).
                 for sub in list(topic.subscriptions.values()):
-                    sub.add_part(await self._dispatch(topic, index, sub.name, new=False, initial="earliest"))
+                    cursors.append((sub, await self._dispatch(part, index, sub.name, new=False,
+                                                              initial="earliest")))
+                topic.add(index, part)
+                for sub, dispatch in cursors:
+                    sub.add_part(dispatch)
                     added.append(sub)
                     self._restore_part_held(sub, index)
             # Its replication cursors open with it, before the controller first asks: they
@@ -260,8 +268,9 @@ class Broker:
             await self.replication.forget(name, index)
             topic.remove(index)
             for joined in added:
-                if (d := joined.remove_part(index)) is not None:
-                    await d.cursor.close()
+                joined.remove_part(index)
+            for _, dispatch in cursors:
+                await dispatch.cursor.close()
             if new_topic:
                 for opened_sub in topic.subscriptions.values():
                     await opened_sub.close()
@@ -625,11 +634,11 @@ class Broker:
         return {"kind": "subscription", "topic": topic, "subscription": name, "type": sub_type.value,
                 "initial_position": initial}
 
-    async def _dispatch(self, topic: Topic, index: int, name: str, *, new: bool, initial: str,
+    async def _dispatch(self, p: Partition, index: int, name: str, *, new: bool, initial: str,
                         fresh: bool = False) -> PartitionDispatch:
-        """``fresh``: the subscription was just recorded (by another replica): a ``latest`` one
-        starts at the end here too, unless its cursor was saved already."""
-        p = topic.owned[index]
+        """Subscription ``name``'s cursor on partition ``index`` (``p``). ``fresh``: the
+        subscription was just recorded (by another replica): a ``latest`` one starts at the end
+        here too, unless its cursor was saved already."""
         cursor = await Cursor.open(self.ledgers, p.ledger, name)
         # A saved cursor is an existing subscription's position on this partition: never moved.
         if initial == "latest" and (new or fresh) and not cursor.saved:
@@ -673,7 +682,7 @@ class Broker:
         parts: list[PartitionDispatch] = []
         try:
             for i in sorted(topic.owned) if only is None else only:
-                parts.append(await self._dispatch(topic, i, name, new=new, initial=initial_position,
+                parts.append(await self._dispatch(topic.owned[i], i, name, new=new, initial=initial_position,
                                                   fresh=fresh))
         except BaseException:
             for opened in parts:  # no cursor writer left behind without a subscription

@@ -18,10 +18,11 @@ import pytest
 
 from streamtx.broker.partition import Partition
 from streamtx.broker.pendingack_client import PendingAckClient
-from streamtx.broker.registry import Broker, partition_item
+from streamtx.broker.registry import Broker, Local, partition_item
 from streamtx.broker.settings import BrokerSettings
 from streamtx.broker.subscription import SubscriptionType
 from streamtx.cursor import Cursor
+from streamtx.errors import NotOwnerError
 from streamtx.ledger import open_ledger_factory
 
 T = "persistent://t/n/racing"
@@ -151,3 +152,26 @@ async def test_a_subscription_another_replica_recorded_opens_on_a_partition_take
         assert [p.index for p in replica.topics[T].subscriptions[SUB].parts] == [0, 1]
     finally:
         await other.close()
+
+
+async def test_a_partition_taken_over_is_served_here_only_once_every_subscription_has_it(
+        replica: Broker, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A partition joined the topic (requests resolved it here) before the subscriptions' cursors
+    on it opened: a fanned-out transaction end meanwhile took its ids for another owner's and
+    dropped them, the pending-ack store took the end as done, and the acked messages came back
+    (seen in test_broker_replicas' kill test: a backlog of 42 where 36 were left)."""
+    await replica.acquire(partition_item(T, 0))
+    await replica.create_subscription(T, SUB, SubscriptionType.SHARED, "earliest")
+    go = asyncio.Event()
+    cursor_opening = gate_cursor_open(monkeypatch, go.wait)
+    acquiring = asyncio.create_task(replica.acquire(partition_item(T, 1)))
+    try:
+        await cursor_opening.wait()  # SUB's cursor on partition 1 is opening
+        with pytest.raises(NotOwnerError):  # moving: a 503 its callers retry, not served without SUB
+            replica.resolve(f"{T}-partition-1")
+        assert sorted(replica.topics[T].owned) == [0]
+    finally:
+        go.set()
+        await asyncio.wait_for(acquiring, 10)
+    assert isinstance(replica.resolve(f"{T}-partition-1"), Local)
+    assert [p.index for p in replica.topics[T].subscriptions[SUB].parts] == [0, 1]
