@@ -25,7 +25,7 @@ from pathlib import Path
 import pytest
 
 from tests.support.docs import Block, marked_blocks
-from tests.support.procs import ROOT, python_env
+from tests.support.procs import ROOT, free_port, python_env
 
 DOCS = [ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md"))]
 RUNNABLE = [path for path in DOCS if marked_blocks(path)]
@@ -35,9 +35,7 @@ READY_LINE = "Ctrl-C stops"  # the suite's last line once every service answers 
 def _free_base_port(count: int = 4) -> int:
     """A port with the next ``count - 1`` free as well (the suite takes base..base+3)."""
     for _ in range(50):
-        with socket.socket() as s:
-            s.bind(("127.0.0.1", 0))
-            base = int(s.getsockname()[1])
+        base = free_port()  # below the ephemeral range, as the suite's children need
         if base + count > 65535:
             continue
         with contextlib.ExitStack() as held:

@@ -14,7 +14,7 @@ import time
 from collections.abc import Iterator, Mapping
 from pathlib import Path
 
-from streamtx.demo.procs import child_env
+from streamtx.demo.procs import child_env, free_port
 
 #: This checkout (its ``tests`` and ``bench`` packages; streamtx itself is the installed package).
 ROOT = Path(__file__).resolve().parents[2]
@@ -26,12 +26,6 @@ def python_env(extra: Mapping[str, str] | None = None) -> dict[str, str]:
     env = child_env(dict(extra or {}))
     env["PYTHONPATH"] = os.pathsep.join([env["PYTHONPATH"], str(ROOT)])
     return env
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
 
 
 def wait_for_port(port: int, timeout: float = 20.0, proc: subprocess.Popen[bytes] | None = None) -> None:

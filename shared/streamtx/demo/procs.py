@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import os
+import random
 import shutil
 import signal
 import socket
@@ -40,9 +42,30 @@ def child_env(extra: dict[str, str]) -> dict[str, str]:
 
 
 def free_port() -> int:
-    with socket.socket() as s:
+    """A port free on 127.0.0.1 now, for a child to listen on later: below the kernel's ephemeral
+    range. One from that range (what binding port 0 gives) can be taken before the child binds
+    it by any outgoing connection or port-0 listener of another process (a Spark JVM's took a
+    demo's pending-ack store port in CI, and every restart of the store failed to bind)."""
+    low = _ephemeral_low()
+    if low > _LOWEST + 1000:
+        for _ in range(100):
+            port = random.randrange(_LOWEST, low)
+            with socket.socket() as s, contextlib.suppress(OSError):
+                s.bind(("127.0.0.1", port))
+                return port
+    with socket.socket() as s:  # no room below the range: the kernel's pick
         s.bind(("127.0.0.1", 0))
         return int(s.getsockname()[1])
+
+
+_LOWEST = 10000  # above the well-known and most registered ports
+
+
+def _ephemeral_low() -> int:
+    try:
+        return int(Path("/proc/sys/net/ipv4/ip_local_port_range").read_text().split()[0])
+    except (OSError, ValueError, IndexError):
+        return 32768  # Linux's default
 
 
 def cpu_seconds(pid: int) -> float:
