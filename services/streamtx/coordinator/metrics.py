@@ -124,6 +124,12 @@ def _families_of(registry: CollectorRegistry) -> _Families:
     return fam
 
 
+def register(registry: CollectorRegistry = REGISTRY) -> None:
+    """Register the families in ``registry`` now. A worker that owns no coordinator id yet
+    answers a scrape for the whole port too, so it must not wait for its first coordinator."""
+    _families_of(registry)
+
+
 class CoordinatorMetrics:
     """The metric children of one coordinator (labels bound once, so updates are cheap)."""
 

@@ -14,6 +14,7 @@ from streamtx.contracts.txnid import TxnId
 from streamtx.coordinator.coordinator import CoordinatorConfig, TransactionCoordinator
 from streamtx.coordinator.log import TransactionLog
 from streamtx.coordinator.metrics import CoordinatorMetrics
+from streamtx.coordinator.metrics import register as register_metrics
 from streamtx.coordinator.participants_client import Participants
 from streamtx.coordinator.quota import OpenTxnQuota
 from streamtx.coordinator.settings import CoordinatorSettings
@@ -64,6 +65,7 @@ class Coordinators:
         self._ledgers = ledgers
         self._participants = participants
         self._registry = registry
+        register_metrics(registry)
         self.all_ids = list(settings.coordinator_ids)
         self.ids: list[int] = []  # owned now, recovered or not
         self._by_id: dict[int, TransactionCoordinator] = {}

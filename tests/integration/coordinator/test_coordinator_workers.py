@@ -197,7 +197,8 @@ async def test_redis_down_is_503_and_the_workers_recover_when_it_returns(
 
 async def test_a_scrape_of_any_worker_counts_the_whole_port(
         file_url: str, tc_factory: TcFactory, client_factory: ClientFactory) -> None:
-    proc = tc_factory(file_url)
+    # Two ids over four workers: two of them own no coordinator, and answer for the port all the same.
+    proc = tc_factory(file_url, coordinator_ids="0,1")
     tc = client_factory(proc)  # a new connection per request: the kernel picks the worker
     txns = [await tc.create() for _ in range(24)]
     for txn in txns:
@@ -212,7 +213,7 @@ async def test_a_scrape_of_any_worker_counts_the_whole_port(
         return {f"{f.name}/{s.name}": sum(x.value for x in f.samples if x.name == s.name)
                 for f in families for s in f.samples}
 
-    for _ in range(8):  # each scrape lands on any of the 4 workers, and answers for all of them
+    for _ in range(16):  # each scrape lands on any of the 4 workers, and answers for all of them
         totals = await scraped()
         assert totals["pulsar_txn_created/pulsar_txn_created_total"] == 24, totals
         assert totals["pulsar_txn_created_count/pulsar_txn_created_count"] == 24
