@@ -23,7 +23,8 @@ from collections.abc import Iterable
 from itertools import repeat
 from typing import Any
 
-from streamtx.broker.outstanding import Delivery, Outstanding, Stored, Unit
+from streamtx.broker.held import Held
+from streamtx.broker.outstanding import Delivery, Outstanding, Stored, Taken, Unit
 from streamtx.broker.partition import Partition
 from streamtx.contracts.msgid import format_id
 from streamtx.cursor import Cursor
@@ -69,7 +70,7 @@ class PartitionDispatch:
         self._ahead: list[Entry] = []  # see :meth:`_keep_ahead`
         self.pending = Outstanding()
         self.redeliver: OrderedDict[Unit, Delivery] = OrderedDict()
-        self.held: dict[Unit, tuple[int, int]] = {}  # unit → txn holding it
+        self.held = Held()  # what open transactions' acks hold, and which transaction
         self.lock = asyncio.Lock()
         self.delivered = 0
         # Batch sizes of entries handed out (or read for an ack): acks of held units,
@@ -221,11 +222,12 @@ class PartitionDispatch:
                     return True
                 self._stopped_at, self._fresh_from = start + n, pos
                 return False
-        pending, held, redeliver = self.pending, self.held, self.redeliver
+        pending, redeliver = self.pending, self.redeliver
+        skip = deleted | self.held.bits_at(pos, size) if self.held else deleted
         for bi in range(size):
             index = bi if size > 1 else None
             unit: Unit = (pos, index)
-            if unit in pending or unit in held or unit in redeliver or deleted >> bi & 1:
+            if skip >> bi & 1 or unit in pending or unit in redeliver:
                 continue
             if len(out) >= limit:
                 self._stopped_at = bi
@@ -270,9 +272,9 @@ class PartitionDispatch:
             for u in units:
                 pop(u, None)
 
-    def take_through(self, pos: Position, batch_index: int | None) -> list[Unit]:
+    def take_through(self, pos: Position, batch_index: int | None) -> Taken:
         """Take back what is out with consumers or queued for redelivery at or before a
-        cumulative ack point; return those units."""
+        cumulative ack point; return it."""
         gone = self.pending.take_through(pos, batch_index)
         if self.redeliver:
             last = -1 if batch_index is None else batch_index
@@ -280,7 +282,7 @@ class PartitionDispatch:
                        if u[0] < pos or (u[0] == pos and (batch_index is None or (u[1] or 0) <= last))]
             for u in covered:
                 del self.redeliver[u]
-            gone += covered
+            gone.units += covered
         return gone
 
     async def backlog(self, scan_limit: int = 10_000) -> int:

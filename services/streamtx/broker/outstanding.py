@@ -66,6 +66,14 @@ def entry_units(pos: Position, size: int, gone: int = 0, through: int | None = N
     return [(pos, i) for i in range(n) if not gone >> i & 1]
 
 
+def bits_units(pos: Position, size: int, bits: int) -> list[Unit]:
+    """The units of an entry of ``size`` messages whose bits in ``bits`` are set."""
+    if size == 1:
+        return [(pos, None)] if bits & 1 else []
+    full = (1 << size) - 1
+    return entry_units(pos, size, full & ~bits)
+
+
 class _Whole:
     """An entry handed out whole: its delivery, and which of its messages are no longer out."""
 
@@ -78,6 +86,31 @@ class _Whole:
 
     def units(self, pos: Position, through: int | None = None) -> list[Unit]:
         return entry_units(pos, self.delivery.batch_size, self.gone, through)
+
+
+class Taken:
+    """Units taken back at once (by a cumulative ack): entries as ``(position, batch size, bits
+    of the batch indexes taken)``, one record per entry as :class:`Outstanding` keeps them, and
+    the rest unit by unit. Iterating yields every unit; the records are for whoever can keep
+    them as they are (:class:`~streamtx.broker.held.Held`)."""
+
+    __slots__ = ("entries", "units")
+
+    def __init__(self, entries: list[tuple[Position, int, int]] | None = None,
+                 units: list[Unit] | None = None) -> None:
+        self.entries = entries if entries is not None else []
+        self.units = units if units is not None else []
+
+    def __len__(self) -> int:
+        return sum(bits.bit_count() for _, _, bits in self.entries) + len(self.units)
+
+    def __bool__(self) -> bool:
+        return bool(self.entries or self.units)
+
+    def __iter__(self) -> Iterator[Unit]:
+        for pos, size, bits in self.entries:
+            yield from bits_units(pos, size, bits)
+        yield from self.units
 
 
 class Outstanding:
@@ -189,26 +222,32 @@ class Outstanding:
         self._count = 0
         self._units_ascend = True
 
-    def take_through(self, pos: Position, batch_index: int | None) -> list[Unit]:
+    def take_through(self, pos: Position, batch_index: int | None) -> Taken:
         """Take back every unit at or before ``(pos, batch_index)`` (a cumulative ack's reach);
-        return them."""
-        taken: list[Unit] = []
+        return them, an entry handed out whole as one record (no per-message work)."""
+        taken_entries: list[tuple[Position, int, int]] = []
+        count = 0
         entries = self._entries
         if entries:
             keys = list(entries)
             for p in keys[:bisect_right(keys, pos)]:
                 w = entries[p]
-                if p == pos and batch_index is not None and batch_index < w.delivery.batch_size - 1:
-                    part = w.units(p, batch_index)
-                    for _, bi in part:
-                        w.gone |= 1 << (bi or 0)
-                    w.left -= len(part)
+                size = w.delivery.batch_size
+                if p == pos and batch_index is not None and batch_index < size - 1:
+                    bits = ((1 << batch_index + 1) - 1) & ~w.gone
+                    w.gone |= bits
+                    n = bits.bit_count()
+                    w.left -= n
                     if not w.left:
                         del entries[p]
                 else:
-                    part = w.units(p)
+                    bits = ((1 << size) - 1) & ~w.gone
+                    n = w.left
                     del entries[p]
-                taken += part
+                if bits:
+                    taken_entries.append((p, size, bits))
+                    count += n
+        covered: list[Unit] = []
         units = self._units
         if units:
             bound = (pos, inf if batch_index is None else batch_index)
@@ -221,9 +260,8 @@ class Outstanding:
                 del units[u]
             if not units:
                 self._units_ascend = True
-            taken += covered
-        self._count -= len(taken)
-        return taken
+        self._count -= count + len(covered)
+        return Taken(taken_entries, covered)
 
     def expire(self, now: float) -> list[tuple[Unit, Delivery]]:
         """Take back what is past its ack deadline; return it with its deliveries."""

@@ -31,8 +31,9 @@ from typing import Any
 
 from streamtx.broker import failover, metrics
 from streamtx.broker.dispatch import Handed, PartitionDispatch, render_json, unit_id
+from streamtx.broker.held import UNKNOWN
 from streamtx.broker.notify import Notifier
-from streamtx.broker.outstanding import Unit, unit_order
+from streamtx.broker.outstanding import Taken, Unit, unit_order
 from streamtx.broker.replicas.exclusive import ExclusiveClaims
 from streamtx.broker.settings import BrokerSettings
 from streamtx.contracts.msgid import MessageId, parse_many
@@ -41,7 +42,6 @@ from streamtx.errors import ConflictError, MalformedError, NotFoundError, TooMan
 from streamtx.ledger import Position
 from streamtx.service.longpoll import LongPoll
 
-_unknown_txn = TxnId(0, 0)  # held since before a restart: the store did not say by whom
 _max_ended = 10_000  # transactions whose end a subscription remembers (as the store does)
 _new_tuple = tuple.__new__
 _sweep_every_s = 1.0  # how often a fetch looks for idle consumers to forget (Shared, Exclusive)
@@ -418,10 +418,9 @@ class Subscription:
                               bi: int | None, *, check_held: bool = True) -> None:
         """Add a cumulative ack through ``(pos, bi)`` to ``batch``."""
         if check_held:
-            held_before = [u for u in part.held if u[0] < pos or (u[0] == pos and (bi is None or
-                                                                                    (u[1] or 0) <= bi))]
-            if held_before:
-                raise ConflictError(f"cumulative ack to {pos} covers {unit_id(held_before[0])}, held "
+            held_before = part.held.first_through(pos, bi)
+            if held_before is not None:
+                raise ConflictError(f"cumulative ack to {pos} covers {unit_id(held_before)}, held "
                                     "by an open transaction")
         size = 1 if bi is None else await part.batch_size(pos, bi)
         if bi is not None and bi >= size:
@@ -474,41 +473,41 @@ class Subscription:
         self._check_dispatched(resolved)
         for part, unit in resolved:
             holder = part.held.get(unit)
-            if holder is not None and holder not in (txn, _unknown_txn):
+            if holder is not None and holder not in (txn, UNKNOWN):
                 raise ConflictError(f"message {unit_id(unit)} is held by another transaction")
             if part.is_gone(unit):
                 raise ConflictError(f"message {unit_id(unit)} is already acknowledged")
         return resolved
 
     def hold(self, resolved: list[tuple[PartitionDispatch, Unit]], txn: TxnId, cumulative: bool = False
-             ) -> list[tuple[PartitionDispatch, list[Unit]]]:
+             ) -> list[tuple[PartitionDispatch, Taken]]:
         """Hold units for ``txn``; return those it did not hold already, by partition.
 
-        A cumulative ack also holds what is out with consumers at or before its id.
+        A cumulative ack also holds what is out with consumers at or before its id: tens of
+        thousands of messages, held as the entries they came in (:mod:`.held`).
         """
-        newly: list[tuple[PartitionDispatch, list[Unit]]] = []
-        # A partition at a time, in bulk: a cumulative ack holds tens of thousands of units.
+        newly: list[tuple[PartitionDispatch, Taken]] = []
         for part, listed in _by_partition(resolved).values():
             held = part.held
             listed = list(dict.fromkeys(listed))
             part.forget(listed)
-            fresh = [u for u in listed if held.get(u) != txn] if held else list(listed)
-            held.update(dict.fromkeys(listed, txn))
+            fresh = Taken(units=held.hold(listed, txn))
             for pos, bi in listed if cumulative else ():
                 # Taken back from consumers now (given back by ``unhold`` if the store refuses):
                 # held by nobody, as what is held is never out, and not listed (forgotten above).
                 through = part.take_through(pos, bi)
-                held.update(dict.fromkeys(through, txn))
-                fresh += through
+                held.hold_taken(through, txn)
+                fresh.entries += through.entries
+                fresh.units += through.units
             newly.append((part, fresh))
         return newly
 
-    def unhold(self, newly: list[tuple[PartitionDispatch, list[Unit]]], txn: TxnId) -> None:
+    def unhold(self, newly: list[tuple[PartitionDispatch, Taken]], txn: TxnId) -> None:
         """Undo :meth:`hold` after the pending-ack store refused or failed."""
         for part, units in newly:
             mine = [u for u in units if part.held.get(u) == txn]
             for u in mine:
-                del part.held[u]
+                part.held.pop(u)
             part.release(mine)
         self.notifier.changed()
 
@@ -540,18 +539,8 @@ class Subscription:
             part.take_through(pos, bi)
         for part in self.parts:
             listed = listed_here[part.index][1] if part.index in listed_here else []
-            held = part.held
-            if txn is not None and _held_by_one(held, txn):
-                # What it held is the whole map (mostly one transaction at a time holds a
-                # partition's units): all of it goes, the listed units held by nobody stay so.
-                let_go = list(held)
-                held.clear()
-            else:
-                mine = [u for u, holder in held.items() if holder == txn] if held else []
-                let_go = [u for u in dict.fromkeys(listed + mine)
-                          if txn is None or held.get(u) in (txn, _unknown_txn)]
-                for u in let_go:
-                    held.pop(u, None)
+            # A commit's holds go unopened: what it held is deleted by the cursor batch above.
+            let_go = part.held.let_go(txn, listed, units=not commit)
             if commit:
                 # What a transaction holds is never out with a consumer (a hold takes it back):
                 # only the listed units may be, held by nobody (a hold lost to a restart).
@@ -582,7 +571,7 @@ class Subscription:
         for (part, unit), (_, txn) in zip(units, live, strict=True):
             if not part.is_gone(unit):
                 part.forget([unit])  # what is held is not out with a consumer
-                part.held.setdefault(unit, _unknown_txn if txn is None else txn)
+                part.held.restore(unit, txn)
                 part.restored_hold(unit[0])
                 if txn is not None:
                     self._restored.setdefault(txn, now)
@@ -594,7 +583,7 @@ class Subscription:
         if not self._restored:
             return []  # the common case: no scan of every hold
         now = asyncio.get_running_loop().time()
-        holding = {h for p in self.parts for h in p.held.values()}
+        holding = set().union(*(p.held.holders() for p in self.parts))
         for txn in [t for t in self._restored if t not in holding]:
             del self._restored[txn]
         return [t for t, since in self._restored.items() if now - since >= older_than_s]
@@ -602,7 +591,7 @@ class Subscription:
     async def release_aborted(self, txn: TxnId) -> None:
         """The coordinator aborted ``txn``: what it holds here is deliverable again (as its
         abort's end would make it; a late end is then a repeat)."""
-        ids = [unit_id(u) for p in self.parts for u, h in p.held.items() if h == txn]
+        ids = [unit_id(u) for p in self.parts for u in p.held.units_of(txn)]
         await self.end_txn(ids, txn, commit=False)
         self._restored.pop(txn, None)
 
@@ -644,12 +633,6 @@ class Subscription:
         self.closed = True
         for p in self.parts:
             await p.cursor.close()
-
-
-def _held_by_one(held: dict[Unit, tuple[int, int]], txn: TxnId) -> bool:
-    """Whether ``txn`` holds every unit of ``held`` (a count in C, not a test per unit in Python)."""
-    holders = list(held.values())
-    return bool(holders) and holders.count(txn) == len(holders)
 
 
 def _by_partition(units: Iterable[tuple[PartitionDispatch, Unit]]

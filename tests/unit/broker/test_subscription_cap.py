@@ -10,6 +10,7 @@ from streamtx.broker.pendingack_client import PendingAckClient
 from streamtx.broker.registry import Broker
 from streamtx.broker.settings import BrokerSettings
 from streamtx.broker.subscription import SubscriptionType
+from streamtx.contracts.txnid import TxnId
 from streamtx.errors import ConflictError, NotFoundError
 from streamtx.ledger import Position, open_ledger_factory
 
@@ -44,7 +45,7 @@ async def test_deleting_one_makes_room_unless_a_transaction_holds_acks_on_it(bro
     for name in ("a", "b", "c"):
         await broker.create_subscription(T, name, SubscriptionType.SHARED, "earliest")
     held = broker.topic(T).subscriptions["a"].parts[1].held
-    held[(Position(0, 0), None)] = (7, 1)  # an open transaction's ack on partition 1
+    held.hold([(Position(0, 0), None)], TxnId(7, 1))  # an open transaction's ack on partition 1
     with pytest.raises(ConflictError, match="open transactions"):
         await broker.delete_subscription(T, "a", force=True)  # force does not drop a txn's acks
     assert "a" in broker.catalog.topics[T].subscriptions
