@@ -39,18 +39,6 @@ def replicas(kafka_bootstrap: str, redis_url: str,
         yield r
 
 
-async def until_served(http: httpx.AsyncClient, method: str, url: str, **kw: Any) -> httpx.Response:
-    """The answer of ``url`` itself once it serves (503 while the topic it took still opens)."""
-    got: list[httpx.Response] = []
-
-    async def served() -> bool:
-        got.append(await http.request(method, url, **kw))
-        return got[-1].status_code != 503
-
-    await eventually(served, timeout_s=20, what=f"{method} {url} served")
-    return got[-1]
-
-
 async def topic_owner(http: httpx.AsyncClient, via: str, topic: str, partition: int = 0) -> str | None:
     """Pulsar's lookup of one partition: its owner's URL (None while it moves)."""
     r = await http.get(f"{via}/lookup/v2/topic/persistent/{topic.removeprefix('persistent://')}"

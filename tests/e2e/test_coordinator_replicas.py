@@ -10,7 +10,6 @@ past its lease (on SIGCONT none of its appends lands: the new owner's fence).
 
 from __future__ import annotations
 
-import asyncio
 import signal
 import uuid
 from collections.abc import Iterator
@@ -22,7 +21,7 @@ from streamtx.client import StreamtxClient
 from streamtx.transport.redirect import send_to_owner
 from tests.conftest import kafka_url
 from tests.support.replicas import COORDINATOR_IDS, Replicas, lookup
-from tests.support.suite import eventually
+from tests.support.suite import eventually, until_served
 
 ids = COORDINATOR_IDS
 ttl_ms = 1500
@@ -75,17 +74,6 @@ async def test_ids_spread_evenly_and_any_replica_redirects_to_the_owner(
         await txn.abort()
 
 
-async def served(http: httpx.AsyncClient, method: str, url: str, timeout_s: float = 20.0) -> httpx.Response:
-    """``send_to_owner`` until it is not a 503: the new owner of a moved id answers 503 not_owner
-    while its log replays (the owner map names it first), which clients wait out."""
-    deadline = asyncio.get_running_loop().time() + timeout_s
-    while True:
-        r = await send_to_owner(http, method, url)
-        if r.status_code != 503 or asyncio.get_running_loop().time() > deadline:
-            return r
-        await asyncio.sleep(0.1)
-
-
 async def _spread(http: httpx.AsyncClient, urls: list[str]) -> bool:
     placed = await owners(http, urls[0])
     counts = [list(placed.values()).count(u) for u in urls]
@@ -110,9 +98,13 @@ async def test_a_killed_owners_ids_move_and_its_transactions_finish_on_the_new_o
         return (await owners(http, survivors[0]))[cid] in survivors
 
     await eventually(moved, timeout_s=20, what=f"coordinator {cid} to move off the killed replica")
-    r = await served(http, "POST", f"{survivors[0]}/v1/transactions/{txn}/commit")
+    # The new owner of a moved id answers 503 not_owner while its log replays (the owner map
+    # names it first), which clients wait out.
+    r = await until_served(http, "POST", f"{survivors[0]}/v1/transactions/{txn}/commit",
+                           timeout_s=20, send=send_to_owner)
     assert r.status_code == 200, r.text
-    r = await served(http, "GET", f"{survivors[1]}/v1/transactions/{txn}")
+    r = await until_served(http, "GET", f"{survivors[1]}/v1/transactions/{txn}",
+                           timeout_s=20, send=send_to_owner)
     assert r.json()["state"] == "COMMITTED"
     victim.start()  # it rejoins and gets its share back by handover
     await eventually(lambda: _spread(http, [tc.url for tc in replicas.tcs]), timeout_s=20,
@@ -137,7 +129,8 @@ async def test_an_owner_paused_past_its_lease_lands_no_append_after_it_wakes(
             return (await owners(http, others[0]))[cid] in others
 
         await eventually(moved, timeout_s=20, what=f"coordinator {cid} to move off the paused replica")
-        r = await served(http, "POST", f"{others[0]}/v1/transactions/{txn}/abort")
+        r = await until_served(http, "POST", f"{others[0]}/v1/transactions/{txn}/abort",
+                               timeout_s=20, send=send_to_owner)
         assert r.status_code == 200, r.text
     finally:
         zombie.proc.send_signal(signal.SIGCONT)
@@ -145,5 +138,6 @@ async def test_an_owner_paused_past_its_lease_lands_no_append_after_it_wakes(
     # answers, it must not be a commit; the owner's log says ABORTED.
     r = await http.post(f"{zombie.url}/v1/transactions/{txn}/commit")
     assert r.status_code != 200 or r.json().get("state") != "COMMITTED", r.text
-    r = await served(http, "GET", f"{others[1]}/v1/transactions/{txn}")
+    r = await until_served(http, "GET", f"{others[1]}/v1/transactions/{txn}",
+                           timeout_s=20, send=send_to_owner)
     assert r.json()["state"] == "ABORTED", r.text

@@ -23,9 +23,9 @@ import httpx
 import pytest
 
 from tests.conftest import kafka_url
-from tests.e2e.test_broker_replicas import owners_of, spread_topic, until_served
+from tests.e2e.test_broker_replicas import owners_of, spread_topic
 from tests.support.replicas import Replicas
-from tests.support.suite import eventually
+from tests.support.suite import eventually, until_served
 
 
 @pytest.fixture(scope="module")
@@ -42,10 +42,11 @@ def _b64(text: str) -> str:
 
 
 async def _produce(http: httpx.AsyncClient, owners: list[str | None], name: str, tag: str) -> None:
-    """One message per partition, each sent to its partition's owner under the partition's name."""
+    """One message per partition, each sent to its partition's owner under the partition's name
+    (503 while the topic it took still opens)."""
     for i, owner in enumerate(owners):
         r = await until_served(http, "POST", f"{owner}/v1/topics/{name}-partition-{i}/messages",
-                               json={"messages": [{"value": _b64(f"{tag}{i}")}]})
+                               timeout_s=20, json={"messages": [{"value": _b64(f"{tag}{i}")}]})
         assert r.status_code == 200, r.text
 
 
@@ -63,7 +64,7 @@ async def test_a_latest_subscription_starts_on_every_partition_when_the_call_is_
     await _produce(http, owners, name, "before")
     # 503 not_owner (retried, as the SDK does) while a broker's map of the owners lags
     r = await until_served(http, "PUT", f"{urls[0]}/v1/topics/{name}/subscriptions/late",
-                           json={"initial_position": "latest", "type": "Shared"})
+                           timeout_s=20, json={"initial_position": "latest", "type": "Shared"})
     assert r.status_code == 200, r.text
     await _produce(http, owners, name, "after")  # right away, on both brokers' partitions
     got: list[dict[str, Any]] = []
@@ -85,7 +86,7 @@ async def test_a_latest_subscription_starts_on_every_partition_when_the_call_is_
     await _produce(http, owners, name, "again")
     for u in urls:
         r = await until_served(http, "PUT", f"{u}/v1/topics/{name}/subscriptions/late",
-                               json={"initial_position": "latest"})
+                               timeout_s=20, json={"initial_position": "latest"})
         assert r.status_code == 200, r.text
     stats = (await http.get(f"{urls[1]}/v1/topics/{name}/subscriptions/late/stats")).json()
     assert stats["msgBacklog"] == 4, stats  # the "again" messages, unread
@@ -105,15 +106,9 @@ async def test_an_exclusive_subscription_admits_one_consumer_over_every_broker(
     mine = {u: f"{u}/v1/topics/{name}-partition-{owners.index(u)}/subscriptions/{sub}/messages" for u in urls}
 
     async def served(url: str, consumer: str) -> httpx.Response:
-        """The answer once the owner serves the subscription (503 while its partition still opens)."""
-        got: list[httpx.Response] = []
-
-        async def answered() -> bool:
-            got.append(await _fetch(http, url, consumer))
-            return got[-1].status_code not in (404, 503)
-
-        await eventually(answered, timeout_s=10, what=f"{url} to know the subscription")
-        return got[-1]
+        """The answer once the owner serves the subscription (404 or 503 while its partition still opens)."""
+        return await until_served(http, "GET", url, timeout_s=10, retry_on=(404, 503),
+                                  params={"max": 10, "wait_ms": 0, "consumer": consumer})
 
     # x attaches through broker 0 only (its own partition), then y through broker 1 only.
     assert (await served(mine[urls[0]], "x")).status_code == 200
@@ -178,7 +173,7 @@ async def test_a_spread_fetch_whose_client_left_ends_everywhere_and_hands_nothin
     await eventually(ended, timeout_s=10, what="the forwarded poll to end with its client (not at 25 s)")
     theirs = owners.index(urls[1])
     r = await until_served(http, "POST", f"{urls[1]}/v1/topics/{name}-partition-{theirs}/messages",
-                           json={"messages": [{"value": _b64("after")}]})
+                           timeout_s=20, json={"messages": [{"value": _b64("after")}]})
     assert r.status_code == 200, r.text
     r = await http.get(f"{urls[0]}{fetch}", params={"max": 10, "wait_ms": 5000, "consumer": "x"})
     assert r.status_code == 200, r.text
@@ -191,7 +186,7 @@ async def test_acks_of_undelivered_ids_are_refused_by_each_partitions_owner(
     partition (its own or another broker's) dispatched is a 400, and hides nothing written there."""
     urls, name, owners = await _split_topic(http, replicas, "undelivered")
     r = await until_served(http, "PUT", f"{urls[0]}/v1/topics/{name}/subscriptions/u",
-                           json={"initial_position": "earliest", "type": "Shared"})
+                           timeout_s=20, json={"initial_position": "earliest", "type": "Shared"})
     assert r.status_code == 200, r.text
     await _produce(http, owners, name, "first")
     got: list[dict[str, Any]] = []

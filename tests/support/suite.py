@@ -13,9 +13,12 @@ from __future__ import annotations
 
 import asyncio
 import uuid
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Collection
 from pathlib import Path
 from types import TracebackType
+from typing import Any
+
+import httpx
 
 from streamtx.client import Consumer, Message, StreamtxClient
 from tests.support.services import ServiceProcess
@@ -121,4 +124,37 @@ async def eventually(check: Callable[[], Awaitable[bool]], timeout_s: float = 15
     while not await check():
         if loop.time() > deadline:
             raise AssertionError(f"not within {timeout_s}s: {what}")
+        await asyncio.sleep(0.1)
+
+
+Send = Callable[..., Awaitable[httpx.Response]]
+
+
+async def _request(http: httpx.AsyncClient, method: str, url: str, **kw: Any) -> httpx.Response:
+    return await http.request(method, url, **kw)
+
+
+async def until_served(
+    http: httpx.AsyncClient, method: str, url: str, *, timeout_s: float = 30.0,
+    retry_on: Collection[int] = (503,), connection_errors: bool = False, send: Send = _request, **kw: Any,
+) -> httpx.Response:
+    """``http.request(method, url, **kw)`` again while it answers 503, the status a client
+    waits out (API.md: an id whose owner is still taking it, a partition still opening),
+    until ``timeout_s``; the last answer, whatever it is: the caller asserts it.
+
+    ``retry_on``: the statuses waited out. ``connection_errors``: a failed connection (a
+    killed worker's) is waited out too, the last one raised at the deadline. ``send``: in
+    place of ``http.request`` (``send_to_owner``, which follows the owners' 307s).
+    """
+    loop = asyncio.get_running_loop()
+    deadline = loop.time() + timeout_s
+    while True:
+        try:
+            r = await send(http, method, url, **kw)
+        except httpx.TransportError:
+            if not connection_errors or loop.time() > deadline:
+                raise
+        else:
+            if r.status_code not in retry_on or loop.time() > deadline:
+                return r
         await asyncio.sleep(0.1)

@@ -16,6 +16,7 @@ import redis
 from tests.conftest import kafka_url
 from tests.integration.coordinator.participant import Participant, running_participant
 from tests.support.services import ServiceProcess
+from tests.support.suite import until_served
 
 TOPIC = "persistent://t/n/x"
 
@@ -42,12 +43,7 @@ class TcClient:
         if expect == 200:
             # A worker whose lease lapsed under load (1.5 s leases on 2 busy cores) has no
             # coordinator until the ids settle again: 503, which a client waits out (API.md).
-            deadline = time.monotonic() + 30
-            while True:
-                r = await self.http.post("/v1/transactions", json=body)
-                if r.status_code != 503 or time.monotonic() > deadline:
-                    break
-                await asyncio.sleep(0.1)
+            r = await until_served(self.http, "POST", "/v1/transactions", timeout_s=30, json=body)
             assert r.status_code == 200, f"POST /v1/transactions: {r.status_code} {r.text}"
             return str(r.json()["txn_id"])
         out = await self.call("POST", "/v1/transactions", expect, json=body)

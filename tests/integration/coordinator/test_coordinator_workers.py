@@ -24,7 +24,7 @@ from tests.integration.coordinator.conftest import TOPIC, ClientFactory, TcClien
 from tests.integration.coordinator.participant import Participant
 from tests.support.procs import free_port, redis_server
 from tests.support.services import ServiceProcess
-from tests.support.suite import eventually
+from tests.support.suite import eventually, until_served
 
 pytestmark = pytest.mark.parametrize("tc_workers", [4], indirect=True)
 
@@ -56,20 +56,6 @@ def mailbox_backlog(proc: ServiceProcess) -> dict[int, tuple[int, int]]:
     return out
 
 
-async def retried(tc: TcClient, method: str, path: str) -> httpx.Response:
-    """A call repeated while the answer is 'retry' (503, or the connection of a killed worker)."""
-    while True:
-        try:
-            body = {"partitions": [P0]} if "partitions" in path else None
-            r = await tc.http.request(method, path, json=body)
-        except httpx.TransportError:
-            await asyncio.sleep(0.05)
-            continue
-        if r.status_code != 503:
-            return r
-        await asyncio.sleep(0.05)
-
-
 async def test_a_killed_worker_loses_no_acknowledged_transaction_and_ends_none_twice(
         file_url: str, tc_factory: TcFactory, client_factory: ClientFactory,
         participant: Participant) -> None:
@@ -82,13 +68,17 @@ async def test_a_killed_worker_loses_no_acknowledged_transaction_and_ends_none_t
 
     async def writer() -> None:
         while not stopping.is_set():
-            r = await retried(tc, "POST", "/v1/transactions")
+            # Each call is repeated while the answer is 'retry': 503, or the connection of a
+            # killed worker (for up to 60 s, past every wait of this test).
+            r = await until_served(tc.http, "POST", "/v1/transactions", timeout_s=60, connection_errors=True)
             assert r.status_code == 200, r.text
             txn = r.json()["txn_id"]
-            r = await retried(tc, "POST", f"/v1/transactions/{txn}/partitions")
+            r = await until_served(tc.http, "POST", f"/v1/transactions/{txn}/partitions",
+                                   timeout_s=60, connection_errors=True, json={"partitions": [P0]})
             assert r.status_code == 200, r.text
             action = "commit" if next(turn) % 2 else "abort"
-            r = await retried(tc, "POST", f"/v1/transactions/{txn}/{action}")
+            r = await until_served(tc.http, "POST", f"/v1/transactions/{txn}/{action}",
+                                   timeout_s=60, connection_errors=True)
             assert r.status_code == 200, r.text
             acknowledged[txn] = r.json()["state"]
 
@@ -116,7 +106,9 @@ async def test_a_killed_worker_loses_no_acknowledged_transaction_and_ends_none_t
 
     assert participant.violations == []
     for txn, state in acknowledged.items():
-        body = (await retried(tc, "GET", f"/v1/transactions/{txn}")).json()
+        r = await until_served(tc.http, "GET", f"/v1/transactions/{txn}",
+                               timeout_s=60, connection_errors=True)
+        body = r.json()
         assert body["state"] == state, (txn, body)
         action = "commit" if state == "COMMITTED" else "abort"
         assert participant.actions(txn) == {("partition", P0): action}, txn
@@ -189,9 +181,14 @@ async def test_redis_down_is_503_and_the_workers_recover_when_it_returns(
             return True
 
         await eventually(all_served, timeout_s=30, what="every transaction answered again through Redis")
-        txn = (await retried(tc, "POST", "/v1/transactions")).json()["txn_id"]
-        assert (await retried(tc, "POST", f"/v1/transactions/{txn}/partitions")).status_code == 200
-        assert (await retried(tc, "POST", f"/v1/transactions/{txn}/commit")).json()["state"] == "COMMITTED"
+        r = await until_served(tc.http, "POST", "/v1/transactions", timeout_s=60, connection_errors=True)
+        txn = r.json()["txn_id"]
+        r = await until_served(tc.http, "POST", f"/v1/transactions/{txn}/partitions",
+                               timeout_s=60, connection_errors=True, json={"partitions": [P0]})
+        assert r.status_code == 200, r.text
+        r = await until_served(tc.http, "POST", f"/v1/transactions/{txn}/commit",
+                               timeout_s=60, connection_errors=True)
+        assert r.json()["state"] == "COMMITTED", r.text
         proc.stop()
 
 
