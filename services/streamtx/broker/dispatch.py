@@ -8,10 +8,11 @@ mark-delete position (and the backlog) moves over them. A unit is one message:
 ``(entry position, batch index or None for a one-message entry)``; what is out with
 consumers is kept per entry where an entry went out whole (:mod:`.outstanding`).
 
-Entries are not decoded here: a delivery points at the stored entry (shared by
-its messages) and a batch index; the fetch route renders what was handed out,
-as JSON (:func:`render_json`, one decode per entry) or as the stored bytes
-(:func:`render_batch`, the binary batch format, no decode at all).
+Entries are not decoded here: what a fetch hands out is runs of a stored entry's
+messages (:data:`Handed`: an entry handed out whole is one run, not a record per
+message); the fetch route renders them as JSON (:func:`render_json`, one decode
+per entry) or as the stored bytes (:func:`render_batch`, the binary batch format,
+no decode at all).
 """
 
 from __future__ import annotations
@@ -36,7 +37,26 @@ from streamtx.wire import fetch as wire_fetch
 _min_size_cache = 4096  # batch sizes remembered before the first prune
 _ahead_bytes = 4 << 20  # most bytes of entries read ahead that one partition's dispatch keeps
 
-Handed = tuple[Stored, int | None, int]  # entry, batch index, redelivery count
+# What a fetch hands out, a run at a time: batch indexes ``first`` to ``first + count - 1``
+# of one entry (a one-message entry's message, whose id has no batch index: 0 and 1),
+# handed out for the ``redeliveries``-th time. An entry handed out whole is one run.
+Handed = tuple[Stored, int, int, int]  # entry, first batch index, count, redelivery count
+
+
+def handed_count(handed: Iterable[Handed]) -> int:
+    """How many messages ``handed`` holds."""
+    return sum(h[2] for h in handed)
+
+
+def handed_units(handed: Iterable[Handed]) -> list[Unit]:
+    """The units of ``handed``, in its order (message by message: only for giving them back)."""
+    out: list[Unit] = []
+    for entry, first, count, _ in handed:
+        if entry.header.count <= 1:
+            out.append((entry.pos, None))
+        else:
+            out += zip(repeat(entry.pos, count), range(first, first + count), strict=True)
+    return out
 
 
 def unit_id(unit: Unit) -> str:
@@ -107,16 +127,19 @@ class PartitionDispatch:
                     self.read_pos = u[0]
 
     async def fetch(self, consumer: str, limit: int, deadline: float) -> list[Handed]:
+        """Hand out up to ``limit`` messages to ``consumer`` (runs of entries: :data:`Handed`)."""
         out: list[Handed] = []
+        got = 0
         async with self.lock:
-            while self.redeliver and len(out) < limit:
+            while self.redeliver and got < limit:
                 unit, d = self.redeliver.popitem(last=False)
                 if self.is_gone(unit) or unit in self.held:
                     continue
                 d = Delivery(consumer, deadline, d.entry, d.batch_size, d.redeliveries + 1)
                 self.pending.add(unit, d)
-                out.append((d.entry, unit[1], d.redeliveries))
-            while len(out) < limit:
+                out.append((d.entry, unit[1] or 0, 1, d.redeliveries))
+                got += 1
+            while got < limit:
                 start = self.read_pos or self.cursor.first_undeleted()
                 ahead, self._ahead = self._ahead, []
                 if ahead and ahead[0].position == start and not self.partition.reloading:
@@ -128,11 +151,12 @@ class PartitionDispatch:
                 skips: list[Position] = []
                 stopped = False
                 for k, e in enumerate(entries):
-                    before = len(out)
-                    passed = self._deliver_entry(e.position, e.data, consumer, limit, deadline, out, skips)
+                    passed, n = self._deliver_entry(e.position, e.data, consumer, limit - got, deadline,
+                                                    out, skips)
+                    got += n
                     # Dispatched: an entry passed whole, or one the limit stopped after handing out
                     # some of it (not one it stopped at before its first message: nobody has that).
-                    if passed or len(out) > before:
+                    if passed or n:
                         self._dispatched(e.position, None if passed else self._stopped_at - 1)
                     if not passed:
                         stopped = True
@@ -143,7 +167,7 @@ class PartitionDispatch:
                     await self.cursor.delete(skips)
                 if stopped:
                     break
-        self.delivered += len(out)
+        self.delivered += got
         return out
 
     def _keep_ahead(self, entries: list[Entry], k: int) -> None:
@@ -175,16 +199,17 @@ class PartitionDispatch:
         elif pos == through and self.dispatched_partial is not None:
             self.dispatched_partial = None if partial is None else max(partial, self.dispatched_partial)
 
-    def _deliver_entry(self, pos: Position, data: bytes, consumer: str, limit: int, deadline: float,
-                       out: list[Handed], skips: list[Position]) -> bool:
-        """Hand out what is left of one entry; False when ``limit`` stopped it midway."""
+    def _deliver_entry(self, pos: Position, data: bytes, consumer: str, room: int, deadline: float,
+                       out: list[Handed], skips: list[Position]) -> tuple[bool, int]:
+        """Hand out what is left of one entry, up to ``room`` messages: whether it passed
+        it (False: ``room`` stopped it midway), and how many it handed out."""
         h = codec.decode_header(data)
         if h.kind is not EntryKind.BATCH or (h.txn is not None and self.partition.tb.is_aborted(h.txn)):
             if not self.cursor.is_deleted(pos):
                 skips.append(pos)
-            return True
+            return True, 0
         if self.cursor.is_deleted(pos):
-            return True
+            return True, 0
         size = h.count
         if size > 1:
             self._remember_size(pos, size)
@@ -196,18 +221,16 @@ class PartitionDispatch:
         through, held_to = self.dispatched_through, self.held_through
         if not deleted and (through is None or pos > through) and (held_to is None or pos > held_to):
             # Past everything ever handed out or held here (acks stop at ``dispatched_through``):
-            # none of it is out, queued or held, so the entry goes out whole: one record.
-            room = limit - len(out)
-            indexes: Iterable[int | None] = (None,) if size == 1 else range(size)
+            # none of it is out, queued or held, so the entry goes out whole: one record, one run.
             if room >= size:
                 self.pending.add_entry(pos, delivery)
-                # By zip, not a comprehension: no bytecode runs per message.
-                out.extend(zip(repeat(entry, size), indexes, repeat(0, size), strict=True))
-                return True
+                out.append((entry, 0, size, 0))
+                return True, size
             self._stopped_at, self._fresh_from = room, pos
-            self.pending.add_range(pos, 0, room, delivery)
-            out.extend(zip(repeat(entry, room), range(room), repeat(0, room), strict=True))
-            return False
+            if room:
+                self.pending.add_range(pos, 0, room, delivery)
+                out.append((entry, 0, room, 0))
+            return False, room
         if pos == self._fresh_from:
             # The fetch before stopped in this fresh entry and nothing rewound since: what it
             # handed out is accounted for (out, queued, held or acked), the rest went to nobody
@@ -215,26 +238,38 @@ class PartitionDispatch:
             self._fresh_from = None
             start = self._stopped_at
             if not deleted >> start and (held_to is None or pos > held_to):
-                n = min(size - start, limit - len(out))
-                self.pending.add_range(pos, start, n, delivery)
-                out.extend(zip(repeat(entry, n), range(start, start + n), repeat(0, n), strict=True))
+                n = min(size - start, room)
+                if n:
+                    self.pending.add_range(pos, start, n, delivery)
+                    out.append((entry, start, n, 0))
                 if start + n == size:
-                    return True
+                    return True, n
                 self._stopped_at, self._fresh_from = start + n, pos
-                return False
+                return False, n
+        # Message by message: what is out, queued, held or deleted is skipped; the rest goes
+        # out in runs of consecutive batch indexes.
         pending, redeliver = self.pending, self.redeliver
         skip = deleted | self.held.bits_at(pos, size) if self.held else deleted
+        handed = first = run = 0
         for bi in range(size):
-            index = bi if size > 1 else None
-            unit: Unit = (pos, index)
+            unit: Unit = (pos, bi if size > 1 else None)
             if skip >> bi & 1 or unit in pending or unit in redeliver:
+                if run:
+                    out.append((entry, first, run, 0))
+                    handed, run = handed + run, 0
                 continue
-            if len(out) >= limit:
+            if handed + run >= room:
                 self._stopped_at = bi
-                return False
+                if run:
+                    out.append((entry, first, run, 0))
+                return False, handed + run
             pending.add(unit, delivery)
-            out.append((entry, index, 0))
-        return True
+            if not run:
+                first = bi
+            run += 1
+        if run:
+            out.append((entry, first, run, 0))
+        return True, handed + run
 
     def known_batch_size(self, pos: Position, batch_index: int) -> int | None:
         """The batch size of the entry at ``pos`` if known without reading it, else None."""
@@ -317,29 +352,35 @@ def render_json(handed: Iterable[Handed]) -> list[dict[str, Any]]:
     """The JSON fetch answer's messages (docs/api.md): one decode per entry, values in base64."""
     out: list[dict[str, Any]] = []
     decoded: dict[int, list[codec.Fields]] = {}
-    for entry, bi, redeliveries in handed:
+    for entry, first, count, redeliveries in handed:
         msgs = decoded.get(id(entry))
         if msgs is None:
             msgs = decoded[id(entry)] = codec.decode_fields(entry.data, entry.header)
-        h, pos = entry.header, entry.pos
-        value, key, props, _ = msgs[bi or 0]
-        src = h.source
-        message: dict[str, Any] = {
-            "message_id": format_id(pos.ledger_id, pos.entry_id, bi),
-            "partition": entry.partition,
-            "key": key,
-            "value": b2a_base64(value, newline=False).decode("ascii"),
-            "properties": dict(props),
-            # A replicated entry: when it was published in its source cluster.
-            "publish_time": h.publish_time_ms if src is None else src.publish_time_ms,
-        }
-        if src is not None:  # copied from another cluster: where it was first written
-            message["replicated_from"] = src.cluster
-            message["source_message_id"] = codec.message_id(src.ledger_id, src.entry_id, bi or 0, h.count)
-        if redeliveries:
-            message["redelivery_count"] = redeliveries
-        out.append(message)
+        h = entry.header
+        for i in range(first, first + count):
+            out.append(_message(entry, i if h.count > 1 else None, msgs[i], redeliveries))
     return out
+
+
+def _message(entry: Stored, bi: int | None, fields: codec.Fields, redeliveries: int) -> dict[str, Any]:
+    h, pos = entry.header, entry.pos
+    value, key, props, _ = fields
+    src = h.source
+    message: dict[str, Any] = {
+        "message_id": format_id(pos.ledger_id, pos.entry_id, bi),
+        "partition": entry.partition,
+        "key": key,
+        "value": b2a_base64(value, newline=False).decode("ascii"),
+        "properties": dict(props),
+        # A replicated entry: when it was published in its source cluster.
+        "publish_time": h.publish_time_ms if src is None else src.publish_time_ms,
+    }
+    if src is not None:  # copied from another cluster: where it was first written
+        message["replicated_from"] = src.cluster
+        message["source_message_id"] = codec.message_id(src.ledger_id, src.entry_id, bi or 0, h.count)
+    if redeliveries:
+        message["redelivery_count"] = redeliveries
+    return message
 
 
 def render_batch(handed: list[Handed]) -> bytes:
@@ -348,26 +389,18 @@ def render_batch(handed: list[Handed]) -> bytes:
     rows: list[wire_fetch.Delivered] = []
     i, n = 0, len(handed)
     while i < n:
-        entry, first, rc = handed[i]
+        entry, first, count, rc = handed[i]
         h, pos = entry.header, entry.pos
-        j = i + h.count
-        # The read pass hands a fresh ``Stored`` per entry and its units out together, in order,
-        # never redelivered (a redelivery counts at least 1): such a run from the entry's first
-        # unit to its last is all of it, with no look at the units between.
-        whole = (rc == 0 and not first and j <= n and handed[j - 1][0] is entry
-                 and (handed[j - 1][1] or 0) == h.count - 1 and handed[j - 1][2] == 0)
-        if not whole:
-            j = i + 1
-            while j < n and handed[j][0] is entry:
-                j += 1
-            whole = j - i == h.count and all(c == 0 and (bi or 0) == k
-                                             for k, (_, bi, c) in enumerate(handed[i:j]))
+        j = i + 1
+        while j < n and handed[j][0] is entry:  # the runs of one entry go out together
+            j += 1
+        whole = j == i + 1 and rc == 0 and first == 0 and count == h.count
         src = h.source
         rows.append(wire_fetch.Delivered(
             entry.partition, pos.ledger_id, pos.entry_id,
             h.publish_time_ms if src is None else src.publish_time_ms, h.count,
             memoryview(entry.data)[h.body_offset:],
-            None if whole else [(bi or 0, c) for _, bi, c in handed[i:j]],
+            None if whole else [(bi, c) for _, f, k, c in handed[i:j] for bi in range(f, f + k)],
             None if src is None else (src.cluster, src.ledger_id, src.entry_id),
         ))
         i = j

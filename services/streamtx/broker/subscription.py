@@ -30,7 +30,14 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from streamtx.broker import failover, metrics
-from streamtx.broker.dispatch import Handed, PartitionDispatch, render_json, unit_id
+from streamtx.broker.dispatch import (
+    Handed,
+    PartitionDispatch,
+    handed_count,
+    handed_units,
+    render_json,
+    unit_id,
+)
 from streamtx.broker.held import UNKNOWN
 from streamtx.broker.notify import Notifier
 from streamtx.broker.outstanding import Taken, Unit, unit_order
@@ -309,8 +316,9 @@ class Subscription:
             if failover_type and out:
                 out = self._still_assigned(consumer, out)
             if out or remaining <= 0 or (poll is not None and poll.ended):
-                info.delivered += len(out)
-                metrics.messages_out.labels(*self._labels).inc(len(out))
+                got = handed_count(out)
+                info.delivered += got
+                metrics.messages_out.labels(*self._labels).inc(got)
                 return out
             wake = self._next_deadline()
             if failover_type:  # a silent consumer's partitions move when it expires
@@ -325,10 +333,11 @@ class Subscription:
         """What a fetch took but could not answer (its client went away): deliverable again at
         once, in position order, as a nack makes it (on Exclusive and Failover nothing else would
         ever hand it out again: it would stay out with that consumer)."""
-        by_part: dict[int, list[Unit]] = {}
-        for entry, index, _ in handed:
-            by_part.setdefault(entry.partition, []).append((entry.pos, index))
-        for i, units in by_part.items():
+        by_part: dict[int, list[Handed]] = {}
+        for h in handed:
+            by_part.setdefault(h[0].partition, []).append(h)
+        for i, runs in by_part.items():
+            units = handed_units(runs)
             if (part := self._by_index.get(i)) is not None:  # else handed over: its cursor moved on
                 part.release(units)
                 _in_position_order(part)
@@ -338,17 +347,17 @@ class Subscription:
         """Drop (and hand back for redelivery) what was read from a partition that moved to
         another consumer while this fetch read it."""
         lost = {i for i, name in self.active.items() if name != consumer}
-        if not lost.intersection(entry.partition for entry, _, _ in out):
+        if not lost.intersection(h[0].partition for h in out):
             return out
-        by_part: dict[int, list[Unit]] = {}
-        for entry, index, _ in out:
-            if entry.partition in lost:
-                by_part.setdefault(entry.partition, []).append((entry.pos, index))
+        by_part: dict[int, list[Handed]] = {}
+        for h in out:
+            if h[0].partition in lost:
+                by_part.setdefault(h[0].partition, []).append(h)
         # One release and one sort per partition: a sort per message was quadratic (a fetch of
         # thousands that lost its partition as a second worker joined cost the broker ~15 s).
-        for i, units in by_part.items():
+        for i, runs in by_part.items():
             part = self._by_index[i]
-            part.release(units)
+            part.release(handed_units(runs))
             _in_position_order(part)
         return [h for h in out if h[0].partition not in lost]
 
@@ -361,13 +370,15 @@ class Subscription:
             if expired:
                 metrics.redeliveries.labels(*self._labels).inc(expired)
         out: list[Handed] = []
-        n = len(parts)
+        got, n = 0, len(parts)
         start, self._rr = self._rr % max(n, 1), self._rr + 1
         for k in range(n):  # rotate so no partition starves the others
-            if len(out) >= limit:
+            if got >= limit:
                 break
             part = parts[(start + k) % n]
-            out += await part.fetch(consumer, limit - len(out), ack_deadline)
+            handed = await part.fetch(consumer, limit - got, ack_deadline)
+            out += handed
+            got += handed_count(handed)
         return out
 
     def _next_deadline(self) -> float | None:
