@@ -6,6 +6,7 @@ Keys, all under ``streamtx:<cluster>:<service>:``::
     urls               hash: member name -> the URL it serves on
     lease:<item>       string "<member>|<token>", with a TTL (PX)
     fence:<item>       integer, INCR'd for every new lease: the fencing token
+    epoch              a random value, written once (no TTL): a new one means Redis lost its keys
 
 A lease is taken only when nobody holds it (``SET`` under a Lua script, so the
 check and the write are one step), renewed and released only by its holder with
@@ -20,6 +21,7 @@ heartbeat, and one running behind was never a member to the others.
 
 from __future__ import annotations
 
+import uuid
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
@@ -153,6 +155,17 @@ class LeaseStore:
     async def url_of(self, member: str) -> str | None:
         url = await self._r.hget(self._key("urls"), member)
         return str(url) if url is not None else None
+
+    async def epoch(self) -> str:
+        """This store's epoch: a random value written once, kept (it never expires) and read
+        back. Another value than the last one read means Redis lost its keys meanwhile
+        (restarted empty): the leases it granted before are gone, while their holders
+        believe in them until their next renewal is refused."""
+        async with self._r.pipeline(transaction=True) as p:
+            p.set(self._key("epoch"), uuid.uuid4().hex, nx=True)
+            p.get(self._key("epoch"))
+            _, value = await p.execute()
+        return str(value)
 
     # -- leases ---------------------------------------------------------------------
     async def acquire(self, item: str, member: str, ttl_ms: int) -> Lease | None:

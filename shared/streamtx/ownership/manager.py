@@ -77,6 +77,8 @@ class Ownership:
         self.ticks = 0
         self.balanced = asyncio.Event()  # set once the first share was taken
         self._wake = asyncio.Event()
+        self._epoch: str | None = None  # the lease store's, as last read (LeaseStore.epoch)
+        self._take_from = 0.0  # loop time before which nothing is taken (see balance)
 
     @property
     def interval_s(self) -> float:
@@ -157,6 +159,19 @@ class Ownership:
             await self.leases.heartbeat(self.member, self.url, self.ttl_ms)
             members = await self.leases.members()
         share = set(share_of(self.member, self.items, members))
+        epoch = await self.leases.epoch()
+        loop = asyncio.get_running_loop()
+        if epoch != self._epoch:
+            if self._epoch is not None:
+                # Redis lost its keys (restarted empty). A lease it granted before is still
+                # believed by its holder until that holder's next renewal is refused (a third
+                # of a TTL): taking its item now would have two replicas answer for it (the
+                # log's fence stops the old holder's appends, not its answers from memory,
+                # e.g. a 404 for a transaction the new owner created). Nothing is taken for a TTL.
+                log.warning("ownership %s: Redis lost its leases: taking nothing for %d ms",
+                            self.member, self.ttl_ms)
+                self._take_from = loop.time() + self.ttl_ms / 1000
+            self._epoch = epoch
         for item in [i for i in self.held if i not in share]:
             lease = self.held.pop(item, None)
             if lease is None:  # keepalive found it lost meanwhile, and released it
@@ -166,7 +181,8 @@ class Ownership:
             await self.leases.release(lease)
         # An item found lost is taken again only once it is closed.
         free = share - self.held.keys() - self._releasing.keys()
-        await asyncio.gather(*(self._take(item) for item in sorted(free)))
+        if loop.time() >= self._take_from:
+            await asyncio.gather(*(self._take(item) for item in sorted(free)))
         if self._after_balance is not None:
             await self._after_balance()
         self.ticks += 1

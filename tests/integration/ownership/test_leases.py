@@ -300,3 +300,39 @@ async def test_membership_is_on_the_servers_clock_not_each_replicas(
     await leases.heartbeat("c", "http://c", 3000)  # c's clock is 30 s behind
     monkeypatch.setattr(time, "time", real)
     assert await leases.members() == ["a", "b", "c"]  # as a sees it
+
+
+async def test_after_redis_lost_its_keys_no_item_is_taken_until_its_old_holder_let_go(redis_url: str) -> None:
+    """Redis restarted empty: the old holder believes in its lease until its next renewal is
+    refused, so another replica takes nothing for a TTL (it would answer for the item beside
+    the old holder); once the old holder found its lease gone, the item moves as usual."""
+    import redis.asyncio as redis
+
+    cluster = f"c{uuid.uuid4().hex[:6]}"
+    leases = LeaseStore.from_url(redis_url, cluster=cluster, service="tc")
+    client = redis.Redis.from_url(redis_url)
+    try:
+        a_open, b_open = Opened(), Opened()
+        a = replica(leases, "a", ["0"], a_open, ttl_ms=600)
+        b = replica(leases, "b", ["0"], b_open, ttl_ms=600)
+        await a.tick()
+        await b.tick()
+        assert a_open.open == {"0"} and b_open.open == set()
+        # As a restart without persistence leaves it (this cluster's keys only: Redis is shared).
+        await client.delete(*[k async for k in client.scan_iter(match=f"streamtx:{cluster}:*")])
+        await b.tick()  # alone in the members now: "0" is its share, and nobody holds it
+        assert b_open.open == set(), "taken while its old holder still served it"
+        await a.keepalive()
+        await a.settled()
+        assert a_open.lost == ["0"] and a_open.open == set()
+        await asyncio.sleep(0.65)
+
+        async def moved() -> bool:
+            await b.tick()
+            await a.tick()
+            return (a_open.open | b_open.open) == {"0"} and not (a_open.open & b_open.open)
+
+        await eventually(moved, what="the item owned again, by one replica")
+    finally:
+        await client.aclose()
+        await leases.aclose()
