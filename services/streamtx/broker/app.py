@@ -48,6 +48,7 @@ def build_app(settings: BrokerSettings) -> FastAPI:
         ownership = replicas.ownership(settings, broker) if settings.redis_url else None
         app.state.ownership = ownership
         if ownership is not None:
+            app.state.long_polls.when_stopping(ownership.stop_taking)
             state.reason = "taking this replica's share of the topics"
             await replicas.join(ownership, state)
         else:

@@ -66,6 +66,8 @@ def build_app(settings: CoordinatorSettings) -> FastAPI:
         app.state.coordinators = coordinators
         app.state.ownership = ownership
         app.state.mailbox = mailbox
+        if ownership is not None:
+            app.state.long_polls.when_stopping(ownership.stop_taking)
         state.reason = "replaying the transaction logs"
 
         async def start() -> None:

@@ -59,6 +59,7 @@ def build_app(settings: PendingAckSettings) -> FastAPI:
         app.state.txn_guard = guard
         starting: asyncio.Task[None] | None = None
         if slots is not None:
+            app.state.long_polls.when_stopping(slots.ownership.stop_taking)
             state.reason = "taking its share of the subscription slots"
             # In the background, so /healthz answers during a long replay.
             starting = asyncio.create_task(slots.join(state), name="pendingack-join")

@@ -79,6 +79,7 @@ class Ownership:
         self._wake = asyncio.Event()
         self._epoch: str | None = None  # the lease store's, as last read (LeaseStore.epoch)
         self._take_from = 0.0  # loop time before which nothing is taken (see balance)
+        self._taking = True  # False once the service is stopping (stop_taking)
 
     @property
     def interval_s(self) -> float:
@@ -181,7 +182,7 @@ class Ownership:
             await self.leases.release(lease)
         # An item found lost is taken again only once it is closed.
         free = share - self.held.keys() - self._releasing.keys()
-        if loop.time() >= self._take_from:
+        if self._taking and loop.time() >= self._take_from:
             await asyncio.gather(*(self._take(item) for item in sorted(free)))
         if self._after_balance is not None:
             await self._after_balance()
@@ -218,8 +219,14 @@ class Ownership:
         urls = await self.leases.urls() if any(holders.values()) else {}
         return {item: urls.get(member) if member is not None else None for item, member in holders.items()}
 
+    def stop_taking(self) -> None:
+        """The service is stopping: take no more items (what siblings hand over as they stop
+        would be opened, replayed and closed again, and its mailbox's callers kept waiting)."""
+        self._taking = False
+
     async def stop(self) -> None:
-        """Graceful: close every item, release every lease, leave the membership."""
+        """Graceful: close every item, release every lease (all at once: each may wait for its
+        requests in flight), leave the membership."""
         if self._renewer is not None:
             await self._renewer.stop()
         for task in self._tasks:
@@ -227,12 +234,14 @@ class Ownership:
             with contextlib.suppress(asyncio.CancelledError):
                 await task
         await self.settled()
-        for item, lease in list(self.held.items()):
-            del self.held[item]
-            try:
-                await self.on_release(item, False)
-                await self.leases.release(lease)
-            except Exception as exc:
-                log.warning("ownership %s: releasing %s failed: %r", self.member, item, exc)
+        held, self.held = self.held, {}
+        await asyncio.gather(*(self._let_go(item, lease) for item, lease in held.items()))
         with contextlib.suppress(Exception):
             await self.leases.leave(self.member)
+
+    async def _let_go(self, item: str, lease: Lease) -> None:
+        try:
+            await self.on_release(item, False)
+            await self.leases.release(lease)
+        except Exception as exc:
+            log.warning("ownership %s: releasing %s failed: %r", self.member, item, exc)

@@ -62,6 +62,12 @@ class LongPolls:
     def __init__(self) -> None:
         self._open: set[LongPoll] = set()
         self.stopping = False
+        self._on_stop: list[Callable[[], None]] = []
+
+    def when_stopping(self, callback: Callable[[], None]) -> None:
+        """Call ``callback`` too when the stop signal arrives (before the open requests'
+        grace, which the lifespan's shutdown waits for)."""
+        self._on_stop.append(callback)
 
     def __len__(self) -> int:
         return len(self._open)
@@ -97,3 +103,5 @@ class LongPolls:
         self.stopping = True
         for poll in list(self._open):
             poll.end()
+        for callback in self._on_stop:
+            callback()

@@ -336,3 +336,22 @@ async def test_after_redis_lost_its_keys_no_item_is_taken_until_its_old_holder_l
     finally:
         await client.aclose()
         await leases.aclose()
+
+
+async def test_a_stopping_replica_takes_nothing_its_stopping_siblings_let_go(leases: LeaseStore) -> None:
+    """Siblings stopping together: what one hands over is not taken by another that is stopping
+    too (it would open, replay and close it again while its own shutdown waits)."""
+    items = ["0", "1"]
+    a_open, b_open = Opened(), Opened()
+    a, b = replica(leases, "a", items, a_open), replica(leases, "b", items, b_open)
+    await a.tick()
+    await b.tick()
+    await a.tick()
+    await b.tick()
+    assert len(a_open.open) == 1 and len(b_open.open) == 1
+    b.stop_taking()
+    await a.stop()  # a releases its item and leaves
+    await b.tick()
+    assert len(b_open.open) == 1, "took what a let go while stopping"
+    await b.stop()
+    assert b_open.open == set() and await leases.holders(items) == dict.fromkeys(items)
