@@ -101,12 +101,6 @@ class Taken:
         self.entries = entries if entries is not None else []
         self.units = units if units is not None else []
 
-    def __len__(self) -> int:
-        return sum(bits.bit_count() for _, _, bits in self.entries) + len(self.units)
-
-    def __bool__(self) -> bool:
-        return bool(self.entries or self.units)
-
     def __iter__(self) -> Iterator[Unit]:
         for pos, size, bits in self.entries:
             yield from bits_units(pos, size, bits)

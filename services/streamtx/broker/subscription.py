@@ -333,14 +333,7 @@ class Subscription:
         """What a fetch took but could not answer (its client went away): deliverable again at
         once, in position order, as a nack makes it (on Exclusive and Failover nothing else would
         ever hand it out again: it would stay out with that consumer)."""
-        by_part: dict[int, list[Handed]] = {}
-        for h in handed:
-            by_part.setdefault(h[0].partition, []).append(h)
-        for i, runs in by_part.items():
-            units = handed_units(runs)
-            if (part := self._by_index.get(i)) is not None:  # else handed over: its cursor moved on
-                part.release(units)
-                _in_position_order(part)
+        self._release_runs(handed)
         self.notifier.changed()
 
     def _still_assigned(self, consumer: str, out: list[Handed]) -> list[Handed]:
@@ -349,17 +342,20 @@ class Subscription:
         lost = {i for i, name in self.active.items() if name != consumer}
         if not lost.intersection(h[0].partition for h in out):
             return out
-        by_part: dict[int, list[Handed]] = {}
-        for h in out:
-            if h[0].partition in lost:
-                by_part.setdefault(h[0].partition, []).append(h)
-        # One release and one sort per partition: a sort per message was quadratic (a fetch of
-        # thousands that lost its partition as a second worker joined cost the broker ~15 s).
-        for i, runs in by_part.items():
-            part = self._by_index[i]
-            part.release(handed_units(runs))
-            _in_position_order(part)
+        self._release_runs([h for h in out if h[0].partition in lost])
         return [h for h in out if h[0].partition not in lost]
+
+    def _release_runs(self, handed: list[Handed]) -> None:
+        """Make ``handed`` deliverable again, in position order. One release and one sort per
+        partition: a sort per message was quadratic (a fetch of thousands that lost its partition
+        as a second worker joined cost the broker ~15 s)."""
+        by_part: dict[int, list[Handed]] = {}
+        for h in handed:
+            by_part.setdefault(h[0].partition, []).append(h)
+        for i, runs in by_part.items():
+            if (part := self._by_index.get(i)) is not None:  # else handed over: its cursor moved on
+                part.release(handed_units(runs))
+                _in_position_order(part)
 
     async def _fetch_once(self, consumer: str, limit: int, now: float,
                           parts: list[PartitionDispatch]) -> list[Handed]:
