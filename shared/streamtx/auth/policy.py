@@ -11,8 +11,10 @@ path                                        who may call it
 ``/v1/txn/...``, ``/v1/pendingack/...``,    service or admin: the calls between services
 ``/v1/replication/...``                     (end, prepare, transactional acks, geo-replication)
 ``/v1/topics/{tenant}/...``                 client of that tenant; service; admin
+``/lookup/v2/topic/{domain}/{tenant}/...``  client of that tenant (which broker serves a
+``/lookup/v2/subscription/{domain}/...``    partition, and by its 404s which topics exist); service; admin
 any other path (``/v1/transactions...``,    client, service, admin
-``/lookup/...``)
+``/lookup/v2/coordinator/...``)
 ==========================================  ==========================================
 
 Which *transaction* a client may touch is the coordinator's check (it knows
@@ -32,6 +34,9 @@ OPEN_PATHS = frozenset({"/healthz", "/readyz", "/metrics", "/v1/cluster",
 _internal = ("/v1/txn/", "/v1/pendingack/", "/v1/replication/")
 _topics = "/v1/topics/"
 _lookup = "/admin/v2/persistent/"
+# The lookups that name a topic: ``{prefix}{domain}/{tenant}/...``. They tell which topics a tenant
+# has and how many partitions each (a 404 past the last), so they need what the topic paths need.
+_topic_lookups = ("/lookup/v2/topic/", "/lookup/v2/subscription/")
 
 
 class Need(enum.Enum):
@@ -67,6 +72,12 @@ def rule_of(method: str, path: str) -> tuple[Need, str | None]:
     if path.startswith(_topics):
         tenant = path[len(_topics):].split("/", 1)[0]
         return Need.CLIENT, tenant
+    for prefix in _topic_lookups:
+        if path.startswith(prefix):
+            # "" when the path stops short of a tenant: no token may touch tenant "" (the
+            # route then answers 404), rather than a path that names no tenant passing as one.
+            parts = path[len(prefix):].split("/", 2)
+            return Need.CLIENT, parts[1] if len(parts) > 1 else ""
     return Need.CLIENT, None
 
 

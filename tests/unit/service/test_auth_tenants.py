@@ -58,3 +58,21 @@ def test_a_path_naming_a_tenant_needs_a_token_of_that_tenant() -> None:
             assert isinstance(authorize(method, path.format("b"), token), Principal), (method, path, token)
     # The coordinator's paths name no tenant: its routes check the bodies (check_tenants above).
     assert authorize("POST", "/v1/transactions/0:1/subscriptions", a) == A
+
+
+def test_a_lookup_naming_a_tenant_needs_a_token_of_that_tenant() -> None:
+    """Issue 32 defect 12: the topic lookup answered any client which broker serves tenant b's
+    partitions (and, by its 404s, which topics b has and how many partitions each), while the admin
+    path answered 403 for the same. The lookups name a tenant as the topic paths do."""
+    authorize = authorizer(ServiceSettings(auth_jwt_secret=SECRET))  # type: ignore[call-arg]
+    assert authorize is not None
+    a = f"Bearer {issue(SECRET, subject='app-a', roles=['client'], tenants=['a'])}"
+    service = f"Bearer {issue(SECRET, subject='svc', roles=['service'])}"
+    refused = Denial(403, "forbidden", "token may not touch tenant 'b'")
+    for path in ("/lookup/v2/topic/persistent/{}/n/x", "/lookup/v2/topic/persistent/{}/n/x-partition-3",
+                 "/lookup/v2/topic/non-persistent/{}/n/x", "/lookup/v2/subscription/persistent/{}/n/x/s"):
+        assert authorize("GET", path.format("b"), a) == refused, path
+        assert authorize("GET", path.format("a"), a) == A, path
+        assert isinstance(authorize("GET", path.format("b"), service), Principal), path
+    # The coordinator lookup names no tenant: any client may ask it (the transaction id says where).
+    assert authorize("GET", "/lookup/v2/coordinator/3", a) == A
