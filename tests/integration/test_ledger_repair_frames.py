@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from streamtx.errors import FencedError
+from streamtx.errors import CorruptEntryError, FencedError
 from streamtx.ledger import frames, segment
 from streamtx.ledger.file import FileLedgerFactory
 from tests.integration.test_file_ledger import read_store
@@ -94,9 +94,11 @@ async def test_a_damaged_fence_in_a_sealed_segment_is_written_again(tmp_path: Pa
     assert "fence" in found["repaired"][0]
 
 
-async def test_a_fence_of_a_writer_that_appended_nothing_keeps_the_refused_append_out(
-        tmp_path: Path) -> None:
-    ledgers = FileLedgerFactory(str(tmp_path))
+async def _idle_writer_fences(root: Path, *after: bytes) -> dict[int, bytes]:
+    """An old writer appends, an idle writer fences it, the old writer's next append is refused,
+    then a last writer appends ``after`` (none: no last writer); the idle writer's fence is broken.
+    What reads before the damage."""
+    ledgers = FileLedgerFactory(str(root))
     try:
         old = await ledgers.open(NAME)
         await old.append(b"acknowledged")
@@ -105,20 +107,46 @@ async def test_a_fence_of_a_writer_that_appended_nothing_keeps_the_refused_appen
         with pytest.raises(FencedError):
             await old.append(b"refused at append time")
         await old.close()
-        last = await ledgers.open(NAME)
-        await last.append(b"after")
-        await last.close()
+        if after:
+            last = await ledgers.open(NAME)
+            for data in after:
+                await last.append(data)
+            await last.close()
     finally:
         await ledgers.close()
-    acked = await read_store(tmp_path, NAME)
-    assert sorted(acked.values()) == [b"acknowledged", b"after"]
-    path = _segment(tmp_path)
+    acked = await read_store(root, NAME)
+    assert sorted(acked.values()) == sorted([b"acknowledged", *after])
+    path = _segment(root)
     fences = [pos for pos, f in _entries(path) if f.kind is frames.FrameKind.FENCE]
     _break(path, fences[1])  # the idle writer's fence
+    return acked
+
+
+async def test_a_fence_of_a_writer_that_appended_nothing_keeps_the_refused_append_out(
+        tmp_path: Path) -> None:
+    acked = await _idle_writer_fences(tmp_path, b"after")
 
     found = await _repair(tmp_path)
     assert await read_store(tmp_path, NAME) == acked  # the refused append does not come back
     assert "fence" in found["repaired"][0]
+
+
+async def test_a_lost_fence_that_hides_whether_an_append_was_refused_is_refused(tmp_path: Path) -> None:
+    """Issue 32 defect 11: the idle writer's fence is the last fence and is damaged; the old
+    writer's append after it was refused (FencedError: its client got 409). Before, repair wrote
+    a filler there and the refused append became a live entry; now it refuses, saying why, and
+    ``--truncate`` cuts at the loss (only the refused append goes with it)."""
+    acked = await _idle_writer_fences(tmp_path)  # no later fence names the lost epoch
+    status, report = await ledger_cli("repair", str(tmp_path), "--ledger", NAME)
+    (found,) = report["ledgers"]
+    assert status == 2 and not found["repaired"], report
+    assert "may have been the fence" in found["refused"][0]
+    with pytest.raises(CorruptEntryError):
+        await read_store(tmp_path, NAME)  # still refused to open: the refused append stays out
+
+    found = await _repair(tmp_path, "--truncate")
+    assert found["repaired"][0].startswith("cut ")
+    assert await read_store(tmp_path, NAME) == acked
 
 
 @pytest.mark.parametrize("truncate", [False, True])

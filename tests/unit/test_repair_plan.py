@@ -78,3 +78,60 @@ def test_below_the_trim_a_filler_and_after_it_the_trim_state_counts() -> None:
                frames.encode_data(C, 3, 1, b"c1"), frames.encode_data(B, 2, 5, b"zombie")]
     (fix,) = plan(_slots(trimmed, 2), start=1, state=FenceState(C, 3, 3, {C: 0}))
     assert frames.decode(fix.frame or b"").kind is FrameKind.FILLER
+
+
+def test_a_fence_sized_loss_that_hides_which_writer_was_current_is_refused() -> None:
+    """Issue 32 defect 11: B fenced A and appended nothing; A's next append landed after B's fence
+    (refused: its client got 409); B's fence is damaged. No orphan and no later fence tell what
+    the lost entry was: a filler would make A's refused entry a message, a fence would drop an
+    entry of A's if the lost one was A's own (empty) entry. Refused, naming why."""
+    raw = [frames.encode_fence(A, 1), frames.encode_data(A, 1, 0, b"a0"), frames.encode_fence(B, 2),
+           frames.encode_data(A, 1, 1, b"refused")]
+    assert _live(raw) == [1]
+    (fix,) = plan(_slots(raw, 2))
+    assert fix.refused, fix.why
+    assert "may have been the fence" in fix.why and f"writer {A:x}" in fix.why
+    # The same loss with the next fence naming no lost epoch (a writer that raced B to open, its
+    # epoch equal to B's): still nothing tells whether A's entry before it was fenced.
+    racing = [*raw, frames.encode_fence(C, 2), frames.encode_data(C, 2, 0, b"c0")]
+    assert _live(racing) == [1, 5]
+    (fix,) = plan(_slots(racing, 2))
+    assert fix.refused, fix.why
+
+
+def test_a_fence_sized_loss_with_nothing_after_it_that_could_be_live_takes_a_filler() -> None:
+    # Whatever the lost entry was, no entry after it reads otherwise: a filler changes nothing.
+    for after in ([], [frames.encode_fence(C, 2), frames.encode_data(C, 2, 0, b"c0")],
+                  [frames.encode_data(A, 1, 0, b"a duplicate")]):
+        raw = [frames.encode_fence(A, 1), frames.encode_data(A, 1, 0, b"a0"), frames.encode_fence(B, 2),
+               *after]
+        fixed = _repaired(raw, 2)
+        assert frames.decode(fixed[2]).kind is FrameKind.FILLER
+        assert _live(fixed) == _live(raw)
+    # Not the size of a fence: it was a data entry, the entries after it read as before.
+    raw = [frames.encode_fence(A, 1), frames.encode_data(A, 1, 0, b"a0"), frames.encode_data(A, 1, 1, b"a1"),
+           frames.encode_data(A, 1, 2, b"a2")]
+    assert frames.decode(_repaired(raw, 1)[1]).kind is FrameKind.FILLER
+
+
+def test_the_first_fence_of_a_log_is_rebuilt_from_its_writers_entries() -> None:
+    # No fence before it: the entries after it are its writer's (every writer fences first).
+    raw = [frames.encode_fence(A, 1), frames.encode_data(A, 1, 0, b"a0"), frames.encode_data(A, 1, 1, b"a1")]
+    fixed = _repaired(raw, 0)
+    assert frames.decode(fixed[0]) == frames.decode(raw[0])
+    assert _live(fixed) == _live(raw) == [1, 2]
+
+
+def test_a_fence_is_proved_past_a_second_damaged_data_entry() -> None:
+    # B's entries after a damaged data entry (too long to be a fence) still prove B's fence.
+    raw = [frames.encode_fence(A, 1), frames.encode_data(A, 1, 0, b"a0"), frames.encode_fence(B, 2),
+           frames.encode_data(B, 2, 0, b"b0" * 20), frames.encode_data(B, 2, 1, b"b1")]
+    slots = [Slot(i, None, len(r)) if i in (2, 3) else Slot(i, r) for i, r in enumerate(raw)]
+    fence, data = plan(slots)
+    assert fence.frame == raw[2], fence.why
+    assert data.frame is not None and frames.decode(data.frame).kind is FrameKind.FILLER
+    # And A's refused entry after both losses is judged as well: refused, not made live.
+    raw = [frames.encode_fence(A, 1), frames.encode_data(A, 1, 0, b"a0"), frames.encode_fence(B, 2),
+           frames.encode_data(A, 1, 1, b"a1" * 20), frames.encode_data(A, 1, 2, b"refused")]
+    slots = [Slot(i, None, len(r)) if i in (2, 3) else Slot(i, r) for i, r in enumerate(raw)]
+    assert plan(slots)[0].refused

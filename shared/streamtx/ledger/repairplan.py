@@ -19,9 +19,23 @@ because a fence changes how every later frame is read (:mod:`.frames`):
 * anything else (a data frame, a duplicate, a filler): a **filler**, which
   changes nothing for the frames after it. Its own data is lost.
 
+A filler is written over an entry of a fence's size only where it cannot
+matter: when no frame after it (up to the next fence) would be live behind a
+filler. Otherwise the loss hides which writer was current. If it was the fence
+of a writer that appended nothing and no later fence names its epoch, the
+current writer's frames after it were refused to that writer (its client got
+409: fenced) and a filler would make them messages; if it was an empty entry of
+the current writer's, a fence would drop acknowledged ones. Epochs cannot tell
+the two apart (a zombie's frames carry the epoch it had before the fence, and a
+fence's epoch shows only in the next fence of a writer that read it), nor can
+sequence numbers (an append that failed for good leaves a gap), so the damage
+is refused with that reason (issue 32, defect 11).
+
 When the frames after it cannot be explained by one lost entry (orphans of
 several writers, or orphans after an entry too long to be a fence) the damage
 is refused with the reason: no guess that could hide acknowledged entries.
+A damaged entry too long to be a fence changes no writer, so the frames after
+it count as evidence for an earlier damaged entry; a fence-sized one ends it.
 """
 
 from __future__ import annotations
@@ -78,7 +92,7 @@ def plan(slots: Sequence[Slot], *, start: int = 0, state: FenceState | None = No
         fix = _fix(slot, _after(slots, i + 1), tracker.snapshot(), known)
         fixes.append(fix)
         # What follows a refusal is judged as the filler would leave it; the refusal stands anyway.
-        known.feed(tracker, frames.decode(fix.frame) if fix.frame else Frame(FrameKind.FILLER, 0, 0, 0))
+        known.feed(tracker, frames.decode(fix.frame) if fix.frame else _filler)
     return fixes
 
 
@@ -100,11 +114,18 @@ class _Known:
 
 
 def _after(slots: Sequence[Slot], i: int) -> list[Frame]:
-    """The frames from ``i`` up to the next damaged slot."""
+    """The frames from ``i`` up to the next damaged slot that may have been a fence.
+
+    A damaged slot too long to be a fence was a data frame (or a filler): whatever it was, the
+    fencing rule reads the frames after it the same, and it is read as the filler it gets.
+    """
     out = []
     for slot in slots[i:]:
         if slot.head is None:
-            break
+            if slot.length == frames.HEADER_SIZE:
+                break
+            out.append(_filler)
+            continue
         out.append(_decode(slot.head))
     return out
 
@@ -130,6 +151,15 @@ def _fix(slot: Slot, after: list[Frame], state: FenceState, known: _Known) -> Fi
         return Fix(slot.entry_id, frames.encode_fence(_unused_writer, missing),
                    f"it was the fence of a writer that appended nothing (epoch {missing}, named by the "
                    "next fence); rewritten, so the entries it fenced stay dropped")
+    live = _live_behind_filler(after, state) if is_fence_size else []
+    if live:
+        writers = ", ".join(f"{w:x}" for w in sorted({f.writer_id for f in live}))
+        return Fix(slot.entry_id, None,
+                   f"the lost entry has a fence's size and may have been the fence of a writer that "
+                   f"appended nothing: then the {len(live)} entries of writer {writers} after it were "
+                   "refused to their writer (fenced) and a filler would make them messages; if it was "
+                   "an empty entry, a fence would drop them. No surviving epoch tells which (no later "
+                   "fence names a lost epoch): restore the file from a copy or cut by hand")
     return Fix(slot.entry_id, frames.encode_filler(size), "replaced with a filler: its data is lost, "
                "every later entry keeps its id and is read as before")
 
@@ -141,9 +171,22 @@ def _orphans(after: list[Frame], state: FenceState, known: _Known) -> list[Frame
     for frame in after:
         if frame.kind is FrameKind.FENCE:
             break
-        # A zombie (a fenced writer) had a fence before; an orphan never had one.
-        if frame.kind is FrameKind.DATA and current is not None and frame.writer_id != current \
-                and known.orphan(frame):
+        # A zombie (a fenced writer) had a fence before; an orphan never had one. With no fence
+        # before the damage (none at all, not one below a trim) every writer's frames are orphans:
+        # each writer fences before its first append, so the lost entry was that fence.
+        if frame.kind is FrameKind.DATA and frame.writer_id != current and known.orphan(frame):
+            out.append(frame)
+    return out
+
+
+def _live_behind_filler(after: list[Frame], state: FenceState) -> list[Frame]:
+    """The data frames up to the next fence that the fencing rule reads as live behind a filler."""
+    tracker = FenceTracker(FenceState(state.writer_id, state.epoch, state.max_epoch, dict(state.last_seq)))
+    out = []
+    for frame in after:
+        if frame.kind is FrameKind.FENCE:
+            break
+        if tracker.accept(frame):
             out.append(frame)
     return out
 
@@ -159,8 +202,11 @@ def _missing_epoch(after: list[Frame], state: FenceState) -> int | None:
     return None
 
 
+_filler = Frame(FrameKind.FILLER, 0, 0, 0)
+
+
 def _decode(head: bytes) -> Frame:
     try:
         return frames.decode(head)
     except CorruptEntryError:  # checksummed yet not a frame: judge it like a filler
-        return Frame(FrameKind.FILLER, 0, 0, 0)
+        return _filler
