@@ -1,8 +1,11 @@
 """The file backend after a power loss: only synced bytes survive, and every ack was synced.
 
 A kill -9 keeps the page cache, so it cannot tell an fsync from none; here the
-appender process records what each ``fsync``/``fdatasync`` made durable and then
-rewrites its files to exactly that (``tests/support/power_loss.py``).
+appender process records what each ``fsync``/``fdatasync`` made durable (a file's
+bytes, a directory's names) and then rewrites its files to exactly that and drops
+every name no directory fsync covered (``tests/support/power_loss.py``): a new
+segment whose directory was not fsynced is lost whole, acknowledged entries with it
+(issue 38 mutation 3).
 """
 
 from __future__ import annotations

@@ -3,10 +3,14 @@
 Run as ``python -m tests.support.power_loss URL NAME COUNT`` (with the repo root
 on PYTHONPATH: tests.support.procs.python_env). Before anything imports the ledger code, this
 wraps ``os.fsync`` and ``os.fdatasync``: each sync of a regular file records the
-file's bytes at that moment as durable. The script appends COUNT entries
+file's bytes at that moment as durable, and each fsync of a directory records the
+names it holds then as durable directory entries. The script appends COUNT entries
 (concurrently, so appends share syncs), then plays a power loss: every file
 under the ledger root is rewritten to its last durable bytes (empty if never
-synced), as a machine that lost its page cache would find it. SIGKILL keeps the
+synced), and every name a directory under the root got since its last fsync is gone
+(with what it named: a file or a whole folder), as a machine that lost its page
+cache would find it. (Names removed since are not brought back: the ledger only
+ever removes trimmed segments and a renamed ``TRIM.tmp``.) SIGKILL keeps the
 page cache, so a kill -9 test cannot see a missing sync; this can.
 
 It prints one JSON line: ``{"acked": [[entry_id, hex payload], ...], "syncs": N}``
@@ -17,12 +21,14 @@ anything.
 from __future__ import annotations
 
 import os
+import shutil
 import stat
 import sys
 from collections.abc import Callable
 from typing import Any
 
 _durable: dict[str, bytes] = {}
+_listed: dict[str, set[str]] = {}  # directory -> the names its last fsync made durable
 _syncs = 0
 
 
@@ -31,10 +37,13 @@ def _recording(sync: Callable[[int], None]) -> Callable[[int], None]:
         global _syncs
         sync(fd)
         _syncs += 1
-        if stat.S_ISREG(os.fstat(fd).st_mode):
-            path = os.readlink(f"/proc/self/fd/{fd}")
+        mode = os.fstat(fd).st_mode
+        path = os.readlink(f"/proc/self/fd/{fd}")
+        if stat.S_ISREG(mode):
             size = os.fstat(fd).st_size
             _durable[path] = os.pread(fd, size, 0) if size else b""
+        elif stat.S_ISDIR(mode):
+            _listed[path] = set(os.listdir(path))
 
     return wrapper
 
@@ -45,9 +54,18 @@ if hasattr(os, "fdatasync"):
 
 
 def power_loss(root: str) -> None:
-    """Every file under ``root`` back to its last synced bytes (nothing, if never synced)."""
-    for folder, _, files in os.walk(root):
-        for name in files:
+    """Every file under ``root`` back to its last synced bytes (nothing, if never synced), and
+    every directory entry under it that no fsync of its directory made durable gone."""
+    for folder, folders, files in os.walk(root):
+        durable = _listed.get(os.path.realpath(folder), set())
+        for name in [n for n in folders + files if n not in durable]:
+            path = os.path.join(folder, name)
+            if os.path.isdir(path):
+                shutil.rmtree(path)
+            else:
+                os.unlink(path)
+        folders[:] = [n for n in folders if n in durable]  # os.walk goes into what is left
+        for name in (n for n in files if n in durable):
             path = os.path.join(folder, name)
             with open(path, "wb") as f:
                 f.write(_durable.get(os.path.realpath(path), b""))
