@@ -200,3 +200,29 @@ def test_a_log_whose_base_would_not_be_smaller_is_left_as_it_is(tmp_path: Path) 
     gauges = compact.results_of(reports, 1.0).gauges["compact_bytes"]
     before, after = gauges[(*labels, ("phase", "before"))], gauges[(*labels, ("phase", "after"))]
     assert before == after == report.bytes_before
+
+
+def test_a_run_that_lost_its_lease_before_the_commit_commits_nothing(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Issue 38 mutation 4: a run whose lease on a log ran out while its tasks wrote the base (a
+    Redis lease not renewed in time: another run may hold the log now) leaves the log as it is.
+    Committing would name a base planned while another run also plans from the same manifest."""
+    url = f"file://{tmp_path}"
+    _txn_log(tmp_path)
+    lost = False
+
+    class ExpiringLocks(LogLocks):
+        def held(self, name: str) -> bool:
+            return not lost and super().held(name)
+
+    def meanwhile(now: str) -> None:
+        nonlocal lost
+        lost = lost or now == "tasks"  # the lease runs out after the base was written
+
+    monkeypatch.setattr(compact, "LogLocks", ExpiringLocks)
+    (report,) = compact.run(spark, url, on_phase=meanwhile)
+    assert report.outcome == compact.LOST and not report.compacted
+    assert _manifest(url) == {}
+    lost = False
+    (again,) = compact.run(spark, url)  # the next run, holding its lease, commits
+    assert again.compacted and _manifest(url)[NAME].generation == again.generation
