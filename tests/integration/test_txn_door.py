@@ -19,6 +19,8 @@ import httpx
 import pytest
 
 from streamtx.auth import issue
+from streamtx.contracts.txnid import TxnId
+from streamtx.wire import batch as wire
 from tests.support.suite import Suite
 
 SECRET = "door-secret-door-secret-door-secret-01"
@@ -65,6 +67,14 @@ class Api:
             body["txn_id"] = txn
         return self.broker("POST", "/messages", token, expect, json=body)
 
+    def produce_binary(self, value: str, txn: str, token: str = OWNER, expect: int = 200) -> int:
+        """The binary produce (what the SDK and the demo send); its status."""
+        body = wire.encode_produce([(0, [wire.Msg(value.encode())])], txn=TxnId.parse(txn))
+        r = self.http.post(f"{self.suite.broker.url}/v1/topics/a/n/{self.topic}/messages", content=body,
+                           headers={"authorization": f"Bearer {token}", "content-type": wire.CONTENT_TYPE})
+        assert r.status_code == expect, f"binary produce: {r.status_code} {r.text}"
+        return r.status_code
+
     def begin(self, token: str = OWNER, *, partitions: bool = True, subscription: bool = False) -> str:
         txn = str(self.tc("POST", "/v1/transactions", token, json={"timeout_ms": 60_000})["txn_id"])
         if partitions:
@@ -104,6 +114,22 @@ def test_produce_needs_an_open_registered_transaction_and_nothing_refused_blocks
     api.produce("plain")
     # Nothing refused was stored: the plain message is delivered now, not after a checker's abort.
     assert api.fetch() == ["committed-1", "plain"]
+
+
+def test_the_binary_produce_is_checked_at_the_door_as_the_json_one(api: Api) -> None:
+    """Issue 38 mutation 2: the binary path's check went untested (only the JSON path's was)."""
+    api.produce_binary("never-opened", "0:424242", expect=404)
+    unregistered = api.begin(partitions=False)
+    api.produce_binary("unregistered", unregistered, expect=409)
+    mine = api.begin()
+    api.produce_binary("intruder", mine, token=OTHER, expect=403)
+    api.produce_binary("owner's", mine)
+    committed = api.begin()
+    api.tc("POST", f"/v1/transactions/{committed}/commit")
+    api.produce_binary("late", committed, expect=409)
+    api.tc("POST", f"/v1/transactions/{mine}/commit")
+    # Nothing refused was stored (and none blocks the partition behind it).
+    assert api.fetch() == ["owner's"]
 
 
 def test_another_client_of_the_tenant_cannot_write_into_someone_elses_transaction(api: Api) -> None:

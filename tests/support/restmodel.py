@@ -59,8 +59,9 @@ class Txn:
     owner: str
     state: str = OPEN
     partitions: set[int] = field(default_factory=set)
-    subs: set[str] = field(default_factory=set)
     produced: list[str] = field(default_factory=list)
+    # (sub, name acked on: None for the topic's, i for its partition i's) registered in it
+    subs: set[tuple[str, int | None]] = field(default_factory=set)
     holds: dict[str, set[str]] = field(default_factory=dict)  # sub -> ids its acks hold
     cumulative: dict[tuple[str, int], Pos] = field(default_factory=dict)  # (sub, partition) -> through
 
@@ -89,6 +90,7 @@ class Model:
         self.txns: dict[str, Txn] = {}
         self.subs: dict[str, Sub] = {}
         self.ledgers: dict[int, int] = {}  # partition -> its ledger id, once a produce showed it
+        self.entries: dict[tuple[int, int], list[str]] = {}  # (ledger, entry) -> its messages' ids
 
     # --- reading the state -------------------------------------------------------------------
 
@@ -118,6 +120,30 @@ class Model:
         if pos is None:
             return None
         return next((p for p, lid in self.ledgers.items() if lid == pos[0]), None)
+
+    def expand(self, mid: str) -> list[str]:
+        """The messages an id names (issue 32): a whole-entry id ``L:E`` of a batch entry is all
+        of its messages, ``L:E:0`` of a one-message entry that message; any other id itself."""
+        pos = parse_id(mid)
+        if pos is None:
+            return [mid]
+        members = self.entries.get(pos[:2])
+        if members is None:
+            return [mid]
+        if pos[2] == -1 and len(members) > 1:
+            return list(members)
+        if pos[2] == 0 and len(members) == 1:
+            return list(members)
+        return [mid]
+
+    def expand_all(self, ids: list[str], cumulative: bool) -> list[str]:
+        """The ids an ack names, expanded; a cumulative ``L:E`` of a batch entry reaches
+        through the entry's end: its last message."""
+        out: list[str] = []
+        for i in ids:
+            got = self.expand(i)
+            out += got[-1:] if cumulative else got
+        return list(dict.fromkeys(out))
 
     def required(self, sub: str) -> list[Msg]:
         """Messages a drained subscription must have delivered by now."""
@@ -155,6 +181,7 @@ class Model:
         assert known == pos[0], f"partition {partition} answered ledger {pos[0]}, before {known}"
         m = Msg(mid, partition, pos, value, txn_id)
         self.msgs[mid] = self.by_value[value] = m
+        self.entries.setdefault(pos[:2], []).append(mid)
         if txn_id is not None:
             self.txns[txn_id].produced.append(mid)
 
@@ -235,6 +262,21 @@ class Model:
             s.unsure.discard(m.mid)
         return wrong
 
+    def broker_restarted(self) -> None:
+        """The broker came back: nothing is out with anyone (what was out comes again), no
+        consumer is connected, and every message readable now counts as dispatched (an ack of
+        it may land: docs/api.md "Acks name only messages delivered"). Holds and acks stay."""
+        readable = [m for m in self.msgs.values() if self.status(m) == COMMITTED and not self.blocked(m)]
+        for s in self.subs.values():
+            s.released |= set(s.out) | s.maydup
+            s.out.clear()
+            s.maydup.clear()
+            s.consumers.clear()
+            for m in readable:
+                if m.mid not in s.ever:
+                    s.ever.add(m.mid)
+                    s.released.add(m.mid)
+
     def consumer_closed(self, sub: str, consumer: str) -> None:
         s = self.subs[sub]
         s.maydup |= {mid for mid, c in s.out.items() if c == consumer}
@@ -265,14 +307,25 @@ class Model:
     # --- acks --------------------------------------------------------------------------------
 
     def ack_expect(self, subject: str, sub: str, ids: list[str], txn_id: str | None,
-                   cumulative: bool) -> set[int]:
-        """The statuses an ack may get; the test calls :meth:`acked` with the one it got."""
+                   cumulative: bool, on: int | None = None) -> set[int]:
+        """The statuses an ack may get; the test calls :meth:`acked` with the one it got.
+        ``on``: the name acked on, the topic's (None) or partition ``on``'s: one state."""
         door: set[int] = set()
+        other_name: set[int] = set()
         if txn_id is not None:
             t = self.txns.get(txn_id)
-            door = self.txn_door(subject, txn_id, t is not None and sub in t.subs)
+            door = self.txn_door(subject, txn_id, t is not None and (sub, on) in t.subs)
+            if door == {409} and t is not None and t.state == OPEN and any(n == sub for n, _ in t.subs):
+                # Registered under the subscription's other name only: the door may take the
+                # names as one (one subscription state) or ask for the name acked on.
+                other_name = {409}
+                door = set()
         if any(parse_id(i) is None for i in ids):
-            return {400} | door  # which of the two refusals comes first is the service's choice
+            return {400} | door | other_name  # which refusal comes first is the service's choice
+        return self._ack_expect(sub, self.expand_all(ids, cumulative), txn_id, cumulative, door) | other_name
+
+    def _ack_expect(self, sub: str, ids: list[str], txn_id: str | None, cumulative: bool,
+                    door: set[int]) -> set[int]:
         kinds = {self._kind(sub, i, txn_id) for i in ids}
         if door:
             return door | (set(REFUSED_OR_IGNORED) - {200} if kinds - {"out"} else set())
@@ -281,6 +334,10 @@ class Model:
         if "held" in kinds:  # another open transaction's ack holds it
             return {409}
         if txn_id is not None:
+            if cumulative and any(
+                    o.state == OPEN and o.txn_id != txn_id and (sub, p) in o.cumulative
+                    for i in ids if (p := self.partition_of(i)) is not None for o in self.txns.values()):
+                return {409}  # another open transaction holds a cumulative ack on that partition
             if cumulative or kinds & {"acked", "own"}:
                 return {200, 409}
             return {200}
@@ -305,9 +362,19 @@ class Model:
 
     def acked(self, sub: str, ids: list[str], txn_id: str | None, cumulative: bool, status: int) -> None:
         """Apply an ack's answer (``status`` among those :meth:`ack_expect` allowed)."""
-        if status != 200:
-            return
         s = self.subs[sub]
+        ids = self.expand_all(ids, cumulative)
+        if status != 200:
+            if txn_id is not None and status == 409:
+                # Refused by the pending-ack store after the broker took them back to hold:
+                # given back (docs/api.md), so what is out there may come again.
+                for mid in ids:
+                    p, pos = self.partition_of(mid), parse_id(mid)
+                    if p is not None and pos is not None:
+                        named = (self.on_partition(p, pos) if cumulative
+                                 else [self.msgs[mid]] if mid in self.msgs else [])
+                        s.maydup |= {m.mid for m in named if m.mid in s.out}
+            return
         kinds = {i: self._kind(sub, i, txn_id) for i in ids}
         t = self.txns[txn_id] if txn_id is not None else None
         for mid, kind in kinds.items():
@@ -357,11 +424,12 @@ class Model:
             return {400}
         if any(self.partition_of(i) is None for i in ids):
             return {400, 404}  # of no partition of this topic (acks answer 400, nacks 404)
+        ids = self.expand_all(ids, False)
         return {200} if all(i in self.subs[sub].out for i in ids) else {200, 400}
 
     def nacked(self, sub: str, ids: list[str], status: int) -> None:
         s = self.subs[sub]
-        for mid in ids if status == 200 else ():
+        for mid in self.expand_all(ids, False) if status == 200 else ():
             if s.out.pop(mid, None) is not None:
                 s.released.add(mid)
                 s.maydup.discard(mid)
