@@ -77,6 +77,32 @@ async def test_a_405_names_the_methods_the_path_has(apps: dict[str, FastAPI]) ->
     assert r.headers["allow"] == "POST"
 
 
+@pytest.mark.parametrize("service", ["coordinator", "broker", "pendingack", "replication"])
+async def test_every_405_names_every_method_of_its_path(apps: dict[str, FastAPI], service: str) -> None:
+    """Issue 38: Starlette's 405 named the methods of the first route matching the path (one per
+    method in FastAPI): ``OPTIONS .../partitions`` answered ``allow: GET`` though PUT is there too."""
+    from streamtx.pendingack.app import build_app as pendingack_app
+    from streamtx.pendingack.settings import PendingAckSettings
+    from streamtx.replication.app import build_app as replication_app
+    from streamtx.replication.settings import ReplicationSettings
+
+    more = {"pendingack": lambda: pendingack_app(PendingAckSettings()),  # type: ignore[call-arg]
+            "replication": lambda: replication_app(ReplicationSettings())}
+    app = more[service]() if service in more else apps[service]
+    several = 0
+    async with httpx.AsyncClient(transport=httpx.ASGITransport(app=app), base_url="http://t") as c:
+        for template, ops in app.openapi()["paths"].items():
+            documented = {m.upper() for m in ops}
+            several += len(documented) > 1
+            path = re.sub(r"\{[^}]+\}", lambda m: "1:2" if m[0] == "{txn_id}" else "x", template)
+            for method in sorted({"OPTIONS", "PATCH", "PUT", "DELETE", "POST", "GET"} - documented):
+                r = await c.request(method, path)
+                assert r.status_code == 405 and r.json()["error"] == "method_not_allowed", (method, path)
+                assert set(r.headers["allow"].split(", ")) - {"HEAD"} == documented, (method, path, r.headers)
+    # The case this is about: paths with more than one method (the issue's 8 and 3).
+    assert several >= {"broker": 8, "replication": 3}.get(service, 0), several
+
+
 def test_a_parameter_is_listed_once(apps: dict[str, FastAPI]) -> None:
     # A router's dependency (the reserved-name check) and a hot route's own list both named {sub}:
     # the broker's document was invalid OpenAPI (duplicate parameter).
