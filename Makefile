@@ -53,9 +53,10 @@ test: setup ## every test (CI runs this)
 	STREAMTX_FAST_LANE=false $(PY) -m pytest -q -p no:cacheprovider $(LANE_OFF_TESTS) -k "$(LANE_OFF_PICK)"
 
 .PHONY: mutate
-# Mutation testing (mutmut) of the pure modules and the ledger layer; not part of `make test`.
+# The named hand mutations (each must be killed), then mutation testing (mutmut) of the pure modules
+# and the ledger layer; not part of `make test`. MODULES=--hand runs only the hand mutations.
 # MODULES="records/pendingack_state.py ..." picks modules (paths under streamtx/), MODULES=--all the larger set.
-mutate: setup ## mutation testing of the pure modules (MODULES="cursor/ranges.py ..." or --all)
+mutate: setup ## the named hand mutations (tools/hand_mutations.py), then mutmut of the pure modules (MODULES="cursor/ranges.py ..." or --all)
 	PYTHONPATH= $(PY) tools/mutate.py $(MODULES)
 
 lint: setup ## ruff and mypy

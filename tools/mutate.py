@@ -15,6 +15,11 @@ mutmut there.
     python tools/mutate.py                 # the default modules (MODULES below)
     python tools/mutate.py records/pendingack_state.py cursor/ranges.py
     python tools/mutate.py --all           # every module in MODULES and EXTRA
+    python tools/mutate.py --hand          # only the named hand mutations
+
+First, always, the named hand mutations of ``tools/hand_mutations.py`` (guards
+that once survived every test, issue 38): each must be killed, and each is listed
+with the test that killed it; one that survives makes the run exit 1.
 
 It prints every surviving mutant's name and diff (``mutmut show`` format), then
 one summary line: ``mutate: killed=K survived=S no_tests=N timeout=T total=A
@@ -33,6 +38,8 @@ import sys
 import tomllib
 from collections.abc import Mapping
 from pathlib import Path
+
+from hand_mutations import run as run_hand  # tools/ is sys.path[0] when run as a script
 
 import streamtx
 
@@ -97,7 +104,11 @@ def main() -> int:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("modules", nargs="*", help="paths under streamtx/ (default: the MODULES set)")
     p.add_argument("--all", action="store_true", help="MODULES and EXTRA")
+    p.add_argument("--hand", action="store_true", help="only the named hand mutations")
     a = p.parse_args()
+    hand = run_hand([])
+    if a.hand:
+        return hand
     known = {**MODULES, **EXTRA}
     names = a.modules or list(known if a.all else MODULES)
     unknown = [n for n in names if n not in known]
@@ -117,7 +128,7 @@ def main() -> int:
     print(f"modules: {' '.join(names)}")
     print(f"mutate: killed={k} survived={s} no_tests={stats['no_tests']} timeout={t} "
           f"total={stats['total']} score={k / max(1, k + s):.3f}")
-    return 0
+    return hand
 
 
 if __name__ == "__main__":
