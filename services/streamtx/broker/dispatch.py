@@ -27,7 +27,7 @@ from typing import Any
 from streamtx.broker.held import Held
 from streamtx.broker.outstanding import Delivery, Outstanding, Stored, Taken, Unit
 from streamtx.broker.partition import Partition
-from streamtx.contracts.msgid import format_id
+from streamtx.contracts.msgid import MessageId, format_id
 from streamtx.cursor import Cursor
 from streamtx.ledger import Entry, Position
 from streamtx.records import partition as codec
@@ -64,6 +64,12 @@ def unit_id(unit: Unit) -> str:
     return format_id(pos.ledger_id, pos.entry_id, bi)
 
 
+def unit_message_id(unit: Unit) -> MessageId:
+    """The message id of a (canonical) unit."""
+    pos, bi = unit
+    return MessageId(pos.ledger_id, pos.entry_id, -1 if bi is None else bi)
+
+
 class PartitionDispatch:
     def __init__(self, index: int, partition: Partition, cursor: Cursor, read_entries: int) -> None:
         self.index = index
@@ -71,6 +77,9 @@ class PartitionDispatch:
         self.cursor = cursor
         self.read_entries = read_entries
         self.read_pos: Position | None = None  # next entry to read; None: first undeleted
+        # Where a release asked the read pass to look again (see :meth:`_rewind`): applied by
+        # the fetch holding ``lock``, which would otherwise overwrite it when its read resumes.
+        self._rewind_to: Position | None = None
         # The last entry this subscription may have handed out here: what the read pass went
         # past, and (as a previous process or owner may have dispatched it) everything visible
         # when it opened here. Acks past it are refused (docs/api.md "Acks"): never moves back.
@@ -122,15 +131,44 @@ class PartitionDispatch:
             elif u not in self.redeliver and not self.is_gone(u):
                 # Not out nor queued (held since before a restart, or taken back by a hold):
                 # rewind so the read pass finds it again, unit by unit.
-                self._fresh_from = None
-                if self.read_pos is None or u[0] < self.read_pos:
-                    self.read_pos = u[0]
+                self._rewind(u[0])
+
+    def give_back(self, consumer: str, units: list[Unit]) -> None:
+        """Release those of ``units`` still out with ``consumer`` (a fetch's that could not be
+        answered, or read from a partition that moved): a Failover move may have released them
+        already and handed them to the partition's new consumer, whose they now are."""
+        pending = self.pending
+        self.release([u for u in units if (d := pending.get(u)) is not None and d.consumer == consumer])
+
+    def rewind_all(self) -> None:
+        """The read pass starts again from the first undeleted entry (what a transaction's
+        cumulative reach held, which may not have been out with anyone, is found again)."""
+        self._rewind(self.cursor.first_undeleted())
+
+    def _rewind(self, pos: Position) -> None:
+        """Make the read pass find ``pos`` again. Kept apart from ``read_pos`` and applied under
+        the lock (:meth:`_apply_rewind`): a fetch suspended in a disk read sets ``read_pos``
+        when it resumes, and a rewind made meanwhile was lost (the messages were then neither
+        out, queued, held nor deleted: never delivered until a restart)."""
+        self._fresh_from = None
+        if self._rewind_to is None or pos < self._rewind_to:
+            self._rewind_to = pos
+
+    def _apply_rewind(self) -> None:
+        to = self._rewind_to
+        if to is not None:
+            self._rewind_to = None
+            self._fresh_from = None
+            # None: the pass starts at the first undeleted entry, which is at or before ``to``.
+            if self.read_pos is not None and to < self.read_pos:
+                self.read_pos = to
 
     async def fetch(self, consumer: str, limit: int, deadline: float) -> list[Handed]:
         """Hand out up to ``limit`` messages to ``consumer`` (runs of entries: :data:`Handed`)."""
         out: list[Handed] = []
         got = 0
         async with self.lock:
+            self._apply_rewind()
             while self.redeliver and got < limit:
                 unit, d = self.redeliver.popitem(last=False)
                 if self.is_gone(unit) or unit in self.held:
@@ -140,6 +178,7 @@ class PartitionDispatch:
                 out.append((d.entry, unit[1] or 0, 1, d.redeliveries))
                 got += 1
             while got < limit:
+                self._apply_rewind()  # a release during the last await (a read, a delete)
                 start = self.read_pos or self.cursor.first_undeleted()
                 ahead, self._ahead = self._ahead, []
                 if ahead and ahead[0].position == start and not self.partition.reloading:
@@ -167,6 +206,7 @@ class PartitionDispatch:
                     await self.cursor.delete(skips)
                 if stopped:
                     break
+            self._apply_rewind()
         self.delivered += got
         return out
 
@@ -211,8 +251,7 @@ class PartitionDispatch:
         if self.cursor.is_deleted(pos):
             return True, 0
         size = h.count
-        if size > 1:
-            self._remember_size(pos, size)
+        self._remember_size(pos, size)  # an ack's ids are read against it (Subscription.units)
         entry = Stored(self.index, pos, data, h)
         delivery = Delivery(consumer, deadline, entry, size)
         # The entry is not wholly deleted (checked above): one lookup of its deleted batch
@@ -271,12 +310,12 @@ class PartitionDispatch:
             out.append((entry, first, run, 0))
         return True, handed + run
 
-    def known_batch_size(self, pos: Position, batch_index: int) -> int | None:
+    def known_batch_size(self, pos: Position, batch_index: int | None) -> int | None:
         """The batch size of the entry at ``pos`` if known without reading it, else None."""
         d = self.pending.get((pos, batch_index)) or self.redeliver.get((pos, batch_index))
         return d.batch_size if d is not None else self._sizes.get(pos)
 
-    async def batch_size(self, pos: Position, batch_index: int) -> int:
+    async def batch_size(self, pos: Position, batch_index: int | None) -> int:
         """How many messages the entry at ``pos`` holds (read it if not out with a consumer)."""
         d = self.pending.get((pos, batch_index)) or self.redeliver.get((pos, batch_index))
         if d is not None:
@@ -289,8 +328,7 @@ class PartitionDispatch:
             return 1
         h = codec.decode_header(entries[0].data)
         size = max(h.count, 1)
-        if size > 1:
-            self._remember_size(pos, size)
+        self._remember_size(pos, size)
         return size
 
     def _remember_size(self, pos: Position, size: int) -> None:

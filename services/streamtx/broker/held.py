@@ -9,18 +9,38 @@ record per message; the transaction's end lets go of its records without looking
 their messages. Units acked one by one, the units of an entry a fetch cut, and holds
 restored from the pending-ack store are kept unit by unit.
 
-A unit is in one place at most: an entry's record or the map of units.
+A unit is in one place at most: an entry's record or the map of units. A cumulative ack
+also holds its *reach*: every message at or before its id, whether it was out with a
+consumer, queued, or not read again since a rewind (dispatch skips the reach until the
+transaction ends), which is also what a restart restores of it (the pending-ack store
+names the cumulative id, not each message it covers).
+
+Units arrive here canonical (:meth:`Subscription.units
+<streamtx.broker.subscription.Subscription.units>`): ``(entry, None)`` for a one-message
+entry, ``(entry, i)`` for a batch entry's message, never a whole-entry id of a batch.
 """
 
 from __future__ import annotations
 
+import enum
 from collections.abc import Iterable, Iterator
 
-from streamtx.broker.outstanding import Taken, Unit, bits_units
+from streamtx.broker.outstanding import Taken, Unit, bits_units, unit_order
 from streamtx.contracts.txnid import TxnId
 from streamtx.ledger import Position
 
-UNKNOWN = TxnId(0, 0)  # held since before a restart: the pending-ack store did not say by whom
+
+class Unnamed(enum.Enum):
+    """The holder of a unit restored from a pending-ack store that did not say which
+    transaction holds it (an older store): its own state, not a transaction id (``0:0``, the
+    sentinel before, is the first transaction a fresh coordinator opens). Any transaction's
+    ack may take such a unit over, and any transaction's end that lists it lets go of it."""
+
+    HOLDER = "unnamed"
+
+
+UNNAMED = Unnamed.HOLDER
+Holder = TxnId | Unnamed
 
 
 class _Run:
@@ -43,16 +63,19 @@ class Held:
     :meth:`let_go` and :meth:`clear`.
     """
 
-    __slots__ = ("_entries", "_units")
+    __slots__ = ("_entries", "_reach", "_units")
 
     def __init__(self) -> None:
         self._entries: dict[Position, _Run] = {}
-        self._units: dict[Unit, TxnId] = {}
+        self._units: dict[Unit, Holder] = {}
+        self._reach: dict[TxnId, Unit] = {}  # a transaction's cumulative ack: all up to this unit
 
     def __bool__(self) -> bool:
-        return bool(self._entries or self._units)
+        return bool(self._entries or self._units or self._reach)
 
     def __len__(self) -> int:
+        """The units held one by one or as entry records (a reach's messages are not counted:
+        which of them are still undeleted is the cursor's to say)."""
         return sum(r.bits.bit_count() for r in self._entries.values()) + len(self._units)
 
     def __iter__(self) -> Iterator[Unit]:
@@ -70,13 +93,19 @@ class Held:
             return None
         return r if r.bits >> (bi or 0) & 1 else None
 
-    def get(self, unit: Unit) -> TxnId | None:
-        """The transaction holding ``unit``, or None."""
+    def get(self, unit: Unit) -> Holder | None:
+        """Who holds ``unit`` (deleted or not: the cursor says that), or None."""
         if self._entries:
             r = self._run_of(unit)
             if r is not None:
                 return r.txn
-        return self._units.get(unit)
+        got = self._units.get(unit)
+        if got is None and self._reach:
+            at = unit_order(unit)
+            for txn, end in self._reach.items():
+                if at <= unit_order(end):
+                    return txn
+        return got
 
     def bits_at(self, pos: Position, size: int) -> int:
         """The batch indexes held of the entry at ``pos`` (of ``size`` messages), as bits."""
@@ -90,7 +119,31 @@ class Held:
                 for i in range(size):
                     if (pos, i) in units:
                         bits |= 1 << i
+        for end_pos, end_bi in self._reach.values():
+            if pos < end_pos:
+                return (1 << size) - 1
+            if pos == end_pos:
+                bits |= (1 << (size if end_bi is None else end_bi + 1)) - 1
         return bits
+
+    def reach(self, txn: TxnId) -> Unit | None:
+        """How far ``txn``'s cumulative acks reach here, if it acked cumulatively."""
+        return self._reach.get(txn)
+
+    def set_reach(self, txn: TxnId, unit: Unit | None) -> None:
+        """``txn``'s cumulative acks reach ``unit`` (None: no reach)."""
+        if unit is None:
+            self._reach.pop(txn, None)
+        else:
+            self._reach[txn] = unit
+
+    def extend_reach(self, txn: TxnId, unit: Unit) -> Unit | None:
+        """``txn`` acked cumulatively through ``unit``: its reach is at least that; return the
+        reach before (for :meth:`set_reach` to undo it)."""
+        before = self._reach.get(txn)
+        if before is None or unit_order(unit) > unit_order(before):
+            self._reach[txn] = unit
+        return before
 
     def hold(self, units: Iterable[Unit], txn: TxnId) -> list[Unit]:
         """Hold ``units`` for ``txn`` (one another transaction holds is taken over: the caller
@@ -132,9 +185,9 @@ class Held:
         """Hold ``unit`` as the pending-ack store reported (holder None: it did not say),
         unless it is held already."""
         if unit not in self:
-            self._units[unit] = UNKNOWN if txn is None else txn
+            self._units[unit] = UNNAMED if txn is None else txn
 
-    def pop(self, unit: Unit) -> TxnId | None:
+    def pop(self, unit: Unit) -> Holder | None:
         """Let go of ``unit``; the transaction that held it, or None."""
         if self._entries:
             r = self._run_of(unit)
@@ -148,8 +201,8 @@ class Held:
         if not r.bits:
             del self._entries[unit[0]]
 
-    def holders(self) -> set[TxnId]:
-        return {r.txn for r in self._entries.values()} | set(self._units.values())
+    def holders(self) -> set[Holder]:
+        return {r.txn for r in self._entries.values()} | set(self._units.values()) | set(self._reach)
 
     def units_of(self, txn: TxnId) -> list[Unit]:
         """Every unit ``txn`` holds, in no particular order."""
@@ -158,16 +211,18 @@ class Held:
         return out
 
     def let_go(self, txn: TxnId | None, listed: list[Unit], *, units: bool) -> list[Unit]:
-        """``txn`` ended: let go of everything it holds, and of the ``listed`` units (those its
-        end names) that it or an unknown holder holds (every listed one when ``txn`` is None,
-        an end from before holders were recorded). Return the units let go when ``units`` is
-        true (an abort gives them back), else nothing: a commit's records go unopened."""
+        """``txn`` ended: let go of everything it holds (its reach too), and of the ``listed``
+        units (those its end names) that it or an unnamed holder holds (every listed one when
+        ``txn`` is None, an end from before holders were recorded). Return the units let go when
+        ``units`` is true (an abort gives them back; what only its reach held is the caller's
+        to find again), else nothing: a commit's records go unopened."""
         if txn is None:
             gone = list(dict.fromkeys(listed))
             for u in gone:
                 self.pop(u)
             return gone if units else []
-        gone = [u for u in dict.fromkeys(listed) if self.get(u) in (txn, UNKNOWN)]
+        self._reach.pop(txn, None)
+        gone = [u for u in dict.fromkeys(listed) if self.get(u) in (txn, UNNAMED)]
         for u in gone:
             self.pop(u)
         if units:
@@ -182,8 +237,12 @@ class Held:
                 self._units = {u: h for u, h in self._units.items() if h != txn}
         return gone if units else []
 
-    def first_through(self, pos: Position, batch_index: int | None) -> Unit | None:
-        """A held unit at or before ``(pos, batch_index)`` (a cumulative ack's reach), if any."""
+    def first_through(self, pos: Position, batch_index: int | None, floor: Position) -> Unit | None:
+        """A held unit at or before ``(pos, batch_index)`` (a cumulative ack's reach), if any;
+        ``floor``: the first entry not wholly deleted (a transaction's reach holds from there)."""
+        if self._reach and floor <= pos:
+            if any(floor <= end[0] for end in self._reach.values()):
+                return floor, None
         for p, r in self._entries.items():
             if p < pos or (p == pos and (batch_index is None or r.size == 1)):
                 return bits_units(p, r.size, r.bits)[0]
@@ -199,3 +258,4 @@ class Held:
     def clear(self) -> None:
         self._entries.clear()
         self._units.clear()
+        self._reach.clear()

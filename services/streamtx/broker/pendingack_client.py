@@ -6,6 +6,7 @@ import asyncio
 import logging
 import time
 from collections.abc import Callable
+from typing import NamedTuple
 
 from streamtx.contracts import TxnId
 from streamtx.contracts.models import Held, PendingAckCreate
@@ -69,19 +70,21 @@ class PendingAckClient:
                                                 cumulative=cumulative)
         await self._client.request("POST", "/v1/pendingack/acks", json=body)
 
-    async def held(self, topic: str, subscription: str) -> list[tuple[str, TxnId | None]]:
-        """The ids open transactions hold, each with its holder (None: an older store did not say)."""
+    async def held(self, topic: str, subscription: str) -> HeldAnswer:
+        """The ids open transactions hold, each with its holder (None: an older store did not
+        say), and their cumulative acks' reaches."""
         try:
             body = await self._client.request(
                 "GET", "/v1/pendingack/held", params={"topic": topic, "subscription": subscription},
                 retry=ONCE,
             )
         except NotFoundError:  # no transactional ack was ever logged there
-            return []
-        return held_pairs(Held.model_validate(body))
+            return HeldAnswer([], [])
+        answer = Held.model_validate(body)
+        return HeldAnswer(held_pairs(answer), held_reaches(answer))
 
     async def held_when_answering(self, topic: str, subscription: str,
-                                  max_delay_s: float = 0.25) -> list[tuple[str, TxnId | None]]:
+                                  max_delay_s: float = 0.25) -> HeldAnswer:
         """:meth:`held`, asked again (backing off) until the store answers; said once (:class:`Outage`)."""
         delay = 0.1
         while True:
@@ -97,6 +100,18 @@ class PendingAckClient:
 
     async def aclose(self) -> None:
         await self._client.aclose()
+
+
+class HeldAnswer(NamedTuple):
+    """A ``held`` answer: ``(id, holder)`` pairs, and ``(cumulative id, holder)`` reaches."""
+
+    pairs: list[tuple[str, TxnId | None]]
+    reaches: list[tuple[str, TxnId]]
+
+
+def held_reaches(held: Held) -> list[tuple[str, TxnId]]:
+    """A ``held`` answer's cumulative acks as ``(id, holder)``: each holds all up to its id."""
+    return [(m, TxnId.parse(t)) for t, ids in held.cumulative.items() for m in ids]
 
 
 def held_pairs(held: Held) -> list[tuple[str, TxnId | None]]:

@@ -49,7 +49,7 @@ from streamtx.errors import (
     UnavailableError,
 )
 from streamtx.ledger import LedgerFactory, ledger_id_for
-from streamtx.names import MAX_PARTITIONS, check_name, check_topic
+from streamtx.names import MAX_PARTITIONS, check_name, check_topic, partition_name, split_partition
 from streamtx.peers import CoordinatorLookup, TxnGuard
 
 __all__ = ["Broker", "Local", "Resolved", "SpreadPlan", "partition_item", "split_item", "split_partition"]
@@ -59,17 +59,9 @@ log = logging.getLogger(__name__)
 max_partitions = MAX_PARTITIONS
 
 
-def split_partition(name: str) -> tuple[str, int | None]:
-    """``persistent://t/n/x-partition-3`` -> (``persistent://t/n/x``, 3); else (name, None)."""
-    base, sep, index = name.rpartition("-partition-")
-    if sep and index.isdigit():
-        return base, int(index)
-    return name, None
-
-
 def partition_item(topic: str, index: int) -> str:
     """The lease item (and the name) of partition ``index`` of ``topic``."""
-    return f"{topic}-partition-{index}"
+    return partition_name(topic, index)
 
 
 @dataclass(frozen=True, slots=True)
@@ -706,6 +698,6 @@ class Broker:
         if names is None:
             names = [sub.topic, *(partition_item(sub.topic, p.index) for p in sub.parts)]
         for n in names:
-            sub.restore_held(await self.pendingack.held_when_answering(n, sub.name))
+            await sub.restore_held(*await self.pendingack.held_when_answering(n, sub.name))
         sub.held_ready.set()
         sub.notifier.changed()

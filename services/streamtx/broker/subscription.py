@@ -27,6 +27,7 @@ import math
 from collections import OrderedDict
 from collections.abc import Iterable
 from dataclasses import dataclass, field
+from itertools import repeat
 from typing import Any
 
 from streamtx.broker import failover, metrics
@@ -38,7 +39,7 @@ from streamtx.broker.dispatch import (
     render_json,
     unit_id,
 )
-from streamtx.broker.held import UNKNOWN
+from streamtx.broker.held import UNNAMED
 from streamtx.broker.notify import Notifier
 from streamtx.broker.outstanding import Taken, Unit, unit_order
 from streamtx.broker.replicas.exclusive import ExclusiveClaims
@@ -144,6 +145,39 @@ class Subscription:
                 out.append((part, unit))
             else:
                 out.append((hit[0], (hit[1], None if m[2] < 0 else m[2])))
+        return out
+
+    async def units(self, ids: Iterable[MessageId], *, through: bool = False, strict: bool = True
+                    ) -> list[tuple[PartitionDispatch, Unit]]:
+        """The messages ``ids`` name, each as its one canonical unit (docs/api.md, "Message ids"):
+        ``(entry, None)`` for a one-message entry (``L:E`` or ``L:E:0``), ``(entry, i)`` for
+        message ``i`` of a batch entry. A whole-entry id ``L:E`` of a batch entry names all of its
+        messages, or with ``through`` (a cumulative ack) its last one. Every path that changes
+        a message's state reads ids here first: two spellings of one message were two units
+        (a plain ack of ``L:E`` deleted what a transaction held as ``L:E:0``...).
+
+        ``strict``: a batch index past its entry is 400 (a request); else it is kept as it came
+        (an end or a restore replaying what was accepted before: it names nothing here)."""
+        out: list[tuple[PartitionDispatch, Unit]] = []
+        sizes: dict[tuple[int, Position], int] = {}  # one look-up per entry, not per id
+        for part, (pos, bi) in self._resolve_all(ids):
+            size = sizes.get((part.index, pos))
+            if size is None:
+                size = sizes[(part.index, pos)] = (part.known_batch_size(pos, bi)
+                                                   or await part.batch_size(pos, bi))
+            if size <= 1:
+                if not bi:  # None or 0: the entry's one message
+                    out.append((part, (pos, None)))
+                    continue
+            elif bi is None:
+                if through:
+                    out.append((part, (pos, size - 1)))
+                else:
+                    out += zip(repeat(part), zip(repeat(pos), range(size)))
+                continue
+            if bi >= size and strict:
+                raise MalformedError(f"batch index {bi} is not within the batch of {size} at {pos}")
+            out.append((part, (pos, bi)))
         return out
 
     def _check_dispatched(self, resolved: list[tuple[PartitionDispatch, Unit]]) -> None:
@@ -329,11 +363,11 @@ class Subscription:
             timeout = remaining if wake is None else min(remaining, max(wake - loop.time(), 0.001))
             await self.notifier.wait(timeout, poll)
 
-    def give_back(self, handed: list[Handed]) -> None:
-        """What a fetch took but could not answer (its client went away): deliverable again at
-        once, in position order, as a nack makes it (on Exclusive and Failover nothing else would
-        ever hand it out again: it would stay out with that consumer)."""
-        self._release_runs(handed)
+    def give_back(self, consumer: str, handed: list[Handed]) -> None:
+        """What a fetch of ``consumer`` took but could not answer (its client went away):
+        deliverable again at once, in position order, as a nack makes it (on Exclusive and
+        Failover nothing else would ever hand it out again: it would stay out with that consumer)."""
+        self._release_runs(consumer, handed)
         self.notifier.changed()
 
     def _still_assigned(self, consumer: str, out: list[Handed]) -> list[Handed]:
@@ -342,19 +376,21 @@ class Subscription:
         lost = {i for i, name in self.active.items() if name != consumer}
         if not lost.intersection(h[0].partition for h in out):
             return out
-        self._release_runs([h for h in out if h[0].partition in lost])
+        self._release_runs(consumer, [h for h in out if h[0].partition in lost])
         return [h for h in out if h[0].partition not in lost]
 
-    def _release_runs(self, handed: list[Handed]) -> None:
-        """Make ``handed`` deliverable again, in position order. One release and one sort per
-        partition: a sort per message was quadratic (a fetch of thousands that lost its partition
-        as a second worker joined cost the broker ~15 s)."""
+    def _release_runs(self, consumer: str, handed: list[Handed]) -> None:
+        """Make what of ``handed`` is still out with ``consumer`` deliverable again, in position
+        order (a Failover move during the fetch released it already, and the new consumer may
+        have it now). One release and one sort per partition: a sort per message was quadratic
+        (a fetch of thousands that lost its partition as a second worker joined cost the broker
+        ~15 s)."""
         by_part: dict[int, list[Handed]] = {}
         for h in handed:
             by_part.setdefault(h[0].partition, []).append(h)
         for i, runs in by_part.items():
             if (part := self._by_index.get(i)) is not None:  # else handed over: its cursor moved on
-                part.release(handed_units(runs))
+                part.give_back(consumer, handed_units(runs))
                 _in_position_order(part)
 
     async def _fetch_once(self, consumer: str, limit: int, now: float,
@@ -386,13 +422,13 @@ class Subscription:
 
     def _check_not_held(self, resolved: list[tuple[PartitionDispatch, Unit]]) -> None:
         for part, unit in resolved:
-            if unit in part.held or (unit[1] is not None and (unit[0], None) in part.held):
+            if unit in part.held:
                 raise ConflictError(f"message {unit_id(unit)} is held by an open transaction")
 
     async def ack(self, ids: list[MessageId], cumulative: bool) -> None:
-        resolved = self._resolve_all(ids)
-        self._check_dispatched(resolved)
+        self._check_dispatched(self._resolve_all(ids))
         await _until_ready(self.parts)
+        resolved = await self.units(ids, through=cumulative)
         self._check_not_held(resolved)
         batch = _CursorBatch()
         if cumulative:
@@ -425,7 +461,7 @@ class Subscription:
                               bi: int | None, *, check_held: bool = True) -> None:
         """Add a cumulative ack through ``(pos, bi)`` to ``batch``."""
         if check_held:
-            held_before = part.held.first_through(pos, bi)
+            held_before = part.held.first_through(pos, bi, part.cursor.first_undeleted())
             if held_before is not None:
                 raise ConflictError(f"cumulative ack to {pos} covers {unit_id(held_before)}, held "
                                     "by an open transaction")
@@ -461,7 +497,7 @@ class Subscription:
 
     async def nack(self, ids: list[MessageId]) -> None:
         by_part: dict[int, list[Unit]] = {}
-        for part, unit in self._resolve_all(ids):
+        for part, unit in await self.units(ids):
             if unit in part.pending:
                 by_part.setdefault(part.index, []).append(unit)
         for index, units in by_part.items():
@@ -475,47 +511,70 @@ class Subscription:
         """Wait while a partition reloads after a failed append (503 if it takes too long)."""
         await _until_ready(self.parts)
 
-    def check_txn_ack(self, ids: list[MessageId], txn: TxnId) -> list[tuple[PartitionDispatch, Unit]]:
-        resolved = self._resolve_all(ids)
-        self._check_dispatched(resolved)
+    async def check_txn_ack(self, ids: list[MessageId], txn: TxnId, cumulative: bool = False
+                            ) -> list[tuple[PartitionDispatch, Unit]]:
+        """The canonical units of a transactional ack (:meth:`units`), once it is known that
+        ``txn`` may hold them: 409 if another transaction holds one, one is acked already, or
+        ``txn`` ended here (its end let go of its holds: a hold now would outlive it)."""
+        if txn in self._ended:
+            raise ConflictError(f"transaction {txn[0]}:{txn[1]} has ended on subscription {self.name}")
+        self._check_dispatched(self._resolve_all(ids))
+        resolved = await self.units(ids, through=cumulative)
         for part, unit in resolved:
-            holder = part.held.get(unit)
-            if holder is not None and holder not in (txn, UNKNOWN):
-                raise ConflictError(f"message {unit_id(unit)} is held by another transaction")
             if part.is_gone(unit):
                 raise ConflictError(f"message {unit_id(unit)} is already acknowledged")
+            holder = part.held.get(unit)
+            if holder is not None and holder not in (txn, UNNAMED):
+                raise ConflictError(f"message {unit_id(unit)} is held by another transaction")
         return resolved
 
     def hold(self, resolved: list[tuple[PartitionDispatch, Unit]], txn: TxnId, cumulative: bool = False
-             ) -> list[tuple[PartitionDispatch, Taken]]:
-        """Hold units for ``txn``; return those it did not hold already, by partition.
+             ) -> list[NewHold]:
+        """Hold units (canonical: :meth:`check_txn_ack`) for ``txn``; return, by partition, those
+        it did not hold already (for :meth:`unhold`).
 
         A cumulative ack also holds what is out with consumers at or before its id: tens of
-        thousands of messages, held as the entries they came in (:mod:`.held`).
+        thousands of messages, held as the entries they came in (:mod:`.held`), and its reach:
+        what is not out (queued, or not read again since a rewind) is not dispatched either.
         """
-        newly: list[tuple[PartitionDispatch, Taken]] = []
+        newly: list[NewHold] = []
         for part, listed in _by_partition(resolved).values():
             held = part.held
             listed = list(dict.fromkeys(listed))
             part.forget(listed)
             fresh = Taken(units=held.hold(listed, txn))
+            reach_before = held.reach(txn)
             for pos, bi in listed if cumulative else ():
                 # Taken back from consumers now (given back by ``unhold`` if the store refuses):
                 # held by nobody, as what is held is never out, and not listed (forgotten above).
                 through = part.take_through(pos, bi)
                 held.hold_taken(through, txn)
+                held.extend_reach(txn, (pos, bi))
                 fresh.entries += through.entries
                 fresh.units += through.units
-            newly.append((part, fresh))
+            newly.append(NewHold(part, fresh, reach_before, cumulative))
         return newly
 
-    def unhold(self, newly: list[tuple[PartitionDispatch, Taken]], txn: TxnId) -> None:
-        """Undo :meth:`hold` after the pending-ack store refused or failed."""
-        for part, units in newly:
-            mine = [u for u in units if part.held.get(u) == txn]
-            for u in mine:
-                part.held.pop(u)
-            part.release(mine)
+    def unhold(self, newly: list[NewHold], txn: TxnId) -> None:
+        """Undo :meth:`hold` after the pending-ack store refused or failed: every unit it took
+        is deliverable again, also when the transaction's end came meanwhile (the store was
+        ending it: its end let go of holds it never listed, which nobody would give back)."""
+        ended = txn in self._ended
+        for change in newly:
+            part, held = change.part, change.part.held
+            if change.cumulative:
+                held.set_reach(txn, None if ended else change.reach_before)
+            back = []
+            for u in change.units:
+                holder = held.get(u)
+                if holder == txn:
+                    held.pop(u)
+                    back.append(u)
+                elif holder is None and u not in part.pending and u not in part.redeliver:
+                    back.append(u)  # let go by the end: found again by the read pass
+            part.release(back)
+            if change.cumulative:
+                part.rewind_all()  # what only the reach held (not out, not queued) is read again
         self.notifier.changed()
 
     async def end_txn(self, ids: list[str], txn: TxnId | None, commit: bool,
@@ -525,9 +584,9 @@ class Subscription:
         Every unit the txn holds is let go, listed or not; a cumulative ack commits as a
         mark-delete through each of ``cumulative_ids`` (at most one per partition).
         """
-        resolved = self._resolve_all(parse_many(ids))
-        cumulatives = [self.resolve(MessageId.parse(c)) for c in cumulative_ids or ()]
         await _until_ready(self.parts)
+        resolved = await self.units(parse_many(ids), strict=False)
+        cumulatives = await self.units(parse_many(cumulative_ids or ()), through=True, strict=False)
         batch = _CursorBatch()
         if commit:
             await self._add_deletes(batch, [(p, u) for p, u in resolved if not p.is_gone(u)])
@@ -546,6 +605,7 @@ class Subscription:
             part.take_through(pos, bi)
         for part in self.parts:
             listed = listed_here[part.index][1] if part.index in listed_here else []
+            reached = txn is not None and part.held.reach(txn) is not None
             # A commit's holds go unopened: what it held is deleted by the cursor batch above.
             let_go = part.held.let_go(txn, listed, units=not commit)
             if commit:
@@ -557,6 +617,8 @@ class Subscription:
                 # after a lost answer) that came after its units were delivered again must not
                 # hand them to a second consumer while the first one has them.
                 part.release(let_go)
+                if reached:
+                    part.rewind_all()  # what only its reach held is read again
         if txn is not None:
             self._ended[txn] = None
             self._ended.move_to_end(txn)
@@ -564,24 +626,35 @@ class Subscription:
                 self._ended.popitem(last=False)
         self.notifier.changed()
 
-    def restore_held(self, held: list[tuple[str, TxnId | None]]) -> None:
+    async def restore_held(self, held: list[tuple[str, TxnId | None]],
+                           reaches: Iterable[tuple[str, TxnId]] = ()) -> None:
         """Hold what the pending-ack store says open transactions hold: ``(id, holder)``
-        (holder None: the store did not say)."""
+        (holder None: the store did not say), and ``reaches``: ``(id, holder)`` of cumulative
+        acks, each holding everything up to its id (as before the restart, not only the id)."""
         # An answer can overtake nothing but be overtaken: the store lists a transaction's ids
         # until it has written its end, after the end was applied here. A unit already gone
         # was deleted by such a commit; the ids of a transaction that ended here (an abort:
         # not gone) are skipped too, or they would never be dispatched again.
         # Broker replicas: the store lists the holds of every partition; only ours matter here.
         live = [(i, t) for i, t in held if self._owns_id(i) and (t is None or t not in self._ended)]
-        units = self._resolve_all(parse_many(i for i, _ in live))
         now = asyncio.get_running_loop().time()
-        for (part, unit), (_, txn) in zip(units, live, strict=True):
-            if not part.is_gone(unit):
-                part.forget([unit])  # what is held is not out with a consumer
-                part.held.restore(unit, txn)
+        for (i, txn) in live:
+            # One id may name several units (a whole batch entry, from before ids were canonical).
+            for part, unit in await self.units([MessageId.parse(i)], strict=False):
+                if not part.is_gone(unit):
+                    part.forget([unit])  # what is held is not out with a consumer
+                    part.held.restore(unit, txn)
+                    part.restored_hold(unit[0])
+                    if txn is not None:
+                        self._restored.setdefault(txn, now)
+        for i, txn in reaches:
+            if txn in self._ended or not self._owns_id(i):
+                continue
+            for part, unit in await self.units([MessageId.parse(i)], through=True, strict=False):
+                part.take_through(*unit)  # what is held is not out with a consumer
+                part.held.extend_reach(txn, unit)
                 part.restored_hold(unit[0])
-                if txn is not None:
-                    self._restored.setdefault(txn, now)
+                self._restored.setdefault(txn, now)
 
     def restored_holders(self, older_than_s: float) -> list[TxnId]:
         """Transactions a ``held`` answer named that still hold something here after
@@ -664,6 +737,17 @@ async def _until_ready(parts: list[PartitionDispatch]) -> None:
     for part in parts:
         if part.partition.reloading:
             await part.partition.until_ready()
+
+
+@dataclass(frozen=True, slots=True)
+class NewHold:
+    """What :meth:`Subscription.hold` held on one partition that ``txn`` did not hold before,
+    and its reach before (a cumulative ack extends it): :meth:`Subscription.unhold` undoes it."""
+
+    part: PartitionDispatch
+    units: Taken
+    reach_before: Unit | None
+    cumulative: bool
 
 
 @dataclass(slots=True)

@@ -234,6 +234,11 @@ class PendingAckStore:
         answer listing an ending transaction can reach it after that transaction's end)."""
         return {str(t): [str(m) for m in ids] for t, ids in self.state.held_by_txn().items()}
 
+    def cumulative(self) -> dict[str, list[str]]:
+        """Each open transaction's cumulative ack ids: the broker holds everything up to them."""
+        return {str(t.txn): [str(m) for m in sorted(t.cumulative.values())]
+                for t in self.state.txns.values() if t.cumulative}
+
     async def prepare(self, txn: TxnId) -> None:
         """The optimistic check: 409 if ``txn`` overlaps another's committed or prepared acks."""
         try:

@@ -68,6 +68,9 @@ class Held(StrictBody):
     message_ids: list[str]
     # The same ids by holding transaction (absent from older stores): txn id -> ids.
     holders: dict[str, list[str]] = Field(default_factory=dict)
+    # Each open transaction's cumulative acks (one id per partition; absent from older stores):
+    # everything at or before such an id is held, not only the id (listed in ``holders`` too).
+    cumulative: dict[str, list[str]] = Field(default_factory=dict)
 
 
 class SubscriptionAcksEnd(StrictBody):

@@ -6,7 +6,7 @@ from __future__ import annotations
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from streamtx.broker.held import UNKNOWN, Held
+from streamtx.broker.held import UNNAMED, Held
 from streamtx.broker.outstanding import Taken, Unit, unit_order
 from streamtx.contracts.txnid import TxnId
 from streamtx.ledger import Position
@@ -49,7 +49,7 @@ def check(held: Held, model: dict[Unit, TxnId]) -> None:
         assert held.bits_at(Position(1, i), size) == expected
     for pos, bi in [*CANONICAL, *ODD]:
         reach = [u for u in model if u[0] < pos or (u[0] == pos and (bi is None or (u[1] or 0) <= bi))]
-        first = held.first_through(pos, bi)
+        first = held.first_through(pos, bi, Position(1, 0))
         assert (first is None) == (not reach) and (first is None or first in reach)
 
 
@@ -73,7 +73,7 @@ def test_held_is_a_map_of_unit_to_holder(script: list[tuple[str, object, object]
             model.update(dict.fromkeys(free, b))
         elif op == "restore":
             held.restore(a, b)  # type: ignore[arg-type]
-            model.setdefault(a, UNKNOWN if b is None else b)  # type: ignore[arg-type]
+            model.setdefault(a, UNNAMED if b is None else b)  # type: ignore[arg-type]
         elif op == "pop":
             assert held.pop(a) == model.pop(a, None)  # type: ignore[arg-type]
         else:
@@ -81,7 +81,7 @@ def test_held_is_a_map_of_unit_to_holder(script: list[tuple[str, object, object]
             if b is None:
                 expected = listed
             else:
-                expected = [u for u in listed if model.get(u) in (b, UNKNOWN)]
+                expected = [u for u in listed if model.get(u) in (b, UNNAMED)]
                 expected += [u for u, h in model.items() if h == b and u not in expected]
             assert sorted(held.let_go(b, a, units=True), key=unit_order) == sorted(  # type: ignore[arg-type]
                 expected, key=unit_order)

@@ -33,7 +33,7 @@ async def test_fifty_waiting_subscriptions_say_so_once(caplog: pytest.LogCapture
              for i in range(50)]
     await asyncio.wait_for(asked_enough.wait(), 10)
     up.set()
-    assert await asyncio.gather(*waits) == [[] for _ in range(50)]
+    assert await asyncio.gather(*waits) == [([], []) for _ in range(50)]
     await client.aclose()
     said = [(r.levelno, r.getMessage()) for r in caplog.records if r.levelno >= logging.INFO]
     assert len(said) == 2, said

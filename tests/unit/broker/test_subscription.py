@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import asyncio
-from collections.abc import AsyncIterator
 
 import pytest
 
@@ -13,7 +12,6 @@ from streamtx.broker.pendingack_client import PendingAckClient, held_pairs
 from streamtx.broker.registry import Broker
 from streamtx.broker.settings import BrokerSettings
 from streamtx.broker.subscription import SubscriptionType
-from streamtx.broker.topic import Outgoing, Topic
 from streamtx.broker.txnchecker import checker as checker_of
 from streamtx.contracts.models import Held
 from streamtx.contracts.states import Action
@@ -22,30 +20,9 @@ from streamtx.cursor.cursor import Cursor, cursor_ledger_name
 from streamtx.errors import ConflictError, MalformedError, StreamtxError
 from streamtx.ledger import Position, open_ledger_factory
 from streamtx.ledger.memory import MemoryLedgerFactory
-from streamtx.records.partition import Message
 from streamtx.records.pendingack import MessageId
 from streamtx.records.pendingack_state import SubscriptionState
-
-T = "persistent://t/n/u"
-
-
-@pytest.fixture
-async def broker() -> AsyncIterator[Broker]:
-    settings = BrokerSettings(ledger_url="memory://", ack_timeout_ms=50)  # type: ignore[call-arg]
-    b = Broker(open_ledger_factory("memory://"), settings, PendingAckClient(None, 1.0))
-    await b.start()
-    await b.create_topic(T, 1)
-    yield b
-    await b.close()
-
-
-def mids(*texts: str) -> list[MessageId]:
-    return [MessageId.parse(t) for t in texts]
-
-
-async def send(topic: Topic, *values: str) -> list[str]:
-    return await topic.produce([Outgoing(Message(v.encode(), request_index=i), 0)
-                                for i, v in enumerate(values)], None, None)
+from tests.unit.broker.memtopic import T, mids, send
 
 
 async def test_batch_index_acks_and_redelivery_of_the_rest(broker: Broker) -> None:
@@ -80,11 +57,11 @@ async def test_held_units_block_plain_acks_and_dispatch(broker: Broker) -> None:
     sub = await broker.create_subscription(T, "h", SubscriptionType.SHARED, "earliest")
     ids = await send(broker.topic(T), "a", "b")
     await sub.fetch("c1", 10, 0)
-    newly = sub.hold(sub.check_txn_ack(mids(ids[0]), (1, 1)), (1, 1))
+    newly = sub.hold(await sub.check_txn_ack(mids(ids[0]), (1, 1)), (1, 1))
     with pytest.raises(ConflictError):
         await sub.ack(mids(ids[0]), cumulative=False)
     with pytest.raises(ConflictError):
-        sub.check_txn_ack(mids(ids[0]), (1, 2))
+        await sub.check_txn_ack(mids(ids[0]), (1, 2))
     with pytest.raises(ConflictError):
         await sub.ack(mids(ids[1]), cumulative=True)  # would cover the held one
     await sub.nack(mids(*ids))
@@ -107,13 +84,13 @@ async def test_txn_cumulative_ack_commit_and_abort(broker: Broker) -> None:
     ids = [(await send(broker.topic(T), f"m{i}"))[0] for i in range(4)]
     await sub.fetch("c1", 10, 0)
     # Abort: everything the cumulative ack held comes back.
-    sub.hold(sub.check_txn_ack(mids(ids[2]), (2, 1)), (2, 1), cumulative=True)
+    sub.hold(await sub.check_txn_ack(mids(ids[2]), (2, 1)), (2, 1), cumulative=True)
     assert sum(len(p.held) for p in sub.parts) == 3
     await sub.end_txn([ids[2]], (2, 1), commit=False)
     assert sum(len(p.held) for p in sub.parts) == 0
     assert [m["message_id"] for m in await sub.fetch("c1", 10, 0)] == ids[:3]
     # Commit: a mark-delete through the cumulative id.
-    sub.hold(sub.check_txn_ack(mids(ids[2]), (2, 2)), (2, 2), cumulative=True)
+    sub.hold(await sub.check_txn_ack(mids(ids[2]), (2, 2)), (2, 2), cumulative=True)
     await sub.end_txn([ids[2]], (2, 2), commit=True, cumulative_ids=[ids[2]])
     await sub.end_txn([ids[2]], (2, 2), commit=True, cumulative_ids=[ids[2]])  # idempotent
     part = sub.parts[0]
@@ -138,19 +115,19 @@ async def test_one_transactions_successive_cumulative_acks_hold_each_unit_once(b
     takes = []
     take_through = part.take_through
     part.take_through = lambda *at: takes.append(at) or take_through(*at)  # type: ignore[method-assign]
-    newly = sub.hold(sub.check_txn_ack(mids(first[-1]), (5, 1)), (5, 1), cumulative=True)
+    newly = sub.hold(await sub.check_txn_ack(mids(first[-1]), (5, 1)), (5, 1), cumulative=True)
     assert takes == [unit(first[-1])]  # once per id acked, not once per unit it covers
     del part.take_through
-    assert sorted(u for _, units in newly for u in units) == [unit(i) for i in first]
+    assert sorted(u for change in newly for u in change.units) == [unit(i) for i in first]
     assert [m["message_id"] for m in await sub.fetch("w", 10, 0)] == second
-    newly = sub.hold(sub.check_txn_ack(mids(second[0]), (5, 1)), (5, 1), cumulative=True)
-    assert [u for _, units in newly for u in units] == [unit(second[0])]
+    newly = sub.hold(await sub.check_txn_ack(mids(second[0]), (5, 1)), (5, 1), cumulative=True)
+    assert [u for change in newly for u in change.units] == [unit(second[0])]
     assert len(part.held) == 4 and list(part.pending) == [unit(second[1])]
     await sub.end_txn([], (5, 1), commit=False)
     assert not part.held and list(part.pending) == [unit(second[1])]  # the rest: read again
     again = [m["message_id"] for m in await sub.fetch("w", 10, 0)]
     assert sorted(again) == sorted([*first, second[0]])
-    sub.hold(sub.check_txn_ack(mids(second[1]), (5, 2)), (5, 2), cumulative=True)
+    sub.hold(await sub.check_txn_ack(mids(second[1]), (5, 2)), (5, 2), cumulative=True)
     assert len(part.held) == 5 and not part.pending and not part.redeliver
     await sub.end_txn([], (5, 2), commit=True, cumulative_ids=[second[1]])
     assert not part.held and part.cursor.mark_delete_position == Position.parse(second[1])
@@ -165,7 +142,7 @@ async def test_a_refused_hold_inside_an_entry_a_fetch_cut_is_handed_out_again(br
     ids = await send(broker.topic(T), "a", "b", "c", "d")
     assert [m["message_id"] for m in await sub.fetch("w", 3, 0)] == before + ids[:2]
     await sub.ack(mids(*before), cumulative=False)
-    newly = sub.hold(sub.check_txn_ack(mids(ids[1]), (6, 1)), (6, 1), cumulative=True)
+    newly = sub.hold(await sub.check_txn_ack(mids(ids[1]), (6, 1)), (6, 1), cumulative=True)
     sub.unhold(newly, (6, 1))
     assert sorted(m["message_id"] for m in await sub.fetch("w", 10, 0)) == sorted(ids)
 
@@ -183,7 +160,7 @@ async def test_a_retried_commit_end_answers_only_once_its_deletes_are_durable() 
         sub = await b.create_subscription(T, "d", SubscriptionType.SHARED, "earliest")
         ids = await send(b.topic(T), "a", "b")
         await sub.fetch("c1", 10, 0)
-        sub.hold(sub.check_txn_ack(mids(*ids), (3, 1)), (3, 1))
+        sub.hold(await sub.check_txn_ack(mids(*ids), (3, 1)), (3, 1))
         cursor = sub.parts[0].cursor
         own = cursor_ledger_name(cursor.ledger.name, cursor.name)
         ledgers.inject_append_failures(own, 3)  # every try of the framed ledger fails once
@@ -215,12 +192,12 @@ async def test_a_held_answer_that_overtakes_an_abort_holds_nothing(broker: Broke
                   holders={str(t): [str(m) for m in ms] for t, ms in store.held_by_txn().items()})
     await sub.end_txn([str(m) for m in acks.message_ids()], txn, commit=False,
                       cumulative_ids=[str(c) for c in acks.cumulative.values()])
-    sub.restore_held(held_pairs(answer))  # the answer arrives after the end
+    await sub.restore_held(held_pairs(answer))  # the answer arrives after the end
     # The aborted range is dispatched again; only the open transaction's id stays held.
     assert [m["message_id"] for m in await sub.fetch("c1", 10, 0)] == ids[:3]
     assert {u for p in sub.parts for u in p.held} == {(Position.parse(ids[3]), None)}
     with pytest.raises(ConflictError):  # held by its real holder now, not "unknown"
-        sub.check_txn_ack(mids(ids[3]), txn)
+        await sub.check_txn_ack(mids(ids[3]), txn)
     await sub.end_txn([ids[3]], other, commit=False)
     assert [m["message_id"] for m in await sub.fetch("c1", 10, 0)] == [ids[3]]
 
@@ -228,7 +205,7 @@ async def test_a_held_answer_that_overtakes_an_abort_holds_nothing(broker: Broke
 async def test_a_held_answer_without_holders_holds_for_an_unknown_txn(broker: Broker) -> None:
     sub = await broker.create_subscription(T, "old", SubscriptionType.SHARED, "earliest")
     ids = await send(broker.topic(T), "a", "b")
-    sub.restore_held(held_pairs(Held(message_ids=[ids[0]])))  # a store of before holders
+    await sub.restore_held(held_pairs(Held(message_ids=[ids[0]])))  # a store of before holders
     assert [m["message_id"] for m in await sub.fetch("c1", 10, 0)] == [ids[1]]
     await sub.end_txn([ids[0]], TxnId(6, 1), commit=False)  # whoever ends it frees it
     assert [m["message_id"] for m in await sub.fetch("c1", 10, 0)] == [ids[0]]
@@ -242,7 +219,7 @@ async def test_holds_of_a_transaction_aborted_on_the_previous_owner_are_released
     sub = await broker.create_subscription(T, "moved", SubscriptionType.FAILOVER, "earliest")
     ids = await send(broker.topic(T), "a", "b", "c")
     aborted, committed, still_open = TxnId(7, 1), TxnId(7, 2), TxnId(7, 3)
-    sub.restore_held([(ids[0], aborted), (ids[1], committed), (ids[2], still_open)])
+    await sub.restore_held([(ids[0], aborted), (ids[1], committed), (ids[2], still_open)])
     assert await sub.fetch("c1", 10, 0) == []
     assert sorted(sub.restored_holders(0.0)) == [aborted, committed, still_open]
     asked: list[TxnId] = []
@@ -275,7 +252,7 @@ async def test_a_repeated_abort_does_not_hand_out_again_what_is_out_with_a_consu
     ids = await send(broker.topic(T), "a", "b")
     await sub.fetch("c1", 10, 0)
     txn = TxnId(7, 1)
-    sub.hold(sub.check_txn_ack(mids(ids[0]), txn), txn)
+    sub.hold(await sub.check_txn_ack(mids(ids[0]), txn), txn)
     await sub.end_txn([ids[0]], txn, commit=False)
     assert [m["message_id"] for m in await sub.fetch("c2", 10, 0)] == [ids[0]]
     await sub.end_txn([ids[0]], txn, commit=False)  # the retry
@@ -353,6 +330,6 @@ async def test_a_fetch_hands_out_runs_of_entries_not_a_record_per_message(broker
     await sub.ack(mids(*ids, more[1]), cumulative=False)
     # An aborted transaction's hold gives back what it took: the read pass finds it again
     # message by message, around the one acked.
-    sub.hold(sub.check_txn_ack(mids(more[4]), (9, 1)), (9, 1), cumulative=True)
+    sub.hold(await sub.check_txn_ack(mids(more[4]), (9, 1)), (9, 1), cumulative=True)
     await sub.end_txn([], (9, 1), commit=False)
     assert [h[1:] for h in await sub.fetch_raw("c", 100, 0)] == [(0, 1, 0), (2, 3, 0)]

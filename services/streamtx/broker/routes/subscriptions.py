@@ -17,7 +17,7 @@ from streamtx.broker.deps import (
     not_reserved_subscription,
     topic_name,
 )
-from streamtx.broker.dispatch import Handed, render_batch, render_json
+from streamtx.broker.dispatch import Handed, render_batch, render_json, unit_message_id
 from streamtx.broker.registry import Broker, split_partition
 from streamtx.broker.replicas import spread
 from streamtx.broker.replicas.fanout import merge_subscription
@@ -218,7 +218,7 @@ async def _answered(s: Subscription, consumer: str, max_messages: int, wait_ms: 
     forwarded polls: the owner sees that as its client leaving)."""
     got = await s.fetch_raw(consumer, max_messages, wait_ms, only, poll)
     if got and poll is not None and poll.gone:
-        s.give_back(got)
+        s.give_back(consumer, got)
         return []
     return got
 
@@ -296,11 +296,13 @@ async def _ack(broker: Broker, s: Subscription, name: str, sub: str, message_ids
         await s.ack(message_ids, cumulative)
         return
     await s.until_ready()
-    resolved = s.check_txn_ack(message_ids, txn)
+    resolved = await s.check_txn_ack(message_ids, txn, cumulative)
     # Held before the call, so no redelivery hands them out meanwhile.
     newly = s.hold(resolved, txn, cumulative)
     try:
-        await broker.pendingack.ack(name, sub, txn, message_ids, cumulative)
+        # The store is told the canonical ids held (a whole batch entry's id as its messages'),
+        # so its conflict checks compare one spelling of each message.
+        await broker.pendingack.ack(name, sub, txn, [unit_message_id(u) for _, u in resolved], cumulative)
     except BaseException:
         s.unhold(newly, txn)
         raise

@@ -38,4 +38,4 @@ async def held(stores: Stores, topic: Annotated[str, Query(pattern=TOPIC_PATTERN
                subscription: Annotated[str, Query(pattern=NAME_PATTERN)]) -> Held:
     """Ids held by open transactions (the broker asks on restart); 404 where nothing was ever acked."""
     store = await stores.require(topic, subscription)
-    return Held(message_ids=store.held(), holders=store.holders())
+    return Held(message_ids=store.held(), holders=store.holders(), cumulative=store.cumulative())
