@@ -140,6 +140,10 @@ def test_what_the_fuzzer_found_stays_fixed(suite: Suite) -> None:
         before = "18446744073701029897:18440751900259666294:8"
         r = c.post("/admin/v2/persistent/a/n/x/trim", json={"before": before})
         assert r.status_code == 404 and r.json()["error"] == "not_found", r.text
+        # Issue 38: a subscription update to another partition's position was a 400; as the trim's, 404.
+        r = c.post("/v1/replication/subscriptions/update", json={
+            "topic": "persistent://a/n/x", "partition": 0, "subscription": "s", "position": before})
+        assert r.status_code == 404 and r.json()["error"] == "not_found", r.text
         # A replicated marker with a number past 64 bits (schema-valid: any JSON number) was a 500.
         entry = {"position": "1:2", "marker": {"type": "fuzz", "n": -49373364500454540170791747584}}
         r = c.post("/v1/replication/write",

@@ -7,12 +7,15 @@ import ast
 import typing
 from pathlib import Path
 
+import jsonschema
+import pytest
 from fastapi.routing import APIRoute
 from pydantic import BaseModel
 
 import streamtx
 from streamtx.broker.replication import routes, subscription_routes
 from streamtx.contracts import replication
+from streamtx.contracts.ackset import AckSet
 
 BODIES = {"topics": "ReplicatedTopic", "cursor": "ReplicatorCursor",
           "cursor/delete": "ReplicatorCursorDelete",
@@ -67,3 +70,27 @@ def test_one_name_per_body_model() -> None:
                 seen.setdefault(node.name, []).append(name)
     assert {n: p for n, p in seen.items() if len(p) > 1} == {}
     assert all(issubclass(getattr(replication, n), BaseModel) for n in BODIES.values())
+
+
+def test_the_acks_schema_says_what_from_wire_accepts() -> None:
+    """Issue 38: ``acks/apply`` refused ``origins: [{}]`` (400) though its schema said any
+    object; ``acks/export`` refused ``after: "0"`` though its schema said any string."""
+    origins = replication.AckApply.model_json_schema()["properties"]["origins"]
+    valid = [[], [{"cluster": "b", "ledger": 1}], [{"cluster": "b", "ledger": 0, "ranges": [[1, 2]],
+                                                    "batches": [[3, 4, "a"]], "more": "ignored"}]]
+    invalid = [[{}], [{"cluster": "", "ledger": 1}], [{"cluster": "b"}], [{"cluster": "b", "ledger": -1}],
+               [{"cluster": "b", "ledger": 1, "batches": [[3, 4, "0x1"]]}],
+               [{"cluster": "b", "ledger": 1, "ranges": [[1]]}]]
+    for body in valid:
+        jsonschema.validate(body, origins)
+        AckSet.from_wire(body)
+    for body in invalid:
+        with pytest.raises(jsonschema.ValidationError):
+            jsonschema.validate(body, origins)
+        with pytest.raises(ValueError):
+            AckSet.from_wire(body)
+    for model in (replication.AckExport, replication.ReplicationScan):
+        after = model.model_json_schema()["properties"]["after"]
+        assert "pattern" in str(after), (model, after)  # a position, not any string
+    start = replication.AckApply.model_json_schema()["properties"]["start"]
+    assert "pattern" in str(start), start

@@ -30,6 +30,7 @@ something new. Wire form (the ``origins`` of an ``acks`` marker)::
 from __future__ import annotations
 
 import bisect
+import re
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import Any
@@ -152,15 +153,19 @@ class AckSet:
             if spans:
                 out.ranges[key] = _merge(out.ranges.get(key, []) + spans)
             for entry, size, bits in _pairs(o.get("batches", []), 3):
-                try:
-                    value = int(str(bits), 16)
-                except ValueError:
-                    raise ValueError(f"bad batch bits {bits!r}") from None
+                # Hex digits as to_wire writes them, and nothing else int() would take
+                # ("0x1", "1_0", " 1"): the API's schema says exactly this.
+                if not isinstance(bits, str) or not _hex_bits.fullmatch(bits):
+                    raise ValueError(f"bad batch bits {bits!r}")
+                value = int(bits, 16)
                 if _id(size) < 1 or value < 0 or value >> _id(size):
                     raise ValueError(f"bits {bits!r} do not fit a batch of {size}")
                 if value:
                     out.batches.setdefault(key, {})[_id(entry)] = (_id(size), value)
         return out
+
+
+_hex_bits = re.compile(r"[0-9a-f]+")
 
 
 def _id(value: Any) -> int:

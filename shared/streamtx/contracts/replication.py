@@ -12,9 +12,9 @@ replication marker (:mod:`streamtx.broker.replication.markers` says which kinds)
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Annotated, Any
 
-from pydantic import ConfigDict, Field
+from pydantic import ConfigDict, Field, WithJsonSchema
 
 from streamtx.contracts.body import Base64Text, StrictBody
 from streamtx.contracts.txnid import PositionText
@@ -139,13 +139,30 @@ class ReplicationMarker(StrictBody):
     marker: dict[str, Any]
 
 
+_u64 = {"type": "integer", "minimum": 0, "maximum": (1 << 64) - 1}
+#: ``origins`` of an ``acks`` marker (:meth:`streamtx.contracts.ackset.AckSet.from_wire`
+#: checks them where they are used); the schema says what it accepts, so a schema-valid
+#: origin is not refused (issue 38: ``origins: [{}]`` was a 400 though documented as any object).
+AckOrigins = Annotated[list[dict[str, Any]], WithJsonSchema({"type": "array", "items": {
+    "type": "object", "required": ["cluster", "ledger"],
+    "description": "one origin's acknowledged entries: ranges [first, last] (first <= last) and "
+                   "partial batches [entry, size, bits in hex] (bits below 1 << size)",
+    "properties": {
+        "cluster": {"type": "string", "minLength": 1},
+        "ledger": _u64,
+        "ranges": {"type": "array", "items": {"type": "array", "items": _u64, "minItems": 2, "maxItems": 2}},
+        "batches": {"type": "array", "items": {"type": "array", "minItems": 3, "maxItems": 3, "prefixItems": [
+            _u64, {**_u64, "minimum": 1}, {"type": "string", "pattern": "^[0-9a-f]+$"}]}},
+    }}})]
+
+
 class ReplicationScan(StrictBody):
     """``POST /v1/replication/scan``: a partition's markers after ``after`` (None: from ``back``
     entries before its end) and its replicated subscriptions' mark-delete positions."""
 
     topic: str
     partition: int = Field(ge=0)
-    after: str | None = None
+    after: PositionText | None = None
     back: int = Field(default=10_000, ge=0)
     max_entries: int = Field(default=1000, ge=1, le=10_000)
     wait_ms: int = Field(default=0, ge=0, le=30_000)
@@ -192,7 +209,7 @@ class AckExport(StrictBody):
     topic: str
     partition: int = Field(ge=0)
     subscription: str = Field(min_length=1)
-    after: str | None = None
+    after: PositionText | None = None
     back: int = Field(default=10_000, ge=0)
     known: str | None = None
 
@@ -219,8 +236,8 @@ class AckApply(StrictBody):
     topic: str
     partition: int = Field(ge=0)
     subscription: str = Field(min_length=1)
-    origins: list[dict[str, Any]]
-    start: str | None = None
+    origins: AckOrigins
+    start: PositionText | None = None
 
 
 class AppliedAcks(StrictBody):

@@ -37,7 +37,7 @@ from streamtx.broker.outstanding import Unit
 from streamtx.broker.partition import Partition
 from streamtx.broker.topic import Topic
 from streamtx.contracts.ackset import AckSet, Origin, Ref
-from streamtx.errors import MalformedError
+from streamtx.errors import MalformedError, NotFoundError
 from streamtx.ledger import Entry, Ledger, Position
 from streamtx.records import partition as codec
 from streamtx.records.partition import EntryHeader, EntryKind
@@ -81,7 +81,8 @@ def parse_position(part: Partition, text: str) -> Position:
     except ValueError:
         raise MalformedError(f"bad position {text!r}") from None
     if pos.ledger_id != part.ledger.ledger_id:
-        raise MalformedError(f"{text} is not a position of {part.name}")
+        # Well-formed, of another partition: no entry of this one, as the trim route answers.
+        raise NotFoundError(f"{text} is not a position of {part.name}")
     return pos
 
 
