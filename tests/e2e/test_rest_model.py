@@ -73,13 +73,6 @@ DRAWS = ("entry_ack", "entry_txn_ack", "entry_nack", "partition_names", "restart
 #: Draws left out of ``make test`` until the fix of the defect they find lands on main (issue 32).
 AWAITING_FIX: dict[str, str] = {
     "partition_names": "defect 1: acks on x and x-partition-0 land in two pending-ack states",
-    "entry_ack": "defect 5: a plain ack of L:E deletes messages a transaction holds",
-    "entry_txn_ack": "defect 6: a transactional ack of L:E holds nothing",
-    "entry_nack": "defect 7: a nack of L:E lets go of index 0 only (a ghost)",
-    "restart": "not triaged: after a restart a committed message was never delivered again (2026-12-02)",
-    "ack_during_commit": "defect 3: an ack racing its commit: its hold is neither deleted nor given back",
-    "abort_during_disk_fetch": "defect 2: an abort during a fetch's disk read loses the rewind",
-    "rounds": "a transactional ack the store refused (409) leaves a hold: later plain acks get 409",
 }
 DRAWS_ON = frozenset(
     DRAWS if os.environ.get("STREAMTX_MODEL_DRAWS") == "all"
