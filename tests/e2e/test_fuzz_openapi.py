@@ -10,7 +10,13 @@ schema-invalid one accepted, a 405 for an undocumented method with ``Allow``;
 and an error in the API's shape (``{"error": code, "message": text}``). The documents themselves must be valid
 OpenAPI with every ``$ref`` resolving. Bounded: ``STREAMTX_FUZZ_EXAMPLES``
 cases per operation (15; about 60 operations), the same ones every run;
-``STREAMTX_FUZZ_RANDOM=1`` with more examples hunts for new ones by hand.
+``STREAMTX_FUZZ_RANDOM=1`` with more examples hunts for new ones by hand, from a seed it
+prints with any failure (``STREAMTX_FUZZ_SEED`` replays it). A failure keeps its example
+(as curl), its traceback and that replay line. A run stops fuzzing at 80% of its timeout
+and fails naming the operations left, rather than being cut by the timeout mark (which
+Hypothesis took for a failing example and shrank past the mark: 687 s under 600).
+Every path is also sent every method it does not document: a 405 whose ``Allow`` names
+exactly the documented ones (issue 38).
 The fuzzer's finds so far stay covered by ``test_what_the_fuzzer_found_stays_fixed``.
 """
 
@@ -18,6 +24,10 @@ from __future__ import annotations
 
 import json
 import os
+import random
+import re
+import time
+import traceback
 from collections.abc import Iterator
 from typing import Any
 from urllib.parse import quote
@@ -25,7 +35,7 @@ from urllib.parse import quote
 import httpx
 import pytest
 import schemathesis
-from hypothesis import HealthCheck, given, settings
+from hypothesis import HealthCheck, given, seed, settings
 from hypothesis import strategies as st
 from openapi_spec_validator import validate
 from schemathesis import GenerationMode
@@ -36,6 +46,9 @@ TOKEN = "fuzz-admin-token"
 FUZZ_EXAMPLES = int(os.environ.get("STREAMTX_FUZZ_EXAMPLES", "15"))
 #: CI replays the same cases every run; STREAMTX_FUZZ_RANDOM=1 explores new ones (a longer hunt, by hand).
 FUZZ_RANDOM = os.environ.get("STREAMTX_FUZZ_RANDOM") == "1"
+#: A hunt's seed (printed with its failures; set it to replay one); CI's runs are derandomized.
+FUZZ_SEED = int(os.environ.get("STREAMTX_FUZZ_SEED") or random.randrange(1 << 32)) if FUZZ_RANDOM else None
+FUZZ_TIMEOUT_S = max(300, 12 * FUZZ_EXAMPLES)
 
 
 @pytest.fixture(scope="module")
@@ -182,22 +195,45 @@ def strategy(operation: Any) -> st.SearchStrategy[schemathesis.Case]:
 #: A hunt's run time grows with its examples (the broker's 100 a run took 8 minutes: creating
 #: 1024-partition topics is most of it); past pytest's 300 s the timeout fired inside whichever
 #: operation ran then, and came out as that operation's flaky failure (POST /v1/replication/topics).
-@pytest.mark.timeout(max(300, 12 * FUZZ_EXAMPLES))
+@pytest.mark.timeout(FUZZ_TIMEOUT_S)
 @pytest.mark.parametrize("service", ORDER)
 def test_fuzz_every_operation(suite: Suite, service: str) -> None:
     url = suite.procs[service].url
     schema = schemathesis.openapi.from_url(url + "/openapi.json")
     headers = {"authorization": f"Bearer {TOKEN}"}
     failures: list[str] = []
-    operations, calls = 0, []
+    operations, calls, left = 0, [], []
+    # Our own deadline before the mark's: past it the cases left are no-ops and the run fails
+    # naming what it did not fuzz (a timeout inside Hypothesis is a "failing example" it replays).
+    deadline = time.monotonic() + 0.8 * FUZZ_TIMEOUT_S
+    replay = ("replay: the same run (derandomized)" if FUZZ_SEED is None else
+              f"replay: STREAMTX_FUZZ_RANDOM=1 STREAMTX_FUZZ_SEED={FUZZ_SEED} "
+              f"STREAMTX_FUZZ_EXAMPLES={FUZZ_EXAMPLES}")
+    replay += f" .venv/bin/python -m pytest tests/e2e/test_fuzz_openapi.py -k 'every_operation and {service}'"
+    reseed = seed(FUZZ_SEED) if FUZZ_SEED is not None else (lambda f: f)
+    failed: list[str] = []  # an operation's failing examples (request, traceback); the last: the shrunk one
     for result in schema.get_all_operations():
         operation = result.ok()
         operations += 1
+        if time.monotonic() > deadline:
+            left.append(operation.label)
+            continue
+        failed.clear()
 
-        @settings(max_examples=FUZZ_EXAMPLES, deadline=None, database=None, derandomize=not FUZZ_RANDOM,
+        @reseed
+        @settings(max_examples=FUZZ_EXAMPLES, deadline=None, database=None, derandomize=FUZZ_SEED is None,
                   suppress_health_check=list(HealthCheck))
         @given(case=strategy(operation))
         def fuzz(case: schemathesis.Case) -> None:
+            if time.monotonic() > deadline:
+                return
+            try:
+                check(case)
+            except Exception:
+                failed.append(f"example: {as_request(case, url)}\n{traceback.format_exc()[-2500:]}")
+                raise
+
+        def check(case: schemathesis.Case) -> None:
             # Long polls would only wait; the fuzzer wants answers.
             for part in (case.query, case.body):  # fetch's query, replication reads' body
                 wait = part.get("wait_ms") if isinstance(part, dict) else None
@@ -219,6 +255,40 @@ def test_fuzz_every_operation(suite: Suite, service: str) -> None:
             if stop := next((e for e in members if not isinstance(e, Exception | BaseExceptionGroup)), None):
                 raise stop from exc  # pytest's timeout, ^C: not the operation's failure
             text = "\n".join([str(exc), *(f"- {type(e).__name__}: {e}"[:1500] for e in members)])
-            failures.append(f"{operation.label}: {text[:3000]}")
+            # The example and its traceback, or (a failure outside the call: generation, shrinking,
+            # like the IndexError "pop from empty list" once kept alone) the run's own traceback.
+            where = failed[-1] if failed else "".join(traceback.format_exception(exc))[-2500:]
+            failures.append(f"{operation.label}: {text[:3000]}\n{where}\n{replay}")
+    assert not left, (f"time budget ({0.8 * FUZZ_TIMEOUT_S:.0f} s of the {FUZZ_TIMEOUT_S} s timeout) spent: "
+                      f"{len(left)} of {operations} operations not fuzzed: {left}\n{replay}")
     assert operations >= 5 and len(calls) >= operations * min(FUZZ_EXAMPLES, 5), (operations, len(calls))
     assert not failures, "\n\n".join(failures)
+
+
+def as_request(case: schemathesis.Case, url: str) -> str:
+    """The request a case sends, to replay by hand (as curl when schemathesis can say it)."""
+    try:
+        return str(case.as_curl_command(headers={"authorization": f"Bearer {TOKEN}"}))
+    except Exception:  # an example curl cannot carry: the parts, as they are
+        return f"{case.method} {url}{case.formatted_path} query={case.query!r} body={case.body!r}"
+
+
+@pytest.mark.parametrize("service", ORDER)
+def test_every_undocumented_method_is_a_405_naming_the_documented_ones(suite: Suite, service: str) -> None:
+    """Issue 38: ``OPTIONS .../partitions`` answered ``allow: GET`` though PUT is documented too;
+    schemathesis checks that a 405 has an ``Allow``, not what it says."""
+    url = suite.procs[service].url
+    doc = httpx.get(url + "/openapi.json").json()
+    wrong = []
+    with httpx.Client(base_url=url, headers={"authorization": f"Bearer {TOKEN}"}, timeout=30) as c:
+        for template, ops in doc["paths"].items():
+            documented = {m.upper() for m in ops}
+            path = re.sub(r"\{([^}]+)\}", lambda m: REAL.get(m[1], "1:2" if m[1] == "txn_id" else "x"),
+                          template)
+            for method in sorted({"DELETE", "GET", "OPTIONS", "PATCH", "POST", "PUT"} - documented):
+                r = c.request(method, path)
+                allow = set(r.headers.get("allow", "").split(", ")) - {"HEAD", ""}
+                if r.status_code != 405 or allow != documented or set(r.json()) != {"error", "message"}:
+                    wrong.append(f"{method} {path}: {r.status_code} allow={r.headers.get('allow')!r}, "
+                                 f"documented {sorted(documented)}")
+    assert not wrong, "\n".join(wrong)
