@@ -12,7 +12,8 @@ a cursor or a log record is made for it.
 from __future__ import annotations
 
 import re
-from typing import Annotated
+from dataclasses import dataclass
+from typing import Annotated, NamedTuple
 
 from pydantic import StringConstraints
 
@@ -80,3 +81,56 @@ def check_new_topic(local: str) -> str:
 def _shown(name: str) -> str:
     # ascii(): control characters and private-use code points are shown escaped in the message.
     return ascii(name[:80] + ("..." if len(name) > 80 else ""))
+
+
+@dataclass(frozen=True, slots=True, order=True)
+class Partition:
+    """One partition of a topic: ``topic`` is the topic's full name, never a partition's.
+
+    ``str()`` is the partition's own name, ``persistent://t/n/x-partition-{index}``: the one
+    place that name is formatted (:meth:`parse` the one place it is read).
+    """
+
+    topic: str
+    index: int
+
+    def __str__(self) -> str:
+        return f"{self.topic}{PARTITION_SUFFIX}{self.index}"
+
+    @classmethod
+    def parse(cls, name: str) -> Partition | None:
+        """The partition ``name`` names (``...x-partition-3``); None for a topic's own name."""
+        base, sep, index = name.rpartition(PARTITION_SUFFIX)
+        if sep and index.isdigit():
+            return cls(base, int(index))
+        return None
+
+
+def partition_name(topic: str, index: int) -> str:
+    """The name of partition ``index`` of ``topic`` (the topic's full name)."""
+    return str(Partition(topic, index))
+
+
+def split_partition(name: str) -> tuple[str, int | None]:
+    """``persistent://t/n/x-partition-3`` -> (``persistent://t/n/x``, 3); else (name, None)."""
+    part = Partition.parse(name)
+    return (name, None) if part is None else (part.topic, part.index)
+
+
+def topic_of(name: str) -> str:
+    """The topic a topic's or a partition's name belongs to: the name without its partition."""
+    return split_partition(name)[0]
+
+
+class TopicSubscription(NamedTuple):
+    """A subscription of a topic: ``topic`` is always the topic's name, never a partition's,
+    so acks sent under either name of one partition meet in one place (issue 32 defect 1).
+    A tuple, so ``(topic, subscription)`` pairs of older code compare and hash equal to it."""
+
+    topic: str
+    subscription: str
+
+    @classmethod
+    def of(cls, name: str, subscription: str) -> TopicSubscription:
+        """The subscription named under a topic's name or under one of its partitions' names."""
+        return cls(topic_of(name), subscription)

@@ -23,6 +23,7 @@ from streamtx.contracts.msgid import MessageId
 from streamtx.contracts.txnid import TxnId
 from streamtx.errors import ConflictError, MalformedError, NotFoundError, NotOwnerError
 from streamtx.ledger import Position
+from streamtx.names import partition_name
 from streamtx.records.partition import Message, ProducerInfo
 
 
@@ -76,7 +77,7 @@ class Topic:
         return len(self.owned) == self.count
 
     def partition_name(self, index: int) -> str:
-        return f"{self.name}-partition-{index}"
+        return partition_name(self.name, index)
 
     def partition(self, index: int) -> Partition:
         if not 0 <= index < self.count:

@@ -10,7 +10,7 @@ import httpx
 
 from streamtx.client.consumer import Consumer
 from streamtx.client.http import Endpoint
-from streamtx.client.names import full_name, path_of
+from streamtx.client.names import full_name, partition_name, path_of
 from streamtx.client.producer import Producer
 from streamtx.client.transaction import Transaction, TransactionScope
 from streamtx.errors import NotFoundError, UnavailableError
@@ -123,7 +123,7 @@ class StreamtxClient:
         for i in range(partitions):
             try:
                 body = await self.broker.call(
-                    "GET", f"/lookup/v2/topic/persistent/{path_of(topic)}-partition-{i}")
+                    "GET", f"/lookup/v2/topic/persistent/{path_of(partition_name(topic, i))}")
             except NotFoundError:  # a broker without lookup: no replicas
                 return {"?"}
             except UnavailableError:  # moving: counted apart (polling each partition works anyway)

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import zlib
 
+from streamtx import names
 from streamtx.errors import MalformedError
 
 _scheme = "persistent://"
@@ -25,7 +26,7 @@ def path_of(topic: str) -> str:
 
 def partition_name(topic: str, index: int) -> str:
     """The name of partition ``index`` of a partitioned topic."""
-    return f"{full_name(topic)}-partition-{index}"
+    return names.partition_name(full_name(topic), index)
 
 
 def key_partition(key: str, partitions: int) -> int:

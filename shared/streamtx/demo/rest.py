@@ -20,6 +20,7 @@ from typing import Any, TypeVar
 
 import httpx
 
+from streamtx import names
 from streamtx.client.http import MOVING_WAIT_S
 from streamtx.contracts import MessageId, TxnId
 from streamtx.contracts.msgid import parse_many
@@ -31,7 +32,7 @@ tenant, namespace = "public", "demo"
 
 
 def partition_name(topic: str, partition: int) -> str:
-    return f"{topic}-partition-{partition}"
+    return names.partition_name(topic, partition)
 
 
 def full_name(topic: str) -> str:
