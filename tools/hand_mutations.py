@@ -75,6 +75,60 @@ HAND: tuple[HandMutation, ...] = (
         "elif False:",
         ("tests/unit/jobs/test_compact_runs.py::test_a_run_that_lost_its_lease_before_the_commit_commits_nothing",),
     ),
+    # Issue 32: one identity per message, dispatch state changed under the lock, exact ends.
+    HandMutation(
+        "whole-entry-id",  # L:E of a batch entry names one unit (E, None), not its messages
+        "services/streamtx/broker/subscription.py",
+        "                    out += zip(repeat(part), zip(repeat(pos), range(size)))\n",
+        "                    out.append((part, (pos, None)))\n",
+        ("tests/unit/broker/test_message_identity.py::test_a_plain_ack_of_a_whole_batch_id_is_refused_while_a_transaction_holds_one_of_it",
+         "tests/unit/broker/test_message_identity.py::test_a_transactional_ack_of_a_whole_batch_id_holds_every_message_of_it",
+         "tests/unit/broker/test_message_identity.py::test_a_nack_of_a_whole_batch_id_redelivers_each_message_once"),
+    ),
+    HandMutation(
+        "rewind-under-lock",  # a release during a fetch's read is overwritten when the read resumes
+        "services/streamtx/broker/dispatch.py",
+        "        self._fresh_from = None\n        if self._rewind_to is None or pos < self._rewind_to:\n"
+        "            self._rewind_to = pos\n",
+        "        self._fresh_from = None\n        if self.read_pos is None or pos < self.read_pos:\n"
+        "            self.read_pos = pos\n",  # the release writes read_pos itself, as before
+        ("tests/unit/broker/test_message_identity.py::test_a_release_while_a_fetch_reads_is_not_lost",),
+    ),
+    HandMutation(
+        "give-back-own",  # a fetch gives back what a Failover move handed to another consumer
+        "services/streamtx/broker/dispatch.py",
+        "if (d := pending.get(u)) is not None and d.consumer == consumer]",
+        "if (d := pending.get(u)) is not None]",
+        ("tests/unit/broker/test_message_identity.py::test_a_failover_move_during_a_fetch_hands_the_moved_messages_out_once",),
+    ),
+    HandMutation(
+        "unhold-let-go",  # a refused hold its transaction's end let go of is never given back
+        "services/streamtx/broker/subscription.py",
+        "                elif holder is None and u not in part.pending and u not in part.redeliver:\n",
+        "                elif False:\n",
+        ("tests/unit/broker/test_message_identity.py::test_a_hold_whose_transaction_ended_meanwhile_is_given_back_when_the_store_refuses",),
+    ),
+    HandMutation(
+        "ended-txn-ack",  # an ack of a transaction that ended here holds for ever
+        "services/streamtx/broker/subscription.py",
+        "        if txn in self._ended:\n            raise ConflictError(",
+        "        if False:\n            raise ConflictError(",
+        ("tests/unit/broker/test_message_identity.py::test_a_hold_whose_transaction_ended_meanwhile_is_given_back_when_the_store_refuses",),
+    ),
+    HandMutation(
+        "unnamed-holder",  # any transaction takes over what another transaction holds
+        "services/streamtx/broker/subscription.py",
+        "if holder is not None and holder not in (txn, UNNAMED):",
+        "if holder is not None and holder not in (txn, UNNAMED, TxnId(0, 0)):",
+        ("tests/unit/broker/test_message_identity.py::test_transaction_0_0_is_a_transaction_like_any_other",),
+    ),
+    HandMutation(
+        "restored-reach",  # after a restart an open cumulative ack holds only its last id
+        "services/streamtx/broker/subscription.py",
+        "                part.held.extend_reach(txn, unit)\n                part.restored_hold(unit[0])\n",
+        "                part.restored_hold(unit[0])\n",
+        ("tests/unit/broker/test_message_identity.py::test_a_restored_cumulative_ack_holds_its_whole_range",),
+    ),
 )
 
 
