@@ -17,9 +17,13 @@ and caches the positive answer per transaction. A partition or subscription not
 in the cached answer is asked again (the client may have registered it since);
 the entry is dropped when the transaction's end reaches this process
 (:meth:`TxnGuard.forget`), and re-asked after ``ttl_s`` in any case, so an end
-that never reached us (the partition moved) is noticed too (as is an OPEN answer
-that was on its way while the end arrived). Concurrent first sights of one
-transaction share one request.
+that never reached us (the partition moved) is noticed too. An OPEN answer to a
+question sent before the end reached us predates the end: it is neither cached
+nor believed, the coordinator is asked again (issue 32: cached, it let a late
+produce of the finished transaction through the door for ``ttl_s``, and where
+the partition no longer remembered the end, after a restart, opened the
+transaction there again). Concurrent first sights of one transaction share one
+request.
 
 Answers, in the API's error shape: 404 (unknown transaction, or one of a
 coordinator id no coordinator serves), 403 (another client's transaction),
@@ -66,7 +70,7 @@ class Registration:
     state: str
     partitions: frozenset[str]
     subscriptions: frozenset[SubscriptionKey]
-    at: float  # time.monotonic() of the answer
+    at: float  # time.monotonic() when the question was sent: the answer is at least that fresh
 
     def covers(self, partitions: Iterable[str], subscriptions: Iterable[SubscriptionKey]) -> bool:
         return self.partitions.issuperset(partitions) and self.subscriptions.issuperset(subscriptions)
@@ -120,6 +124,9 @@ class TxnGuard:
         self._max = max_txns
         self._known: OrderedDict[TxnId, Registration] = OrderedDict()
         self._asking: dict[TxnId, asyncio.Task[Registration]] = {}
+        # When an end last reached us, per transaction (as many as cached answers): an answer to
+        # a question sent before it may say OPEN for a transaction that is ending.
+        self._ended_at: OrderedDict[TxnId, float] = OrderedDict()
 
     async def check(self, txn: TxnId, principal: Principal | None, *, partitions: Iterable[str] = (),
                     subscriptions: Iterable[SubscriptionKey] = ()) -> None:
@@ -133,16 +140,28 @@ class TxnGuard:
         known.check(principal, parts, subs)
 
     def forget(self, txn: TxnId) -> None:
-        """The transaction ended here: the next write naming it asks the coordinator again."""
+        """The transaction ended here: the next write naming it asks the coordinator again, and
+        an answer to a question already on its way is not believed."""
         self._known.pop(txn, None)
+        self._ended_at[txn] = time.monotonic()
+        self._ended_at.move_to_end(txn)
+        while len(self._ended_at) > self._max:
+            self._ended_at.popitem(last=False)
 
     async def _ask(self, txn: TxnId) -> Registration:
-        task = self._asking.get(txn)
-        if task is None:
-            task = self._asking[txn] = asyncio.create_task(self._lookup(txn), name=f"txnguard-{txn}")
-            task.add_done_callback(functools.partial(self._asked, txn))
-        # Shielded: one caller going away must not cancel the answer the others wait for.
-        known = await asyncio.shield(task)
+        while True:
+            task = self._asking.get(txn)
+            if task is None:
+                task = self._asking[txn] = asyncio.create_task(self._lookup(txn), name=f"txnguard-{txn}")
+                task.add_done_callback(functools.partial(self._asked, txn))
+            # Shielded: one caller going away must not cancel the answer the others wait for.
+            known = await asyncio.shield(task)
+            if known.state != TxnState.OPEN.name or self._ended_at.get(txn, -1.0) < known.at:
+                break
+            # OPEN, asked before the end reached us: it was, and may no longer be. The end comes
+            # after the coordinator logged COMMITTING/ABORTING, so a question sent now says so.
+            if self._asking.get(txn) is task:
+                del self._asking[txn]
         if known.state == TxnState.OPEN.name:
             self._known[txn] = known
             self._known.move_to_end(txn)
@@ -153,11 +172,13 @@ class TxnGuard:
         return known
 
     def _asked(self, txn: TxnId, task: asyncio.Task[Registration]) -> None:
-        self._asking.pop(txn, None)
+        if self._asking.get(txn) is task:  # not a newer question sent after an end
+            del self._asking[txn]
         if not task.cancelled():
             task.exception()  # retrieved: every caller may have gone away meanwhile
 
     async def _lookup(self, txn: TxnId) -> Registration:
+        asked = time.monotonic()
         try:
             answer = await self._client.request("GET", f"/v1/transactions/{txn}")
         except NotServedError:
@@ -170,7 +191,7 @@ class TxnGuard:
             # Our own credential refused, a coordinator down or moving: nothing is known; retry.
             raise UnavailableError(f"cannot ask the coordinator about transaction {txn}: "
                                    f"{exc.message}") from None
-        return registration_of(txn, answer, time.monotonic())
+        return registration_of(txn, answer, asked)
 
     async def aclose(self) -> None:
         for task in list(self._asking.values()):

@@ -28,6 +28,7 @@ class FakeCoordinator:
         self.txns: dict[str, dict[str, Any]] = {}
         self.requests = 0
         self.delay_s = 0.0
+        self.late_s = 0.0  # the answer is made, then takes this long to arrive
         self.down = False
         self.moving = 0  # answers of an id between two replicas still to give
 
@@ -53,7 +54,10 @@ class FakeCoordinator:
         body = self.txns.get(str(txn))
         if body is None:
             return httpx.Response(404, json={"error": "not_found", "message": "unknown"})
-        return httpx.Response(200, json=body)
+        answer = httpx.Response(200, json=body)
+        if self.late_s:
+            await asyncio.sleep(self.late_s)
+        return answer
 
 
 @pytest.fixture
@@ -182,3 +186,26 @@ async def test_a_coordinator_id_moving_between_replicas_is_waited_out_not_refuse
     tc.moving = 2
     await guard.check(TXN, OWNER, partitions=[P0])
     assert tc.requests == 3
+
+
+async def test_an_open_answer_on_its_way_when_the_end_arrived_is_not_believed(
+        tc: FakeCoordinator, guard: TxnGuard) -> None:
+    """Issue 32 suspicion: the coordinator answered OPEN, the end reached us (``forget``) while the
+    answer travelled, and the answer arrived after it. Before, it was cached for ``ttl_s`` (30 s):
+    a late produce of the finished transaction passed the door on a partition that had already
+    written its marker (or forgot it across a restart) and opened it there again. The answer
+    predates the end: asked again, and the caller and every later one get 409."""
+    body = tc.open(TXN)
+    tc.late_s = 0.05
+    waiting = asyncio.create_task(guard.check(TXN, OWNER, partitions=[P0]))
+    await asyncio.sleep(0.01)  # answered OPEN; on its way
+    body["state"] = "COMMITTING"
+    guard.forget(TXN)  # the end's marker request reached this participant
+    joining = asyncio.create_task(guard.check(TXN, OWNER, partitions=[P0]))  # a first sight after it
+    for task in (waiting, joining):
+        with pytest.raises(ConflictError, match="COMMITTING, not OPEN"):
+            await task
+    tc.late_s = 0.0
+    for _ in range(3):
+        with pytest.raises(ConflictError, match="not OPEN"):
+            await guard.check(TXN, OWNER, partitions=[P0])
