@@ -355,3 +355,31 @@ async def test_a_stopping_replica_takes_nothing_its_stopping_siblings_let_go(lea
     assert len(b_open.open) == 1, "took what a let go while stopping"
     await b.stop()
     assert b_open.open == set() and await leases.holders(items) == dict.fromkeys(items)
+
+
+@pytest.mark.xfail(strict=True, reason="issue 32 suspicion (b), reproduced, not fixed: a replica with no "
+                   "remembered epoch cannot tell a Redis that lost its keys from a new one (see "
+                   "docs/scaling.md, 'Redis down')")
+async def test_a_replica_started_right_after_redis_lost_its_keys_takes_nothing_its_old_holder_serves(
+        redis_url: str) -> None:
+    """Redis restarted empty, and a replica that never read its epoch starts right then (a pod
+    rescheduled with it): it has no earlier epoch to compare, so the wait of the test above does
+    not apply, and it takes the item while the old holder still believes in its lease (until its
+    next renewal is refused, up to a third of a TTL; up to a TTL while Redis is unreachable)."""
+    import redis.asyncio as redis
+
+    cluster = f"c{uuid.uuid4().hex[:6]}"
+    leases = LeaseStore.from_url(redis_url, cluster=cluster, service="tc")
+    client = redis.Redis.from_url(redis_url)
+    try:
+        a_open, b_open = Opened(), Opened()
+        a = replica(leases, "a", ["0"], a_open, ttl_ms=600)
+        await a.tick()
+        assert a_open.open == {"0"}
+        await client.delete(*[k async for k in client.scan_iter(match=f"streamtx:{cluster}:*")])
+        b = replica(leases, "b", ["0"], b_open, ttl_ms=600)  # starts now: no epoch remembered
+        await b.tick()
+        assert b_open.open == set(), "taken while its old holder still served it"
+    finally:
+        await client.aclose()
+        await leases.aclose()
