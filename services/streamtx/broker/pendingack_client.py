@@ -70,6 +70,13 @@ class PendingAckClient:
                                                 cumulative=cumulative)
         await self._client.request("POST", "/v1/pendingack/acks", json=body)
 
+    async def delete(self, topic: str, subscription: str, partitions: int) -> None:
+        """Delete the subscription's pending-ack state (its log, under every name of the topic);
+        ConflictError while an open transaction holds acks there. Idempotent."""
+        await self._client.request("DELETE", "/v1/pendingack/subscriptions",
+                                   params={"topic": topic, "subscription": subscription,
+                                           "partitions": partitions})
+
     async def held(self, topic: str, subscription: str) -> HeldAnswer:
         """The ids open transactions hold, each with its holder (None: an older store did not
         say), and their cumulative acks' reaches."""

@@ -51,7 +51,7 @@ class Slots:
             settings, service_name, [str(s) for s in range(self.count)],
             on_acquire=self._acquire, on_release=self._release, after_balance=self._refresh_owners)
 
-    def slot(self, key: Key) -> int:
+    def slot(self, key: tuple[str, str]) -> int:
         return subscription_slot(*key, self.count)
 
     async def gate(self, key: Key) -> None:

@@ -13,7 +13,9 @@ must find every log of the slot fenced. So each slot keeps an index ledger,
 the index as writer (fencing the old owner's index, so it can create no new
 subscription in the slot), reads it, then opens every listed log as writer
 (fencing it) and replays it. A subscription enters its slot's index before its
-log is first opened.
+log is first opened. A subscription's slot is its topic's: its partitions'
+names hash as the topic's name (before, ``x-partition-N`` hashed apart: an
+upgrade moves those subscriptions between slots, so stop every replica first).
 
 Index entry (one record per entry, appended once per subscription)::
 
@@ -31,6 +33,7 @@ import logging
 import orjson
 
 from streamtx.ledger import Ledger, LedgerFactory, Position
+from streamtx.names import topic_of
 from streamtx.ownership import slot_of
 
 __all__ = ["SlotIndex", "decode_entry", "encode_entry", "index_name", "subscription_slot"]
@@ -43,7 +46,9 @@ _read_entries = 1000
 
 
 def subscription_slot(topic: str, subscription: str, slots: int) -> int:
-    return slot_of(f"{topic} {subscription}", slots)
+    """The slot of a subscription named under its topic's name or a partition's: the topic's
+    (one store serves every name of it, issue 32 defect 1)."""
+    return slot_of(f"{topic_of(topic)} {subscription}", slots)
 
 
 def index_name(slot: int) -> str:

@@ -33,7 +33,7 @@ from prometheus_client import CollectorRegistry
 from streamtx.batching import compacted
 from streamtx.batching.replay import replay_entries, replay_records
 from streamtx.contracts import Action, TxnId
-from streamtx.cursor import Cursor
+from streamtx.cursor import Cursor, cursor_ledger_name
 from streamtx.errors import ConflictError, FencedError, LedgerError, MalformedError, UnavailableError
 from streamtx.ledger import Ledger, LedgerFactory, Position
 from streamtx.pendingack.broker_client import BrokerNotifier
@@ -57,6 +57,19 @@ _replay_chunk = 1000  # entries per read while replaying
 def log_name(topic: str, subscription: str) -> str:
     """The ledger of one subscription's pending-ack log."""
     return f"pendingack/{topic}/{subscription}"
+
+
+async def delete_log(ledgers: LedgerFactory, topic: str, subscription: str) -> bool:
+    """Delete a (closed) pending-ack log and its cursor's ledger; False when there was none."""
+    name = log_name(topic, subscription)
+    if not await ledgers.exists(name):
+        return False
+    # The cursor's ledger first: a log left without it would replay every record as live.
+    cursor = cursor_ledger_name(name, cursor_name)
+    if await ledgers.exists(cursor):
+        await ledgers.delete(cursor)
+    await ledgers.delete(name)
+    return True
 
 
 class WriteResult(Protocol):
@@ -206,6 +219,31 @@ class PendingAckStore:
             self._metrics.acked(len(ids))
         finally:
             await self._ack_done(txn)
+
+    async def absorb(self, other: SubscriptionState) -> int:
+        """Take over the open transactions of ``other``: the state of a log written under a
+        partition's own name before names were canonical (issue 32 defect 1). Their records are
+        written again here, as they were logged there (no checks: that log was the truth), so
+        that log can be deleted; a retried absorption only repeats idempotent records. Returns
+        how many transactions were taken over. Committed positions are not carried: the broker
+        deleted them from its cursor before they were logged committed (see pendingack_state)."""
+        taken = 0
+        for acks in list(other.txns.values()):
+            if self.state.ended(acks.txn) is not None:
+                continue  # ended here already: the old log's records are leftovers
+            records: list[Record] = []
+            if acks.ids:
+                records.append(PendingAck(acks.txn, tuple(sorted(acks.ids)), False))
+            if acks.cumulative:
+                records.append(PendingAck(acks.txn, tuple(sorted(acks.cumulative.values())), True))
+            if acks.phase is not TxnPhase.OPEN:
+                records.append(TxnMarker(RecordKind.PREPARED, acks.txn))
+            for record in records:
+                result = await self._write(record)
+                slot = LogSlot(result.position, result.batch_index, result.batch_size)
+                self.state.apply(record, slot)
+            taken += 1
+        return taken
 
     async def _write(self, record: Record) -> WriteResult:
         """Write one record durably; a fenced log answers 503 (another store owns it), not 409."""

@@ -96,10 +96,10 @@ def test_idle_stores_are_closed_least_recently_used_first(
         assert open_stores(c) <= MAX_OPEN + 1
         after = usage(bounded)
         held = c.get("/v1/pendingack/held", params={"topic": TOPIC, "subscription": "holding"})
-        assert held.json() == {"message_ids": ["5:1"], "holders": {"1:1": ["5:1"]}}
+        assert held.json() == {"message_ids": ["5:1"], "holders": {"1:1": ["5:1"]}, "cumulative": {}}
         # A closed store reopens from its log (its txn ended: nothing held), and works on.
         assert c.get("/v1/pendingack/held", params={"topic": TOPIC, "subscription": "s1"}).json() == {
-            "message_ids": [], "holders": {}}
+            "message_ids": [], "holders": {}, "cumulative": {}}
         ack(c, "s0", "3:0", "5:2")
         assert c.get("/v1/pendingack/held", params={"topic": TOPIC, "subscription": "s0"}).json()[
             "message_ids"] == ["5:2"]

@@ -14,6 +14,7 @@ from tests.support.procs import python_env
 from tests.support.services import ServiceProcess
 
 TOPIC, SUB = "persistent://t/n/x-partition-0", "sub"
+BASE = "persistent://t/n/x"  # the store keys a subscription by its topic's name (issue 32 defect 1)
 STATS = "/admin/v3/transactions/pendingAckStats/t/n/x-partition-0/sub"
 
 
@@ -48,7 +49,7 @@ def test_ack_conflict_and_commit_tells_the_broker(
     assert txn_call(url, "prepare", "0:1").status_code == 200
     assert txn_call(url, "end", "0:1", action="commit").status_code == 200
     assert fake_broker.calls == [{
-        "topic": TOPIC, "subscription": SUB, "txn_id": "0:1", "action": "commit",
+        "topic": BASE, "subscription": SUB, "txn_id": "0:1", "action": "commit",
         "message_ids": ["1:1", "1:2:0"], "cumulative_message_ids": [],
     }]
     assert txn_call(url, "end", "0:1", action="commit").status_code == 200  # idempotent
@@ -125,7 +126,7 @@ def test_batch_log_switch_and_stats(
     r = httpx.post(f"{admin}/pendingAckBatchLog", json={"enabled": False})
     assert r.status_code == 200
     stat = httpx.get(f"{admin}/pendingAckBatchLogStat").json()
-    assert stat == {"txnPendingAckBatchLogEnabled": False, "subscriptionArray": [{f"{TOPIC}-{SUB}": False}]}
+    assert stat == {"txnPendingAckBatchLogEnabled": False, "subscriptionArray": [{f"{BASE}-{SUB}": False}]}
     assert ack(url, "0:2", "1:2").status_code == 200
     assert httpx.post(f"{admin}/pendingAckBatchLog", json={"enabled": True}).status_code == 200
     assert ack(url, "0:3", "1:3").status_code == 200
@@ -183,7 +184,7 @@ def test_admin_cli_against_the_service(pendingack: ServiceProcess) -> None:
 
     assert ack(pendingack.url, "0:1", "1:1").status_code == 200
     assert cli("pending-ack-batch-log", "set", "--enable", "false") == {"txnPendingAckBatchLogEnabled": False}
-    assert cli("pending-ack-batch-log", "get")["subscriptionArray"] == [{f"{TOPIC}-{SUB}": False}]
+    assert cli("pending-ack-batch-log", "get")["subscriptionArray"] == [{f"{BASE}-{SUB}": False}]
     assert cli("pending-ack", "stats", "persistent://t/n/x-partition-0", SUB)["ongoingTxnSize"] == 1
     internal = cli("pending-ack", "stats", "persistent://t/n/x-partition-0", SUB, "--internal")
     assert internal["pendingAckLogStats"]["ledgers"]

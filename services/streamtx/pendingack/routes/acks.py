@@ -7,7 +7,7 @@ from typing import Annotated
 from fastapi import APIRouter, Query
 
 from streamtx.contracts.msgid import parse_many
-from streamtx.names import NAME_PATTERN, TOPIC_PATTERN
+from streamtx.names import MAX_PARTITIONS, NAME_PATTERN, TOPIC_PATTERN
 from streamtx.peers import TxnGuard
 from streamtx.pendingack.deps import OK, Stores, stores_of
 from streamtx.pendingack.models import Held, PendingAckCreate
@@ -31,6 +31,18 @@ async def ack(request: HotRequest) -> bytes:
         assert store is not None  # created on demand
         await store.ack(body.txn_id, ids, body.cumulative)
     return OK
+
+
+@router.delete("/subscriptions")
+async def delete_subscription(
+    stores: Stores, topic: Annotated[str, Query(pattern=TOPIC_PATTERN)],
+    subscription: Annotated[str, Query(pattern=NAME_PATTERN)],
+    partitions: Annotated[int, Query(ge=0, le=MAX_PARTITIONS)] = 0,
+) -> dict[str, bool]:
+    """The broker deletes the subscription: its pending-ack state goes (under every name of the
+    topic; ``partitions``: how many, for logs kept under their names before). 409 while an open
+    transaction holds acks in it."""
+    return {"deleted": await stores.delete(topic, subscription, partitions)}
 
 
 @router.get("/held")
