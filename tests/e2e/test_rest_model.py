@@ -71,9 +71,7 @@ MALFORMED_IDS = ("L: 1", "L:-1", "x", "L:1:2:3", "", "L:1:-1")
 DRAWS = ("entry_ack", "entry_txn_ack", "entry_nack", "partition_names", "restart", "ack_during_commit",
          "abort_during_disk_fetch", "rounds")
 #: Draws left out of ``make test`` until the fix of the defect they find lands on main (issue 32).
-AWAITING_FIX: dict[str, str] = {
-    "partition_names": "defect 1: acks on x and x-partition-0 land in two pending-ack states",
-}
+AWAITING_FIX: dict[str, str] = {}
 DRAWS_ON = frozenset(
     DRAWS if os.environ.get("STREAMTX_MODEL_DRAWS") == "all"
     else filter(None, os.environ["STREAMTX_MODEL_DRAWS"].split(",")) if "STREAMTX_MODEL_DRAWS" in os.environ
