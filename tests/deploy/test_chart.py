@@ -406,23 +406,3 @@ def test_the_pushgateway_is_scraped_as_compose_scrapes_it() -> None:
     assert endpoint["honorLabels"] is job["honor_labels"] is True
     assert set(added) == set(job["static_configs"][0]["labels"]) == {"service", "cluster"}
     assert added == {"service": "spark-jobs", "cluster": values("defaults")["cluster"]}
-
-
-def test_a_secret_with_the_jwt_secret_alone_is_enough() -> None:
-    # Issue 37 item 1: every credential key is optional, so an existingSecret holding jwt-secret
-    # alone starts the pods (the services sign their own service credential with it; with no
-    # credential at all they stop at start naming what is missing). The service token was
-    # required: such a Secret left every pod in CreateContainerConfigError.
-    docs = render("defaults", ("auth.existingSecret=mine",))
-    for owner, meta, spec in pods(docs):
-        if meta["labels"][COMPONENT] not in SERVICES or "helm.sh/hook" in meta.get("annotations", {}):
-            continue
-        (c,) = spec["containers"]
-        refs = {e["name"]: e["valueFrom"]["secretKeyRef"] for e in c["env"]
-                if "secretKeyRef" in e.get("valueFrom", {})}
-        assert set(refs) == {"STREAMTX_ADMIN_TOKEN", "STREAMTX_CLIENT_TOKEN", "STREAMTX_SERVICE_TOKEN",
-                             "STREAMTX_AUTH_JWT_SECRET"}, owner
-        assert all(r["name"] == "mine" and r["optional"] is True for r in refs.values()), (owner, refs)
-    done = subprocess.run([helm.binary(), "template", "rel", ".", "--set-string", "auth.jwtSecret=short"],
-                          capture_output=True, text=True, cwd=CHART)
-    assert done.returncode != 0 and "/auth/jwtSecret" in done.stderr and "32" in done.stderr
