@@ -10,11 +10,8 @@ neither (nor a 5xx) with the right one, while open paths stay open (8).
 
 from __future__ import annotations
 
-import subprocess
-import sys
 import uuid
 from collections.abc import Iterator
-from pathlib import Path
 from typing import Any
 
 import httpx
@@ -23,9 +20,6 @@ import pytest
 
 from streamtx.auth import issue
 from streamtx.client import StreamtxClient
-from tests.support.docs import marked_blocks
-from tests.support.docsuite import clean_env, made_run, promised, run_blocks
-from tests.support.procs import ROOT, free_port
 from tests.support.suite import ORDER, Suite, receive
 
 SECRET = "e2e-secret-e2e-secret-e2e-secret-0123"
@@ -199,52 +193,3 @@ def test_every_route_of_every_service_checks_its_token(suite: Suite) -> None:
         for path in OPEN:
             assert call(proc.url, "GET", path).status_code in (200, 503), (name, path)
     assert walked >= 30, walked  # every service's routes, not an empty walk
-
-
-# --- issue 37 item 1: auth on in one step, as docs/security.md writes it ----------
-
-
-def test_the_readme_tour_runs_with_auth_on_from_the_secret_alone(tmp_path: Path) -> None:
-    # docs/security.md: `export STREAMTX_AUTH_JWT_SECRET=...; make run`, no STREAMTX_SERVICE_TOKEN.
-    # The services once had no credential for each other then: a transactional produce was 503
-    # ("unauthorized: missing bearer token" from the coordinator) and the tour's commit hung.
-    security = ROOT / "docs" / "security.md"
-    assert "export STREAMTX_AUTH_JWT_SECRET=$(openssl rand -hex 32)" in security.read_text()
-    secret = SECRET + "-tour"
-    with made_run(tmp_path, {"STREAMTX_AUTH_JWT_SECRET": secret}) as base:
-        assert "auth on (STREAMTX_AUTH_JWT_SECRET" in (tmp_path / "suite.log").read_text()
-        url = f"http://127.0.0.1:{base}"
-        assert httpx.post(f"{url}/v1/transactions", timeout=10).status_code == 401  # auth is on
-        blocks = marked_blocks(security) + marked_blocks(ROOT / "README.md")
-        printed = run_blocks(blocks, tmp_path, {"BASE_PORT": str(base), "STREAMTX_AUTH_JWT_SECRET": secret})
-        for promise in promised(blocks):
-            assert promise in printed.stdout.splitlines(), (promise, printed.stdout[-2000:])
-        # And a transaction of a client token of its tenant, end to end across every service.
-        client = issue(secret, subject="app1", roles=["client"], tenants=["public"])
-        r = httpx.post(f"{url}/v1/transactions", headers={"authorization": f"Bearer {client}"}, timeout=10)
-        assert r.status_code == 200, r.text
-        txn = r.json()["txn_id"]
-        topic = "persistent://public/default/orders-partition-1"
-        hdr = {"authorization": f"Bearer {client}"}
-        r = httpx.post(f"{url}/v1/transactions/{txn}/partitions", headers=hdr, json={"partitions": [topic]},
-                       timeout=10)
-        assert r.status_code == 200, r.text
-        r = httpx.post(f"http://127.0.0.1:{base + 1}/v1/topics/public/default/orders/messages", headers=hdr,
-                       json={"messages": [{"value": "aGk=", "partition": 1}], "txn_id": txn}, timeout=10)
-        assert r.status_code == 200, r.text
-        r = httpx.post(f"{url}/v1/transactions/{txn}/commit", headers=hdr, timeout=30)
-        assert r.status_code == 200 and r.json()["state"] == "COMMITTED", r.text
-    assert "unauthorized" not in (tmp_path / "suite.log").read_text()  # no service refused another
-
-
-@pytest.mark.parametrize(("env", "says"), [
-    ({"STREAMTX_AUTH_JWT_SECRET": "short"}, "STREAMTX_AUTH_JWT_SECRET (auth_jwt_secret): it is 5 bytes"),
-    ({"STREAMTX_CLIENT_TOKEN": "c" * 40}, "set STREAMTX_SERVICE_TOKEN"),
-])
-def test_make_run_refuses_auth_it_cannot_run_naming_what_is_missing(
-        tmp_path: Path, env: dict[str, str], says: str) -> None:
-    run = subprocess.run([sys.executable, "-m", "streamtx.launch.suite", "--data-dir", str(tmp_path),
-                          "--base-port", str(free_port())], capture_output=True, text=True, timeout=60,
-                         env=clean_env(env))
-    assert run.returncode == 1 and "streamtx: not starting: " in run.stderr and says in run.stderr, run
-    assert not (tmp_path / "ledgers").exists()  # refused before anything started
