@@ -13,7 +13,6 @@ the public key (services then hold nothing that can issue tokens).
 
 from __future__ import annotations
 
-import functools
 import time
 from collections.abc import Iterable
 from dataclasses import dataclass
@@ -21,22 +20,6 @@ from typing import Any
 
 ROLES = ("client", "service", "admin")
 ALL_TENANTS = "*"
-
-#: An HS256 secret shorter than this is refused (RFC 7518, 3.2: at least the hash's size).
-#: PyJWT only warns, and a 5-byte secret is guessed offline from one token.
-MIN_SECRET_BYTES = 32
-
-#: The subject of the service credential a service derives from the HS256 secret.
-DERIVED_SERVICE_SUBJECT = "streamtx-service"
-
-
-def secret_problem(secret: str, setting: str = "STREAMTX_AUTH_JWT_SECRET") -> str | None:
-    """Why ``secret`` may not sign or verify tokens (None when it may)."""
-    size = len(secret.encode())
-    if size >= MIN_SECRET_BYTES:
-        return None
-    return (f"{setting} is {size} bytes; an HS256 secret needs at least {MIN_SECRET_BYTES} bytes "
-            "(RFC 7518, 3.2): make one with `openssl rand -hex 32`")
 
 
 class TokenError(ValueError):
@@ -111,8 +94,6 @@ def issue(
 ) -> str:
     """A signed token (``key``: the HS256 secret, or the RS256 private key in PEM)."""
     import jwt
-    if algorithm == "HS256" and (problem := secret_problem(key, "the HS256 secret")):
-        raise ValueError(problem)
     roles = list(dict.fromkeys(roles))
     if not roles or any(r not in ROLES for r in roles):
         raise ValueError(f"roles must be some of {', '.join(ROLES)}")
@@ -124,14 +105,3 @@ def issue(
     if expires_in_s is not None:
         claims["exp"] = issued + int(expires_in_s)
     return jwt.encode(claims, key, algorithm=algorithm)
-
-
-@functools.cache
-def derived_service_token(secret: str) -> str:
-    """The service credential a service holding the HS256 ``secret`` sends to its peers.
-
-    Whoever holds the secret can sign any token, so deriving one costs nothing in
-    safety and spares a second setting (``STREAMTX_SERVICE_TOKEN``) that, missing,
-    broke every call between services (issue 37 item 1). Cached: one per process.
-    """
-    return issue(secret, subject=DERIVED_SERVICE_SUBJECT, roles=["service"], tenants=[ALL_TENANTS])

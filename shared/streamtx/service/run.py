@@ -50,7 +50,4 @@ def run_service(name: str, settings_class: type[S], build_app: Callable[[S], Fas
         settings = settings_class()  # type: ignore[call-arg]  # fields from the environment
     except ValidationError as exc:
         sys.exit("\n".join(settings_errors(name, settings_class, exc)))
-    # Half-set-up auth once let a suite start whose transactions all hung (issue 37 item 1).
-    if problem := settings.peer_credential_problem():
-        sys.exit(f"streamtx {name}: {problem}")
     serve_app(build_app, settings, base_member=base_member(settings) if base_member else "")

@@ -8,7 +8,6 @@ from typing import ClassVar, Literal
 from pydantic import Field, field_validator, model_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
-from streamtx.auth.tokens import derived_service_token, secret_problem
 from streamtx.errors import MalformedError
 from streamtx.ledger import check_ledger_url
 
@@ -31,11 +30,8 @@ class ServiceSettings(BaseSettings):
     client_token: str | None = Field(None, description="static token with the client role, every tenant")
     service_token: str | None = Field(
         None, description="the credential this service sends to its peers (a JWT with the service role, "
-        "or a static token); accepted as a static service token too; default: admin_token, else one "
-        "signed with auth_jwt_secret")
-    auth_jwt_secret: str | None = Field(
-        None, description="verify HS256-signed JWTs with this secret (at least 32 bytes); alone it turns "
-        "auth on for the whole suite: the services sign their own service credential with it")
+        "or a static token); accepted as a static service token too; default: admin_token")
+    auth_jwt_secret: str | None = Field(None, description="verify HS256-signed JWTs with this secret")
     auth_jwt_public_key: str | None = Field(None, description="verify RS256-signed JWTs with this PEM key")
     auth_jwt_public_key_file: Path | None = Field(None, description="... or with the PEM key in this file")
     auth_token_cache_size: int = Field(10_000, ge=0, description="verified tokens kept (LRU)")
@@ -81,63 +77,21 @@ class ServiceSettings(BaseSettings):
             raise ValueError(str(exc)) from None
         return url
 
-    @field_validator("auth_jwt_secret")
-    @classmethod
-    def _long_enough(cls, secret: str | None) -> str | None:
-        # A field's validator, so the one-line error names STREAMTX_AUTH_JWT_SECRET (run.py).
-        if secret is not None and (problem := secret_problem(secret, "it")):
-            raise ValueError(problem)
-        return secret
-
     @model_validator(mode="after")
     def _one_jwt_key(self) -> ServiceSettings:
         keys = [self.auth_jwt_secret, self.auth_jwt_public_key, self.auth_jwt_public_key_file]
         if sum(k is not None for k in keys) > 1:
             raise ValueError("set one of auth_jwt_secret, auth_jwt_public_key, auth_jwt_public_key_file")
+        if self.auth_jwt_secret is not None and len(self.auth_jwt_secret.encode()) < 32:
+            raise ValueError("auth_jwt_secret must be at least 32 bytes (RFC 7518, 3.2)")
         if self.workers > 1 and not self.supports_workers:
             raise ValueError(f"workers={self.workers}: this service runs one process per port "
                              "(only the coordinator runs several workers)")
         return self
 
-    def auth_on(self) -> bool:
-        """Whether this service checks tokens (any credential or key configured)."""
-        # Truthiness, as authenticator() reads them: an empty variable is no credential.
-        return any((self.admin_token, self.client_token, self.service_token, self.auth_jwt_secret,
-                    self.auth_jwt_public_key, self.auth_jwt_public_key_file))
-
     def outgoing_token(self) -> str | None:
-        """The bearer token for calls to peer services (their internal paths need the service role).
-
-        ``service_token``, else ``admin_token``, else a service-role JWT signed with
-        ``auth_jwt_secret``: that one setting is then enough for every call between
-        services (docs/security.md).
-        """
-        explicit = self.service_token or self.admin_token
-        if explicit or not self.auth_jwt_secret:
-            return explicit
-        return derived_service_token(self.auth_jwt_secret)
-
-    def peer_credential_problem(self) -> str | None:
-        """Why this service, with auth on, could not call its peers (None when it can or auth is off).
-
-        Not a validator: a service alone (a unit test's, a verifier of client tokens) may
-        do without; :func:`streamtx.service.run.run_service` and ``make run`` refuse to start.
-        """
-        if not self.auth_on() or self.outgoing_token():
-            return None
-        given = [name for name, v in (("STREAMTX_CLIENT_TOKEN", self.client_token),
-                                      ("STREAMTX_AUTH_JWT_PUBLIC_KEY", self.auth_jwt_public_key),
-                                      ("STREAMTX_AUTH_JWT_PUBLIC_KEY_FILE", self.auth_jwt_public_key_file))
-                 if v]
-        missing = ("auth is on ({}) but the services have no credential for their calls to each other: "
-                   "set STREAMTX_SERVICE_TOKEN, ").format(", ".join(given) + " set")
-        if self.auth_jwt_public_key or self.auth_jwt_public_key_file:
-            # The services hold no private key, so they cannot sign a credential themselves.
-            return missing + ("a token with the service role signed with your private key (`streamtx-admin "
-                              "token create --subject svc --role service --private-key-file KEY.pem`); "
-                              "docs/security.md")
-        return missing + ("a static token or a JWT with the service role, or use STREAMTX_AUTH_JWT_SECRET: "
-                          "every service then signs its own credential with it; docs/security.md")
+        """The bearer token for calls to peer services (their internal paths need the service role)."""
+        return self.service_token or self.admin_token
 
     def services(self) -> dict[str, str]:
         """The URLs `/v1/cluster` advertises (services not deployed are absent)."""
