@@ -45,7 +45,7 @@ def test_a_committed_ack_ends_delivery_an_aborted_one_makes_it_owed_again() -> N
     assert m.fetched("s", A, [("7:1", 0, "v1")]) == []
     for commit in (False, True):
         m.opened(f"0:{commit:d}", A)
-        m.txns[f"0:{commit:d}"].subs.add("s")
+        m.txns[f"0:{commit:d}"].subs.add(("s", None))
         assert m.ack_expect(A, "s", ["7:1"], f"0:{commit:d}", False) == {200}
         m.acked("s", ["7:1"], f"0:{commit:d}", False, 200)
         assert m.fetched("s", A, [("7:1", 0, "v1")]) != []  # held: not to be delivered
@@ -128,7 +128,7 @@ def test_a_cumulative_transactional_ack_holds_what_a_nack_let_go_before_it() -> 
     assert m.fetched("s", A, [("7:1", 0, "v1"), ("7:2", 0, "v2"), ("7:3", 0, "v3")]) == []
     m.nacked("s", ["7:2"], 200)
     m.opened("0:1", A)
-    m.txns["0:1"].subs.add("s")
+    m.txns["0:1"].subs.add(("s", None))
     m.acked("s", ["7:3"], "0:1", True, 200)
     assert m.required("s") == []
     assert "held by open transaction" in m.fetched("s", A, [("7:2", 0, "v2")])[0]
@@ -144,7 +144,7 @@ def test_a_delete_waits_for_open_transactions_and_connected_consumers() -> None:
     assert m.fetched("s", A, [("7:1", 0, "v1")]) == []
     assert m.delete_expect("s", force=False) == {409}  # A is connected
     m.opened("0:1", B)
-    m.txns["0:1"].subs.add("s")
+    m.txns["0:1"].subs.add(("s", None))
     m.acked("s", ["7:1"], "0:1", False, 200)
     assert m.delete_expect("s", force=True) == {409}  # force does not drop a transaction's acks
     m.ended("0:1", commit=True)
@@ -161,7 +161,7 @@ def test_a_transaction_that_acked_nothing_on_a_deleted_subscription_still_ends()
     assert m.fetched("s", A, [("7:1", 0, "v1")]) == []
     m.acked("s", ["7:1"], None, False, 200)
     m.opened("0:1", A)
-    m.txns["0:1"].subs.add("s")
+    m.txns["0:1"].subs.add(("s", None))
     m.acked("s", ["7:1"], "0:1", False, 200)  # of an id acked already: the model holds nothing
     m.consumer_closed("s", A)
     assert m.delete_expect("s", force=True) == {200, 409}  # the broker may hold it all the same
